@@ -1,1 +1,13 @@
-//! CPU kernels.
+//! CPU kernels: the math of the forward, behind small functions a GPU or NPU
+//! backend can mirror. Scalar references live beside any SIMD path and the
+//! tests hold one to the other.
+
+pub mod attention;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+pub mod quant;
+pub mod rope;
+
+pub use matmul::{matmul, Precision, QMatrix};
+pub use pool::Pool;

@@ -1,1 +1,16 @@
-//! Models.
+//! Models: semantics read from the model's own declarations, one file per
+//! family, weight loading, the forward, per-sequence state and sampling.
+
+pub mod error;
+pub mod families;
+pub mod forward;
+pub mod load;
+pub mod sampler;
+pub mod semantics;
+pub mod state;
+pub mod weights;
+
+pub use error::{ModelError, Result};
+pub use forward::{ExecConfig, Logits, Model};
+pub use semantics::Semantics;
+pub use state::SeqState;

@@ -49,3 +49,112 @@ pub fn read_f32(path: impl Into<PathBuf>) -> Vec<f32> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
+
+/// One llama.cpp fixture family: its files, token lists and `meta.json`.
+pub struct Fixture {
+    pub dir: PathBuf,
+    pub meta: serde_json::Value,
+}
+
+impl Fixture {
+    pub fn new(family: &str) -> Fixture {
+        let dir = fixture(family);
+        let meta_path = dir.join("meta.json");
+        let text = std::fs::read_to_string(&meta_path).unwrap_or_else(|e| panic!("{}: {e}", meta_path.display()));
+        Fixture {
+            dir,
+            meta: serde_json::from_str(&text).expect("meta.json parses"),
+        }
+    }
+    /// `tokens` or `tokens2` from tokens.json.
+    pub fn tokens(&self, which: &str) -> Vec<u32> {
+        let p = self.dir.join("tokens.json");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        v[which]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}: no `{which}`", p.display()))
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    }
+    pub fn n_vocab(&self) -> usize {
+        self.meta["hparams"]["n_vocab"].as_u64().expect("hparams.n_vocab") as usize
+    }
+    /// The run entry of meta.json: `f32`, `Q5_0`, `f32.tokens2`, ...
+    fn run(&self, run: &str) -> &serde_json::Value {
+        let r = &self.meta["runs"][run];
+        assert!(r.is_object(), "meta.json has no run `{run}`");
+        r
+    }
+    /// M: the largest |logit| of a run's reference.
+    pub fn max_abs_logit(&self, run: &str) -> f32 {
+        self.run(run)["stats"]["max_abs_logit"].as_f64().unwrap() as f32
+    }
+    /// Best minus second-best reference logit, per position.
+    pub fn top1_margin(&self, run: &str) -> Vec<f32> {
+        self.run(run)["top1_margin"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    }
+    /// The quantized weight type of this family (the one non-f32 run).
+    pub fn quant(&self) -> String {
+        self.meta["runs"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .find(|k| *k != "f32" && !k.contains('.'))
+            .expect("a quantized run")
+            .clone()
+    }
+    pub fn logits(&self, file: &str) -> Vec<f32> {
+        read_f32(self.dir.join(file))
+    }
+}
+
+/// Comparison of two [n_tokens][n_vocab] logit arrays.
+#[derive(Debug)]
+pub struct Comparison {
+    pub max_abs_diff: f32,
+    pub min_cosine: f64,
+    /// Positions whose argmax differs, with the reference margin there.
+    pub argmax_flips: Vec<(usize, f32)>,
+}
+
+pub fn compare(ours: &[f32], reference: &[f32], n_vocab: usize, margins: &[f32]) -> Comparison {
+    assert_eq!(ours.len(), reference.len(), "logit arrays differ in length");
+    let mut max_abs_diff = 0f32;
+    let mut min_cosine = f64::INFINITY;
+    let mut argmax_flips = Vec::new();
+    for (t, (a, b)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
+        let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+        for (&x, &y) in a.iter().zip(b) {
+            assert!(x.is_finite(), "non-finite logit at position {t}");
+            max_abs_diff = max_abs_diff.max((x - y).abs());
+            dot += x as f64 * y as f64;
+            na += x as f64 * x as f64;
+            nb += y as f64 * y as f64;
+        }
+        min_cosine = min_cosine.min(dot / (na.sqrt() * nb.sqrt()));
+        if argmax(a) != argmax(b) {
+            argmax_flips.push((t, margins.get(t).copied().unwrap_or(f32::NAN)));
+        }
+    }
+    Comparison {
+        max_abs_diff,
+        min_cosine,
+        argmax_flips,
+    }
+}
+
+pub fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}

@@ -1,0 +1,238 @@
+//! Every rule the forward follows, as data, each with the declaration it came from.
+//!
+//! The forward never guesses: what a model does differently (which layers slide,
+//! which RoPE base each layer kind uses, whether norms add 1, ...) is a field
+//! here, filled by the model's family file from the model's own metadata, and
+//! printed as `[semantics]` lines at load and by `onebit inspect`.
+
+use std::fmt;
+
+pub use onebit_kernels::rope::RopeStyle;
+
+/// A value and where it came from (a metadata key, a family default, a tensor).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: String,
+}
+
+impl<T> Sourced<T> {
+    pub fn new(value: T, source: impl Into<String>) -> Self {
+        Sourced {
+            value,
+            source: source.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Causal attention over every earlier position.
+    Full,
+    /// Causal attention over the last `window` positions (the query's own included).
+    Sliding,
+    /// LFM2 gated short convolution.
+    ShortConv,
+    /// Gated delta-net linear attention (Qwen3.5).
+    Linear,
+}
+
+impl LayerKind {
+    pub fn is_attention(self) -> bool {
+        matches!(self, LayerKind::Full | LayerKind::Sliding)
+    }
+    fn name(self) -> &'static str {
+        match self {
+            LayerKind::Full => "full",
+            LayerKind::Sliding => "sliding",
+            LayerKind::ShortConv => "short-conv",
+            LayerKind::Linear => "linear",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Angles divided by the factor.
+    Linear { factor: f64 },
+}
+
+/// RoPE for one layer kind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeSpec {
+    pub base: f64,
+    pub style: RopeStyle,
+    /// Dimensions rotated per head (the rest pass through).
+    pub n_rot: usize,
+    pub scaling: RopeScaling,
+    /// A per-pair divisor table (`rope_freqs.weight`) applies.
+    pub freq_factors: bool,
+}
+
+impl RopeSpec {
+    /// The frequency multiplier that linear scaling implies.
+    pub fn freq_scale(&self) -> f64 {
+        match self.scaling {
+            RopeScaling::None => 1.0,
+            RopeScaling::Linear { factor } => 1.0 / factor,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// RMSNorm over each q and k head, then RoPE (qwen3, gemma3, lfm2).
+    BeforeRope,
+    /// RoPE, then RMSNorm over each head (hunyuan).
+    AfterRope,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormForm {
+    /// `x/rms * w` with w as stored.
+    Plain,
+    /// `x/rms * (1 + w)`: the container stores HF's w without the 1.
+    OnePlus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `down(silu(gate) * up)`
+    SiluGate,
+    /// `down(gelu_tanh(gate) * up)`
+    GeluTanhGate,
+}
+
+/// Sizes of the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dims {
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub n_ff: usize,
+    pub n_vocab: usize,
+    /// Context the model was trained for (0 when not stated).
+    pub n_ctx_train: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Semantics {
+    /// The family file that read the model (`llama`, `gemma3`, ...).
+    pub family: &'static str,
+    pub dims: Dims,
+    pub layer_kinds: Sourced<Vec<LayerKind>>,
+    pub sliding_window: Sourced<Option<usize>>,
+    pub rope_full: Sourced<RopeSpec>,
+    pub rope_sliding: Sourced<RopeSpec>,
+    pub attn_scale: Sourced<f32>,
+    pub attn_softcap: Sourced<Option<f32>>,
+    pub final_softcap: Sourced<Option<f32>>,
+    pub qk_norm: Sourced<QkNorm>,
+    pub norm_eps: Sourced<f32>,
+    pub norm_form: Sourced<NormForm>,
+    /// Gemma's extra norms: after attention, and after the feed-forward.
+    pub sandwich_norms: Sourced<bool>,
+    pub embed_scale: Sourced<Option<f32>>,
+    pub activation: Sourced<Activation>,
+    pub tied_output: Sourced<bool>,
+    pub attn_bias: Sourced<bool>,
+}
+
+impl Semantics {
+    pub fn rope_for(&self, kind: LayerKind) -> &RopeSpec {
+        match kind {
+            LayerKind::Sliding => &self.rope_sliding.value,
+            _ => &self.rope_full.value,
+        }
+    }
+
+    /// The `[semantics]` lines, one rule each, with its source.
+    pub fn lines(&self) -> Vec<String> {
+        let d = &self.dims;
+        let mut out = vec![format!(
+            "family {}: {} layers, n_embd {}, heads {}/{} (q/kv), head_dim {}/{} (k/v), n_ff {}, vocab {}, trained context {}",
+            self.family, d.n_layer, d.n_embd, d.n_head, d.n_head_kv, d.head_dim_k, d.head_dim_v, d.n_ff, d.n_vocab, d.n_ctx_train
+        )];
+        let mut line = |name: &str, value: String, source: &str| out.push(format!("{name}: {value}  <- {source}"));
+        line("layer kinds", describe_kinds(&self.layer_kinds.value), &self.layer_kinds.source);
+        line(
+            "sliding window",
+            self.sliding_window.value.map_or("none".into(), |w| w.to_string()),
+            &self.sliding_window.source,
+        );
+        line("rope full", describe_rope(&self.rope_full.value), &self.rope_full.source);
+        if self.layer_kinds.value.contains(&LayerKind::Sliding) {
+            line("rope sliding", describe_rope(&self.rope_sliding.value), &self.rope_sliding.source);
+        }
+        line("attention scale", format!("{}", self.attn_scale.value), &self.attn_scale.source);
+        line("attention softcap", opt(self.attn_softcap.value), &self.attn_softcap.source);
+        line("final logit softcap", opt(self.final_softcap.value), &self.final_softcap.source);
+        line("q/k norm", format!("{:?}", self.qk_norm.value), &self.qk_norm.source);
+        line("norm eps", format!("{:e}", self.norm_eps.value), &self.norm_eps.source);
+        let form = match self.norm_form.value {
+            NormForm::Plain => "x/rms * w (w as stored)",
+            NormForm::OnePlus => "x/rms * (1 + w)",
+        };
+        line("norm form", form.into(), &self.norm_form.source);
+        line("sandwich norms", self.sandwich_norms.value.to_string(), &self.sandwich_norms.source);
+        line("embedding scale", opt(self.embed_scale.value), &self.embed_scale.source);
+        line("activation", format!("{:?}", self.activation.value), &self.activation.source);
+        line("tied output", self.tied_output.value.to_string(), &self.tied_output.source);
+        line("attention biases", self.attn_bias.value.to_string(), &self.attn_bias.source);
+        out
+    }
+}
+
+impl fmt::Display for Semantics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for l in self.lines() {
+            writeln!(f, "[semantics] {l}")?;
+        }
+        Ok(())
+    }
+}
+
+fn opt<T: fmt::Display>(v: Option<T>) -> String {
+    v.map_or("none".into(), |x| x.to_string())
+}
+
+fn describe_rope(r: &RopeSpec) -> String {
+    let style = match r.style {
+        RopeStyle::Interleaved => "interleaved pairs",
+        RopeStyle::Halves => "halves (neox)",
+    };
+    let scaling = match r.scaling {
+        RopeScaling::None => "no scaling".to_string(),
+        RopeScaling::Linear { factor } => format!("linear scaling factor {factor}"),
+    };
+    format!(
+        "base {} style {style} rotary dims {} {scaling}{}",
+        r.base,
+        r.n_rot,
+        if r.freq_factors { " with rope_freqs factors" } else { "" }
+    )
+}
+
+/// "18: sliding x15, full x3 at [5, 11, 17]"
+fn describe_kinds(kinds: &[LayerKind]) -> String {
+    let mut parts = Vec::new();
+    for k in [LayerKind::Sliding, LayerKind::ShortConv, LayerKind::Linear, LayerKind::Full] {
+        let at: Vec<usize> = kinds.iter().enumerate().filter(|(_, &x)| x == k).map(|(i, _)| i).collect();
+        if at.is_empty() {
+            continue;
+        }
+        if at.len() == kinds.len() {
+            parts.push(format!("{} x{}", k.name(), at.len()));
+        } else if at.len() <= 12 {
+            parts.push(format!("{} x{} at {:?}", k.name(), at.len(), at));
+        } else {
+            parts.push(format!("{} x{}", k.name(), at.len()));
+        }
+    }
+    format!("{}: {}", kinds.len(), parts.join(", "))
+}
