@@ -26,6 +26,33 @@ impl GgufWriter {
     pub fn new() -> Self {
         Self::default()
     }
+    /// A copy of an open file: same version, alignment, metadata and tensors,
+    /// to edit before writing (tests derive variants of fixtures this way).
+    pub fn from_gguf(g: &super::Gguf) -> Self {
+        let mut w = GgufWriter {
+            version: g.version,
+            alignment: g.alignment,
+            kvs: g.metadata.clone(),
+            tensors: Vec::new(),
+        };
+        for t in &g.tensors {
+            w.tensors.push((t.name.clone(), t.dims.clone(), t.dtype, g.tensor_bytes(t).to_vec()));
+        }
+        w
+    }
+    /// Removes a metadata key (no-op when absent).
+    pub fn remove_kv(&mut self, key: &str) -> &mut Self {
+        self.kvs.retain(|(k, _)| k != key);
+        self
+    }
+    /// Sets a key, replacing an existing value in place.
+    pub fn set_kv(&mut self, key: &str, v: Value) -> &mut Self {
+        match self.kvs.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = v,
+            None => self.kvs.push((key.into(), v)),
+        }
+        self
+    }
     pub fn kv(&mut self, key: &str, v: Value) -> &mut Self {
         self.kvs.push((key.into(), v));
         self

@@ -57,9 +57,9 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
             .key_error(&k.key("attention.head_count_kv"), format!("{n_head_kv} does not divide head_count {n_head}"))
             .into());
     }
-    let head_dim_k = match k.usize_opt("attention.key_length")? {
-        Some(v) => v,
-        None if n_embd % n_head == 0 => n_embd / n_head,
+    let (head_dim_k, head_dim_src) = match k.usize_opt("attention.key_length")? {
+        Some(v) => (v, k.key("attention.key_length")),
+        None if n_embd % n_head == 0 => (n_embd / n_head, "embedding_length / head_count (no key_length key)".to_string()),
         None => {
             return Err(g
                 .key_error(&k.key("attention.key_length"), "absent, and embedding_length is not a multiple of head_count")
@@ -123,7 +123,7 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
         rope_sliding: Sourced::new(rope, rope_src),
         attn_scale: Sourced::new(
             1.0 / (head_dim_k as f32).sqrt(),
-            format!("1/sqrt(head_dim {head_dim_k}) from {}", k.key("attention.key_length")),
+            format!("1/sqrt(head_dim {head_dim_k}) from {head_dim_src}"),
         ),
         attn_softcap: Sourced::new(None, format!("{family}: none")),
         final_softcap: Sourced::new(None, format!("{family}: none")),
