@@ -1,1 +1,173 @@
 //! Text: tokenizers and detokenization.
+//!
+//! A [`Tokenizer`] wraps a `tokenizers::Tokenizer` (the HF crate, built C-free)
+//! with the facts about BOS/EOS it needs to encode the way the model was
+//! trained. It comes from a GGUF file's `tokenizer.ggml.*` metadata
+//! ([`Tokenizer::from_gguf`]) or, for packs, from a `tokenizer.json` plus the
+//! facts `tokenizer_config.json` states ([`Tokenizer::from_parts`]).
+
+mod build;
+mod error;
+mod gguf_vocab;
+mod pretok;
+mod stream;
+
+pub use error::TextError;
+pub use stream::StreamDecoder;
+
+/// Special token ids and whether encoding adds BOS/EOS.
+#[derive(Clone, Debug, Default)]
+pub struct SpecialTokens {
+    pub bos: Option<u32>,
+    /// End-of-sequence ids; the first is the one the vocabulary states.
+    pub eos: Vec<u32>,
+    /// `encode(text, true)` prepends `bos`.
+    pub add_bos: bool,
+    /// `encode(text, true)` appends `eos[0]`.
+    pub add_eos: bool,
+    pub unk: Option<u32>,
+    pub pad: Option<u32>,
+    /// End of turn: `tokenizer.ggml.eot_token_id`, else (as llama.cpp) the first
+    /// of `<|eot_id|>`, `<|im_end|>`, `<|end|>`, `<end_of_turn>`, `<|endoftext|>`,
+    /// `<EOT>` the vocabulary holds.
+    pub eot: Option<u32>,
+    /// End of message (`tokenizer.ggml.eom_token_id`, Llama 3.1 tool calls).
+    pub eom: Option<u32>,
+    /// Every id llama.cpp ends generation on: eos, eot, eom and the end-of-turn
+    /// texts above plus `<|eom_id|>`, each once.
+    pub eog: Vec<u32>,
+    /// The text of `bos`, for chat templates.
+    pub bos_token: Option<String>,
+    /// The text of `eos[0]`, for chat templates.
+    pub eos_token: Option<String>,
+}
+
+impl SpecialTokens {
+    /// Ids that end generation: `eog` plus any `eos` and `eot` not already in it.
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut out = self.eog.clone();
+        for id in self.eos.iter().copied().chain(self.eot).chain(self.eom) {
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+        out
+    }
+}
+
+/// A tokenizer and its special-token facts.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    special: SpecialTokens,
+    vocab_size: usize,
+}
+
+impl Tokenizer {
+    /// From a GGUF file's `tokenizer.ggml.*` metadata. A file whose
+    /// `tokenizer.ggml.model` is `"none"` gives [`TextError::NoVocabulary`].
+    pub fn from_gguf(g: &onebit_formats::gguf::Gguf) -> Result<Tokenizer, TextError> {
+        let v = gguf_vocab::GgufVocab::read(g)?;
+        let n = v.tokens.len();
+        let (inner, special) = build::build(&v, g.path())?;
+        let mut t = Tokenizer::from_parts(inner, special);
+        t.vocab_size = t.vocab_size.max(n);
+        Ok(t)
+    }
+
+    /// From an assembled `tokenizers::Tokenizer` (e.g. a pack's `tokenizer.json`)
+    /// and the BOS/EOS facts stated beside it.
+    pub fn from_parts(inner: tokenizers::Tokenizer, special: SpecialTokens) -> Tokenizer {
+        let model = inner.get_model();
+        let added_max = inner
+            .get_added_tokens_decoder()
+            .keys()
+            .max()
+            .map_or(0, |&m| m as usize + 1);
+        let vocab_size = tokenizers::Model::get_vocab_size(model).max(added_max);
+        Tokenizer {
+            inner,
+            special,
+            vocab_size,
+        }
+    }
+
+    /// Ids for `text`. Special tokens written in the text are parsed as such.
+    /// With `add_special`, BOS is prepended when the model adds BOS, and EOS
+    /// appended when it adds EOS.
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TextError> {
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| TextError::Encode {
+                text_start: text.chars().take(40).collect(),
+                what: e.to_string(),
+            })?;
+        let body = enc.get_ids();
+        let mut ids = Vec::with_capacity(body.len() + 2);
+        if add_special && self.special.add_bos {
+            ids.push(
+                self.special
+                    .bos
+                    .ok_or(TextError::MissingSpecial { which: "BOS" })?,
+            );
+        }
+        ids.extend_from_slice(body);
+        if add_special && self.special.add_eos {
+            ids.push(
+                *self
+                    .special
+                    .eos
+                    .first()
+                    .ok_or(TextError::MissingSpecial { which: "EOS" })?,
+            );
+        }
+        Ok(ids)
+    }
+
+    /// Text for `ids`; with `skip_special`, special (control) tokens are left out.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TextError> {
+        for &id in ids {
+            self.check_id(id)?;
+        }
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| TextError::Decode {
+                what: e.to_string(),
+            })
+    }
+
+    /// Number of ids: one past the largest id the tokenizer knows.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    pub fn special(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    pub fn token_to_id(&self, s: &str) -> Option<u32> {
+        self.inner.token_to_id(s)
+    }
+
+    /// The token's text as the vocabulary stores it (`▁` for spaces in
+    /// SentencePiece, GPT-2's byte alphabet in byte-level BPE).
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The underlying tokenizer, e.g. to write `tokenizer.json`.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    pub(crate) fn check_id(&self, id: u32) -> Result<(), TextError> {
+        if (id as usize) < self.vocab_size && self.inner.id_to_token(id).is_some() {
+            Ok(())
+        } else {
+            Err(TextError::UnknownId {
+                id,
+                vocab_size: self.vocab_size,
+            })
+        }
+    }
+}
