@@ -17,7 +17,10 @@ impl ByteView {
     /// the owner; callers validate ranges against the file first.
     pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Self {
         let total = (*owner).as_ref().len();
-        assert!(start <= total && len <= total - start, "ByteView out of range");
+        assert!(
+            start <= total && len <= total - start,
+            "ByteView out of range"
+        );
         ByteView { owner, start, len }
     }
     pub fn from_vec(v: Vec<u8>) -> Self {
@@ -26,7 +29,10 @@ impl ByteView {
     }
     /// A narrower view of this one.
     pub fn slice(&self, start: usize, len: usize) -> Self {
-        assert!(start <= self.len && len <= self.len - start, "ByteView slice out of range");
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "ByteView slice out of range"
+        );
         ByteView {
             owner: self.owner.clone(),
             start: self.start + start,

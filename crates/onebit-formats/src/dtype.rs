@@ -42,13 +42,19 @@ const TABLE: &[(GgmlType, u32, &str, usize, usize)] = &[
 
 impl GgmlType {
     fn row(self) -> &'static (GgmlType, u32, &'static str, usize, usize) {
-        TABLE.iter().find(|r| r.0 == self).expect("every variant is in TABLE")
+        TABLE
+            .iter()
+            .find(|r| r.0 == self)
+            .expect("every variant is in TABLE")
     }
     pub fn from_id(id: u32) -> Option<Self> {
         TABLE.iter().find(|r| r.1 == id).map(|r| r.0)
     }
     pub fn from_name(name: &str) -> Option<Self> {
-        TABLE.iter().find(|r| r.2.eq_ignore_ascii_case(name)).map(|r| r.0)
+        TABLE
+            .iter()
+            .find(|r| r.2.eq_ignore_ascii_case(name))
+            .map(|r| r.0)
     }
     pub fn id(self) -> u32 {
         self.row().1
@@ -68,7 +74,7 @@ impl GgmlType {
     /// number of blocks or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let bl = self.block_len() as u64;
-        if n % bl != 0 {
+        if !n.is_multiple_of(bl) {
             return None;
         }
         (n / bl).checked_mul(self.block_bytes() as u64)

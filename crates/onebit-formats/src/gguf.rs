@@ -162,7 +162,9 @@ impl Gguf {
         }
         let version = c.u32("the version")?;
         if version == 1 {
-            return Err(c.malformed("GGUF version 1 is not supported (versions 2 and 3 are)".into()));
+            return Err(
+                c.malformed("GGUF version 1 is not supported (versions 2 and 3 are)".into())
+            );
         }
         if !(2..=3).contains(&version) {
             let hint = if version.swap_bytes() <= 3 {
@@ -221,7 +223,9 @@ impl Gguf {
             };
             let n_dims = c.u32("n_dims")?;
             if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(tensor_err(format!("has {n_dims} dimensions (1 to {MAX_DIMS} supported)")));
+                return Err(tensor_err(format!(
+                    "has {n_dims} dimensions (1 to {MAX_DIMS} supported)"
+                )));
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
@@ -229,8 +233,11 @@ impl Gguf {
             }
             let type_id = c.u32("the type")?;
             let offset = c.u64("the offset")?;
-            let dtype = GgmlType::from_id(type_id)
-                .ok_or_else(|| tensor_err(format!("has ggml type id {type_id}, which onebit cannot read")))?;
+            let dtype = GgmlType::from_id(type_id).ok_or_else(|| {
+                tensor_err(format!(
+                    "has ggml type id {type_id}, which onebit cannot read"
+                ))
+            })?;
             if dims.contains(&0) {
                 return Err(tensor_err(format!("has a zero dimension {dims:?}")));
             }
@@ -249,7 +256,9 @@ impl Gguf {
                 .row_bytes(n_elements)
                 .ok_or_else(|| tensor_err(format!("byte size overflows: dims {dims:?}")))?;
             if offset % alignment != 0 {
-                return Err(tensor_err(format!("data offset {offset} is not a multiple of the alignment {alignment}")));
+                return Err(tensor_err(format!(
+                    "data offset {offset} is not a multiple of the alignment {alignment}"
+                )));
             }
             raw.push(TensorInfo {
                 name,
@@ -319,7 +328,11 @@ impl Gguf {
 
     /// The bytes of a tensor; the range was validated at open.
     pub fn tensor_bytes(&self, info: &TensorInfo) -> ByteView {
-        ByteView::new(self.map.clone(), info.offset as usize, info.n_bytes as usize)
+        ByteView::new(
+            self.map.clone(),
+            info.offset as usize,
+            info.n_bytes as usize,
+        )
     }
 
     /// An error about `key` in this file.
@@ -343,60 +356,63 @@ impl Gguf {
     // Typed accessors: each names the key and what was found when it fails.
 
     pub fn req(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| self.key_error(key, "is required but absent"))
+        self.get(key)
+            .ok_or_else(|| self.key_error(key, "is required but absent"))
     }
     pub fn u64_opt(&self, key: &str) -> Result<Option<u64>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => match v.as_i64() {
                 Some(x) if x >= 0 => Ok(Some(x as u64)),
-                _ => Err(self.key_error(key, format!("expected a non-negative integer, found {}", describe(v)))),
+                _ => Err(self.key_error(
+                    key,
+                    format!("expected a non-negative integer, found {}", describe(v)),
+                )),
             },
         }
     }
     pub fn u64(&self, key: &str) -> Result<u64> {
-        self.u64_opt(key)?.ok_or_else(|| self.key_error(key, "is required but absent"))
+        self.u64_opt(key)?
+            .ok_or_else(|| self.key_error(key, "is required but absent"))
     }
     pub fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| self.key_error(key, format!("expected a number, found {}", describe(v)))),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                self.key_error(key, format!("expected a number, found {}", describe(v)))
+            }),
         }
     }
     pub fn f64(&self, key: &str) -> Result<f64> {
-        self.f64_opt(key)?.ok_or_else(|| self.key_error(key, "is required but absent"))
+        self.f64_opt(key)?
+            .ok_or_else(|| self.key_error(key, "is required but absent"))
     }
     pub fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| self.key_error(key, format!("expected a bool, found {}", describe(v)))),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+                self.key_error(key, format!("expected a bool, found {}", describe(v)))
+            }),
         }
     }
     pub fn str_opt(&self, key: &str) -> Result<Option<&str>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| self.key_error(key, format!("expected a string, found {}", describe(v)))),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| {
+                self.key_error(key, format!("expected a string, found {}", describe(v)))
+            }),
         }
     }
     pub fn str(&self, key: &str) -> Result<&str> {
-        self.str_opt(key)?.ok_or_else(|| self.key_error(key, "is required but absent"))
+        self.str_opt(key)?
+            .ok_or_else(|| self.key_error(key, "is required but absent"))
     }
     pub fn array_opt(&self, key: &str) -> Result<Option<&[Value]>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_array()
-                .map(Some)
-                .ok_or_else(|| self.key_error(key, format!("expected an array, found {}", describe(v)))),
+            Some(v) => v.as_array().map(Some).ok_or_else(|| {
+                self.key_error(key, format!("expected an array, found {}", describe(v)))
+            }),
         }
     }
 }
@@ -443,7 +459,10 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
     fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
-        Ok(self.take(N, what)?.try_into().expect("take returns N bytes"))
+        Ok(self
+            .take(N, what)?
+            .try_into()
+            .expect("take returns N bytes"))
     }
     fn u32(&mut self, what: &str) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array(what)?))
@@ -493,7 +512,9 @@ impl<'a> Cursor<'a> {
             8 => Value::Str(self.string(what)?),
             9 => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(self.malformed(format!("`{key}` nests arrays deeper than {MAX_ARRAY_DEPTH}")));
+                    return Err(self.malformed(format!(
+                        "`{key}` nests arrays deeper than {MAX_ARRAY_DEPTH}"
+                    )));
                 }
                 let elem_ty = self.u32(what)?;
                 let n = self.u64(what)?;

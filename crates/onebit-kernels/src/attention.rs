@@ -81,10 +81,32 @@ mod tests {
             head_dim_v: 1,
         };
         let mut out = [0.0];
-        attend(shape, &[1.0, 0.0], &[1.0, 0.0, 0.0, 1.0], &[10.0, 20.0], 0, 2, 1.0, None, &mut Vec::new(), &mut out);
+        attend(
+            shape,
+            &[1.0, 0.0],
+            &[1.0, 0.0, 0.0, 1.0],
+            &[10.0, 20.0],
+            0,
+            2,
+            1.0,
+            None,
+            &mut Vec::new(),
+            &mut out,
+        );
         assert!((out[0] - (10.0 * 0.731_058_6 + 20.0 * 0.268_941_4)).abs() < 1e-4);
         // A window that starts at position 1 sees only the second value.
-        attend(shape, &[1.0, 0.0], &[1.0, 0.0, 0.0, 1.0], &[10.0, 20.0], 1, 2, 1.0, None, &mut Vec::new(), &mut out);
+        attend(
+            shape,
+            &[1.0, 0.0],
+            &[1.0, 0.0, 0.0, 1.0],
+            &[10.0, 20.0],
+            1,
+            2,
+            1.0,
+            None,
+            &mut Vec::new(),
+            &mut out,
+        );
         assert_eq!(out[0], 20.0);
     }
 
@@ -98,7 +120,18 @@ mod tests {
             head_dim_v: 1,
         };
         let mut out = [0.0; 2];
-        attend(shape, &[1.0, -1.0], &[0.5], &[7.0], 0, 1, 1.0, None, &mut Vec::new(), &mut out);
+        attend(
+            shape,
+            &[1.0, -1.0],
+            &[0.5],
+            &[7.0],
+            0,
+            1,
+            1.0,
+            None,
+            &mut Vec::new(),
+            &mut out,
+        );
         assert_eq!(out, [7.0, 7.0]);
     }
 }

@@ -35,15 +35,28 @@ pub struct QMatrix {
 
 impl QMatrix {
     /// Checks that `data` holds exactly rows x cols elements of `dtype`.
-    pub fn new(dtype: GgmlType, rows: usize, cols: usize, data: ByteView) -> Result<QMatrix, String> {
+    pub fn new(
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: ByteView,
+    ) -> Result<QMatrix, String> {
         let rb = dtype
             .row_bytes(cols as u64)
             .ok_or_else(|| format!("row length {cols} is not a whole number of {dtype} blocks"))?;
         let want = rb.checked_mul(rows as u64).ok_or("size overflows")?;
         if want != data.len() as u64 {
-            return Err(format!("{rows}x{cols} {dtype} needs {want} bytes, found {}", data.len()));
+            return Err(format!(
+                "{rows}x{cols} {dtype} needs {want} bytes, found {}",
+                data.len()
+            ));
         }
-        Ok(QMatrix { dtype, rows, cols, data })
+        Ok(QMatrix {
+            dtype,
+            rows,
+            cols,
+            data,
+        })
     }
 
     pub fn row_bytes(&self) -> usize {
@@ -57,7 +70,8 @@ impl QMatrix {
 
     /// Decodes row `r` into `out` (cols values).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        blocks::dequantize(self.dtype, self.row(r), out).expect("QMatrix rows are whole blocks, checked at construction");
+        blocks::dequantize(self.dtype, self.row(r), out)
+            .expect("QMatrix rows are whole blocks, checked at construction");
     }
 
     fn act_format(&self, precision: Precision) -> ActFormat {
@@ -70,7 +84,14 @@ impl QMatrix {
 
 /// `out[t][r] = sum_k w[r][k] * x[t][k]` for `n_tok` rows of `x` ([n_tok][cols]);
 /// `out` is [n_tok][rows].
-pub fn matmul(pool: &Pool, precision: Precision, w: &QMatrix, x: &[f32], n_tok: usize, out: &mut [f32]) {
+pub fn matmul(
+    pool: &Pool,
+    precision: Precision,
+    w: &QMatrix,
+    x: &[f32],
+    n_tok: usize,
+    out: &mut [f32],
+) {
     assert_eq!(x.len(), n_tok * w.cols, "matmul input shape");
     assert_eq!(out.len(), n_tok * w.rows, "matmul output shape");
     let fmt = w.act_format(precision);

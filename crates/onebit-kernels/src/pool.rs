@@ -15,7 +15,9 @@ impl Pool {
     /// A pool of `threads` workers (the caller counts as one); 0 means all cores.
     pub fn new(threads: usize) -> Pool {
         let threads = if threads == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
         } else {
             threads
         };
@@ -28,7 +30,12 @@ impl Pool {
 
     /// Splits `0..n` into at most `threads` contiguous ranges and calls `f` on
     /// each, in parallel; each call returns a value, collected in range order.
-    pub fn map_ranges<T: Send>(&self, n: usize, min_per_thread: usize, f: impl Fn(std::ops::Range<usize>) -> T + Sync) -> Vec<T> {
+    pub fn map_ranges<T: Send>(
+        &self,
+        n: usize,
+        min_per_thread: usize,
+        f: impl Fn(std::ops::Range<usize>) -> T + Sync,
+    ) -> Vec<T> {
         let parts = self.threads.min(n / min_per_thread.max(1)).max(1);
         if parts == 1 {
             return vec![f(0..n)];

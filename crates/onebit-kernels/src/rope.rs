@@ -25,7 +25,13 @@ pub struct Rope {
 impl Rope {
     /// `freq_scale` multiplies every angle (linear scaling: 1/factor);
     /// `factors[i]`, when given, divides pair i's angle (rope_freqs tables).
-    pub fn new(style: RopeStyle, n_rot: usize, base: f64, freq_scale: f64, factors: Option<&[f32]>) -> Rope {
+    pub fn new(
+        style: RopeStyle,
+        n_rot: usize,
+        base: f64,
+        freq_scale: f64,
+        factors: Option<&[f32]>,
+    ) -> Rope {
         let half = n_rot / 2;
         let inv_freq = (0..half)
             .map(|i| {

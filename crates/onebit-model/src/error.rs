@@ -10,7 +10,11 @@ pub enum ModelError {
     #[error("{path}: {what}")]
     Unsupported { path: PathBuf, what: String },
     #[error("{path}: tensor `{tensor}`: {what}")]
-    Tensor { path: PathBuf, tensor: String, what: String },
+    Tensor {
+        path: PathBuf,
+        tensor: String,
+        what: String,
+    },
     #[error("{0}")]
     Input(String),
 }

@@ -57,8 +57,18 @@ pub enum Logits {
 impl Model {
     pub fn new(sem: Semantics, weights: Weights, exec: &ExecConfig) -> Model {
         let rope = |spec: &crate::semantics::RopeSpec| {
-            let factors = if spec.freq_factors { weights.rope_freqs.as_deref() } else { None };
-            Rope::new(spec.style, spec.n_rot, spec.base, spec.freq_scale(), factors)
+            let factors = if spec.freq_factors {
+                weights.rope_freqs.as_deref()
+            } else {
+                None
+            };
+            Rope::new(
+                spec.style,
+                spec.n_rot,
+                spec.base,
+                spec.freq_scale(),
+                factors,
+            )
         };
         let rope_full = rope(&sem.rope_full.value);
         let rope_sliding = rope(&sem.rope_sliding.value);
@@ -104,7 +114,10 @@ impl Model {
             return Err(ModelError::Input("no tokens to run".into()));
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= d.n_vocab) {
-            return Err(ModelError::Input(format!("token id {bad} is outside the vocabulary (size {})", d.n_vocab)));
+            return Err(ModelError::Input(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                d.n_vocab
+            )));
         }
         let pos0 = state.pos;
         if pos0 + n > self.max_context {
@@ -119,7 +132,9 @@ impl Model {
         let e = d.n_embd;
         let mut x = vec![0f32; n * e];
         for (t, &id) in tokens.iter().enumerate() {
-            self.weights.token_embd.dequantize_row(id as usize, &mut x[t * e..(t + 1) * e]);
+            self.weights
+                .token_embd
+                .dequantize_row(id as usize, &mut x[t * e..(t + 1) * e]);
         }
         if let Some(s) = self.sem.embed_scale.value {
             x.iter_mut().for_each(|v| *v *= s);
@@ -129,7 +144,12 @@ impl Model {
         for (il, lw) in self.weights.layers.iter().enumerate() {
             let kind = self.sem.layer_kinds.value[il];
             for t in 0..n {
-                rmsnorm(&x[t * e..(t + 1) * e], &lw.attn_norm, self.sem.norm_eps.value, &mut h[t * e..(t + 1) * e]);
+                rmsnorm(
+                    &x[t * e..(t + 1) * e],
+                    &lw.attn_norm,
+                    self.sem.norm_eps.value,
+                    &mut h[t * e..(t + 1) * e],
+                );
             }
             let mut attn = self.attention(il, kind, state, pos0, &h, n)?;
             if let Some(w) = &lw.post_attn_norm {
@@ -140,7 +160,12 @@ impl Model {
             x.iter_mut().zip(&attn).for_each(|(a, b)| *a += b);
 
             for t in 0..n {
-                rmsnorm(&x[t * e..(t + 1) * e], &lw.ffn_norm, self.sem.norm_eps.value, &mut h[t * e..(t + 1) * e]);
+                rmsnorm(
+                    &x[t * e..(t + 1) * e],
+                    &lw.ffn_norm,
+                    self.sem.norm_eps.value,
+                    &mut h[t * e..(t + 1) * e],
+                );
             }
             let mut ff = self.feed_forward(il, &h, n);
             if let Some(w) = &lw.post_ffn_norm {
@@ -159,7 +184,12 @@ impl Model {
         };
         let mut hn = vec![0f32; rows.len() * e];
         for (j, &t) in rows.iter().enumerate() {
-            rmsnorm(&x[t * e..(t + 1) * e], &self.weights.output_norm, self.sem.norm_eps.value, &mut hn[j * e..(j + 1) * e]);
+            rmsnorm(
+                &x[t * e..(t + 1) * e],
+                &self.weights.output_norm,
+                self.sem.norm_eps.value,
+                &mut hn[j * e..(j + 1) * e],
+            );
         }
         let mut logits = self.mm(&self.weights.output, &hn, rows.len());
         if let Some(cap) = self.sem.final_softcap.value {
@@ -168,7 +198,15 @@ impl Model {
         Ok(logits)
     }
 
-    fn attention(&self, il: usize, kind: LayerKind, state: &mut SeqState, pos0: usize, h: &[f32], n: usize) -> Result<Vec<f32>> {
+    fn attention(
+        &self,
+        il: usize,
+        kind: LayerKind,
+        state: &mut SeqState,
+        pos0: usize,
+        h: &[f32],
+        n: usize,
+    ) -> Result<Vec<f32>> {
         let d = &self.sem.dims;
         let lw = &self.weights.layers[il];
         let (dk, dv) = (d.head_dim_k, d.head_dim_v);
@@ -179,7 +217,11 @@ impl Model {
         add_bias(&mut k, lw.bk.as_deref());
         add_bias(&mut v, lw.bv.as_deref());
 
-        let rope = if kind == LayerKind::Sliding { &self.rope_sliding } else { &self.rope_full };
+        let rope = if kind == LayerKind::Sliding {
+            &self.rope_sliding
+        } else {
+            &self.rope_full
+        };
         let eps = self.sem.norm_eps.value;
         let qk_norm = self.sem.qk_norm.value;
         let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
@@ -232,7 +274,18 @@ impl Model {
                 let p = pos0 + t;
                 let from = window.map_or(0, |w| (p + 1).saturating_sub(w));
                 let qt = &q[t * d.n_head * dk..(t + 1) * d.n_head * dk];
-                attend(shape, qt, kc, vc, from, p + 1, scale, cap, &mut scores, &mut out[j * width..(j + 1) * width]);
+                attend(
+                    shape,
+                    qt,
+                    kc,
+                    vc,
+                    from,
+                    p + 1,
+                    scale,
+                    cap,
+                    &mut scores,
+                    &mut out[j * width..(j + 1) * width],
+                );
             }
             out
         });

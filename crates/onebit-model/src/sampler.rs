@@ -40,8 +40,16 @@ impl Sampler {
         }
         // Candidates sorted by logit, highest first; ties by lower id.
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-        let k = if self.cfg.top_k == 0 { logits.len() } else { self.cfg.top_k.min(logits.len()) };
-        let cmp = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+        let k = if self.cfg.top_k == 0 {
+            logits.len()
+        } else {
+            self.cfg.top_k.min(logits.len())
+        };
+        let cmp = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
         if k < idx.len() {
             idx.select_nth_unstable_by(k - 1, cmp);
             idx.truncate(k);
@@ -49,7 +57,10 @@ impl Sampler {
         idx.sort_by(cmp);
         let max = logits[idx[0] as usize];
         let inv_t = 1.0 / self.cfg.temperature as f64;
-        let mut probs: Vec<f64> = idx.iter().map(|&i| ((logits[i as usize] - max) as f64 * inv_t).exp()).collect();
+        let mut probs: Vec<f64> = idx
+            .iter()
+            .map(|&i| ((logits[i as usize] - max) as f64 * inv_t).exp())
+            .collect();
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= total);
         // Nucleus: the smallest prefix whose mass reaches top_p.
@@ -152,14 +163,18 @@ mod tests {
         };
         // ln 3 apart: p = [0.75, 0.25]
         let logits = [1.0986123, 0.0];
-        let a: Vec<u32> = (0..2000).map({
-            let mut s = Sampler::new(cfg.clone());
-            move |_| s.sample(&logits)
-        }).collect();
-        let b: Vec<u32> = (0..2000).map({
-            let mut s = Sampler::new(cfg.clone());
-            move |_| s.sample(&logits)
-        }).collect();
+        let a: Vec<u32> = (0..2000)
+            .map({
+                let mut s = Sampler::new(cfg.clone());
+                move |_| s.sample(&logits)
+            })
+            .collect();
+        let b: Vec<u32> = (0..2000)
+            .map({
+                let mut s = Sampler::new(cfg.clone());
+                move |_| s.sample(&logits)
+            })
+            .collect();
         assert_eq!(a, b);
         let zeros = a.iter().filter(|&&x| x == 0).count() as f64 / 2000.0;
         assert!((zeros - 0.75).abs() < 0.04, "{zeros}");

@@ -55,7 +55,9 @@ impl LayerKind {
 pub enum RopeScaling {
     None,
     /// Angles divided by the factor.
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
 }
 
 /// RoPE for one layer kind.
@@ -158,32 +160,88 @@ impl Semantics {
             "family {}: {} layers, n_embd {}, heads {}/{} (q/kv), head_dim {}/{} (k/v), n_ff {}, vocab {}, trained context {}",
             self.family, d.n_layer, d.n_embd, d.n_head, d.n_head_kv, d.head_dim_k, d.head_dim_v, d.n_ff, d.n_vocab, d.n_ctx_train
         )];
-        let mut line = |name: &str, value: String, source: &str| out.push(format!("{name}: {value}  <- {source}"));
-        line("layer kinds", describe_kinds(&self.layer_kinds.value), &self.layer_kinds.source);
+        let mut line = |name: &str, value: String, source: &str| {
+            out.push(format!("{name}: {value}  <- {source}"))
+        };
+        line(
+            "layer kinds",
+            describe_kinds(&self.layer_kinds.value),
+            &self.layer_kinds.source,
+        );
         line(
             "sliding window",
-            self.sliding_window.value.map_or("none".into(), |w| w.to_string()),
+            self.sliding_window
+                .value
+                .map_or("none".into(), |w| w.to_string()),
             &self.sliding_window.source,
         );
-        line("rope full", describe_rope(&self.rope_full.value), &self.rope_full.source);
+        line(
+            "rope full",
+            describe_rope(&self.rope_full.value),
+            &self.rope_full.source,
+        );
         if self.layer_kinds.value.contains(&LayerKind::Sliding) {
-            line("rope sliding", describe_rope(&self.rope_sliding.value), &self.rope_sliding.source);
+            line(
+                "rope sliding",
+                describe_rope(&self.rope_sliding.value),
+                &self.rope_sliding.source,
+            );
         }
-        line("attention scale", format!("{}", self.attn_scale.value), &self.attn_scale.source);
-        line("attention softcap", opt(self.attn_softcap.value), &self.attn_softcap.source);
-        line("final logit softcap", opt(self.final_softcap.value), &self.final_softcap.source);
-        line("q/k norm", format!("{:?}", self.qk_norm.value), &self.qk_norm.source);
-        line("norm eps", format!("{:e}", self.norm_eps.value), &self.norm_eps.source);
+        line(
+            "attention scale",
+            format!("{}", self.attn_scale.value),
+            &self.attn_scale.source,
+        );
+        line(
+            "attention softcap",
+            opt(self.attn_softcap.value),
+            &self.attn_softcap.source,
+        );
+        line(
+            "final logit softcap",
+            opt(self.final_softcap.value),
+            &self.final_softcap.source,
+        );
+        line(
+            "q/k norm",
+            format!("{:?}", self.qk_norm.value),
+            &self.qk_norm.source,
+        );
+        line(
+            "norm eps",
+            format!("{:e}", self.norm_eps.value),
+            &self.norm_eps.source,
+        );
         let form = match self.norm_form.value {
             NormForm::Plain => "x/rms * w (w as stored)",
             NormForm::OnePlus => "x/rms * (1 + w)",
         };
         line("norm form", form.into(), &self.norm_form.source);
-        line("sandwich norms", self.sandwich_norms.value.to_string(), &self.sandwich_norms.source);
-        line("embedding scale", opt(self.embed_scale.value), &self.embed_scale.source);
-        line("activation", format!("{:?}", self.activation.value), &self.activation.source);
-        line("tied output", self.tied_output.value.to_string(), &self.tied_output.source);
-        line("attention biases", self.attn_bias.value.to_string(), &self.attn_bias.source);
+        line(
+            "sandwich norms",
+            self.sandwich_norms.value.to_string(),
+            &self.sandwich_norms.source,
+        );
+        line(
+            "embedding scale",
+            opt(self.embed_scale.value),
+            &self.embed_scale.source,
+        );
+        line(
+            "activation",
+            format!("{:?}", self.activation.value),
+            &self.activation.source,
+        );
+        line(
+            "tied output",
+            self.tied_output.value.to_string(),
+            &self.tied_output.source,
+        );
+        line(
+            "attention biases",
+            self.attn_bias.value.to_string(),
+            &self.attn_bias.source,
+        );
         out
     }
 }
@@ -214,15 +272,29 @@ fn describe_rope(r: &RopeSpec) -> String {
         "base {} style {style} rotary dims {} {scaling}{}",
         r.base,
         r.n_rot,
-        if r.freq_factors { " with rope_freqs factors" } else { "" }
+        if r.freq_factors {
+            " with rope_freqs factors"
+        } else {
+            ""
+        }
     )
 }
 
 /// "18: sliding x15, full x3 at [5, 11, 17]"
 fn describe_kinds(kinds: &[LayerKind]) -> String {
     let mut parts = Vec::new();
-    for k in [LayerKind::Sliding, LayerKind::ShortConv, LayerKind::Linear, LayerKind::Full] {
-        let at: Vec<usize> = kinds.iter().enumerate().filter(|(_, &x)| x == k).map(|(i, _)| i).collect();
+    for k in [
+        LayerKind::Sliding,
+        LayerKind::ShortConv,
+        LayerKind::Linear,
+        LayerKind::Full,
+    ] {
+        let at: Vec<usize> = kinds
+            .iter()
+            .enumerate()
+            .filter(|(_, &x)| x == k)
+            .map(|(i, _)| i)
+            .collect();
         if at.is_empty() {
             continue;
         }

@@ -85,9 +85,12 @@ impl<'a> Loader<'a> {
         }
     }
     fn get(&self, name: &str) -> Result<RawTensor> {
-        self.src
-            .tensor(name)
-            .ok_or_else(|| self.err(name, "is required by the model's semantics but absent".into()))
+        self.src.tensor(name).ok_or_else(|| {
+            self.err(
+                name,
+                "is required by the model's semantics but absent".into(),
+            )
+        })
     }
 
     /// A weight matrix of `rows` outputs by `cols` inputs (ggml dims [cols, rows]).
@@ -95,7 +98,13 @@ impl<'a> Loader<'a> {
         let t = self.get(name)?;
         let want = [cols as u64, rows as u64];
         if t.dims != want {
-            return Err(self.err(name, format!("has shape {:?}, expected {want:?} (ggml order: inputs, outputs)", t.dims)));
+            return Err(self.err(
+                name,
+                format!(
+                    "has shape {:?}, expected {want:?} (ggml order: inputs, outputs)",
+                    t.dims
+                ),
+            ));
         }
         QMatrix::new(t.dtype, rows, cols, t.bytes).map_err(|e| self.err(name, e))
     }
@@ -107,7 +116,8 @@ impl<'a> Loader<'a> {
             return Err(self.err(name, format!("has shape {:?}, expected [{len}]", t.dims)));
         }
         let mut out = vec![0f32; len];
-        blocks::dequantize(t.dtype, &t.bytes, &mut out).map_err(|e| self.err(name, e.to_string()))?;
+        blocks::dequantize(t.dtype, &t.bytes, &mut out)
+            .map_err(|e| self.err(name, e.to_string()))?;
         Ok(out)
     }
 
@@ -162,12 +172,18 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         let n = |s: &str| format!("blk.{i}.{s}");
         let (q_norm, k_norm) = if sem.qk_norm.value != QkNorm::None {
             // A declared q/k norm without its tensors would silently run unnormalised.
-            (Some(l.norm(&n("attn_q_norm.weight"), d.head_dim_k)?), Some(l.norm(&n("attn_k_norm.weight"), d.head_dim_k)?))
+            (
+                Some(l.norm(&n("attn_q_norm.weight"), d.head_dim_k)?),
+                Some(l.norm(&n("attn_k_norm.weight"), d.head_dim_k)?),
+            )
         } else {
             (None, None)
         };
         let (post_attn_norm, post_ffn_norm) = if sem.sandwich_norms.value {
-            (Some(l.norm(&n("post_attention_norm.weight"), d.n_embd)?), Some(l.norm(&n("post_ffw_norm.weight"), d.n_embd)?))
+            (
+                Some(l.norm(&n("post_attention_norm.weight"), d.n_embd)?),
+                Some(l.norm(&n("post_ffw_norm.weight"), d.n_embd)?),
+            )
         } else {
             (None, None)
         };

@@ -17,13 +17,20 @@ use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits};
 use onebit_testdata::{compare, Fixture};
 
-fn run(fx: &Fixture, file: &str, precision: Precision, tokens: &[u32], sequential: bool) -> Vec<f32> {
+fn run(
+    fx: &Fixture,
+    file: &str,
+    precision: Precision,
+    tokens: &[u32],
+    sequential: bool,
+) -> Vec<f32> {
     let exec = ExecConfig {
         threads: 2,
         precision,
         max_context: 0,
     };
-    let (model, _) = load::load(&fx.dir.join(file), &exec).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let (model, _) =
+        load::load(&fx.dir.join(file), &exec).unwrap_or_else(|e| panic!("{file}: {e}"));
     let mut st = model.new_state();
     if sequential {
         tokens
@@ -36,19 +43,37 @@ fn run(fx: &Fixture, file: &str, precision: Precision, tokens: &[u32], sequentia
 }
 
 /// Float paths: element-wise bound relative to M.
-fn check_close(family: &str, tokens_key: &str, file: &str, precision: Precision, reference: &str, run_name: &str, rel: f32) {
+fn check_close(
+    family: &str,
+    tokens_key: &str,
+    file: &str,
+    precision: Precision,
+    reference: &str,
+    run_name: &str,
+    rel: f32,
+) {
     let fx = Fixture::new(family);
     let toks = fx.tokens(tokens_key);
     let ours = run(&fx, file, precision, &toks, false);
     let m = fx.max_abs_logit(run_name);
-    let c = compare(&ours, &fx.logits(reference), fx.n_vocab(), &fx.top1_margin(run_name));
+    let c = compare(
+        &ours,
+        &fx.logits(reference),
+        fx.n_vocab(),
+        &fx.top1_margin(run_name),
+    );
     eprintln!(
         "{family} {file} {tokens_key} {precision:?} vs {reference}: max|diff| {:.3e} = {:.2e} M, min cosine {:.7}",
         c.max_abs_diff,
         c.max_abs_diff / m,
         c.min_cosine
     );
-    assert!(c.max_abs_diff <= rel * m, "{family}: max |diff| {} exceeds {rel} * M = {}", c.max_abs_diff, rel * m);
+    assert!(
+        c.max_abs_diff <= rel * m,
+        "{family}: max |diff| {} exceeds {rel} * M = {}",
+        c.max_abs_diff,
+        rel * m
+    );
 }
 
 /// Quantized-activation path: per-position cosine, loose max, and argmax where clear.
@@ -56,11 +81,26 @@ fn check_quantized(family: &str, tokens_key: &str) {
     let fx = Fixture::new(family);
     let q = fx.quant();
     let toks = fx.tokens(tokens_key);
-    let suffix = if tokens_key == "tokens" { String::new() } else { format!(".{tokens_key}") };
+    let suffix = if tokens_key == "tokens" {
+        String::new()
+    } else {
+        format!(".{tokens_key}")
+    };
     let run_name = format!("{q}{suffix}");
-    let ours = run(&fx, &format!("{q}.gguf"), Precision::Quantized, &toks, false);
+    let ours = run(
+        &fx,
+        &format!("{q}.gguf"),
+        Precision::Quantized,
+        &toks,
+        false,
+    );
     let m = fx.max_abs_logit(&run_name);
-    let c = compare(&ours, &fx.logits(&format!("{q}{suffix}.logits.bin")), fx.n_vocab(), &fx.top1_margin(&run_name));
+    let c = compare(
+        &ours,
+        &fx.logits(&format!("{q}{suffix}.logits.bin")),
+        fx.n_vocab(),
+        &fx.top1_margin(&run_name),
+    );
     eprintln!(
         "{family} {q} {tokens_key} quantized acts: max|diff| {:.3e} = {:.2e} M, min cosine {:.6}, argmax flips {:?}",
         c.max_abs_diff,
@@ -68,10 +108,21 @@ fn check_quantized(family: &str, tokens_key: &str) {
         c.min_cosine,
         c.argmax_flips
     );
-    assert!(c.min_cosine >= 0.998, "{family}: min cosine {}", c.min_cosine);
-    assert!(c.max_abs_diff <= 0.05 * m, "{family}: max |diff| {} > 0.05 M", c.max_abs_diff);
+    assert!(
+        c.min_cosine >= 0.998,
+        "{family}: min cosine {}",
+        c.min_cosine
+    );
+    assert!(
+        c.max_abs_diff <= 0.05 * m,
+        "{family}: max |diff| {} > 0.05 M",
+        c.max_abs_diff
+    );
     for (t, margin) in &c.argmax_flips {
-        assert!(*margin < 0.5, "{family}: argmax differs at position {t} where the reference margin is {margin}");
+        assert!(
+            *margin < 0.5,
+            "{family}: argmax differs at position {t} where the reference margin is {margin}"
+        );
     }
 }
 
@@ -80,18 +131,40 @@ fn check_batch_equals_sequential(family: &str, file: &str, precision: Precision,
     let toks = fx.tokens(tokens_key);
     let batch = run(&fx, file, precision, &toks, false);
     let seq = run(&fx, file, precision, &toks, true);
-    let same = batch.iter().zip(&seq).all(|(a, b)| a.to_bits() == b.to_bits());
-    assert!(same, "{family} {file}: batched and sequential logits differ");
+    let same = batch
+        .iter()
+        .zip(&seq)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(
+        same,
+        "{family} {file}: batched and sequential logits differ"
+    );
 }
 
 #[test]
 fn llama_f32_matches_llamacpp() {
-    check_close("llama", "tokens", "f32.gguf", Precision::Quantized, "f32.logits.bin", "f32", 1e-4);
+    check_close(
+        "llama",
+        "tokens",
+        "f32.gguf",
+        Precision::Quantized,
+        "f32.logits.bin",
+        "f32",
+        1e-4,
+    );
 }
 
 #[test]
 fn llama_q4km_dequantized_matches_llamacpp() {
-    check_close("llama", "tokens", "Q4_K_M.gguf", Precision::Float, "Q4_K_M.dequant.logits.bin", "Q4_K_M", 1e-4);
+    check_close(
+        "llama",
+        "tokens",
+        "Q4_K_M.gguf",
+        Precision::Float,
+        "Q4_K_M.dequant.logits.bin",
+        "Q4_K_M",
+        1e-4,
+    );
 }
 
 #[test]
@@ -107,20 +180,60 @@ fn gemma3_f32_matches_exact_gelu_reference() {
         } else {
             ("f32.tokens2.exact_gelu.logits.bin", "f32.tokens2")
         };
-        check_close("gemma3", key, "f32.gguf", Precision::Quantized, reference, run_name, 2e-5);
+        check_close(
+            "gemma3",
+            key,
+            "f32.gguf",
+            Precision::Quantized,
+            reference,
+            run_name,
+            2e-5,
+        );
     }
 }
 
 #[test]
 fn gemma3_f32_matches_llamacpp_within_its_gelu_table() {
-    check_close("gemma3", "tokens", "f32.gguf", Precision::Quantized, "f32.logits.bin", "f32", 5e-4);
-    check_close("gemma3", "tokens2", "f32.gguf", Precision::Quantized, "f32.tokens2.logits.bin", "f32.tokens2", 5e-4);
+    check_close(
+        "gemma3",
+        "tokens",
+        "f32.gguf",
+        Precision::Quantized,
+        "f32.logits.bin",
+        "f32",
+        5e-4,
+    );
+    check_close(
+        "gemma3",
+        "tokens2",
+        "f32.gguf",
+        Precision::Quantized,
+        "f32.tokens2.logits.bin",
+        "f32.tokens2",
+        5e-4,
+    );
 }
 
 #[test]
 fn gemma3_q5_0_dequantized_matches_llamacpp() {
-    check_close("gemma3", "tokens", "Q5_0.gguf", Precision::Float, "Q5_0.dequant.logits.bin", "Q5_0", 5e-4);
-    check_close("gemma3", "tokens2", "Q5_0.gguf", Precision::Float, "Q5_0.tokens2.dequant.logits.bin", "Q5_0.tokens2", 5e-4);
+    check_close(
+        "gemma3",
+        "tokens",
+        "Q5_0.gguf",
+        Precision::Float,
+        "Q5_0.dequant.logits.bin",
+        "Q5_0",
+        5e-4,
+    );
+    check_close(
+        "gemma3",
+        "tokens2",
+        "Q5_0.gguf",
+        Precision::Float,
+        "Q5_0.tokens2.dequant.logits.bin",
+        "Q5_0.tokens2",
+        5e-4,
+    );
 }
 
 #[test]

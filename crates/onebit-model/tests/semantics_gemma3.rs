@@ -36,14 +36,27 @@ fn sem_of(w: &GgufWriter) -> Result<Semantics, String> {
 }
 
 fn full_layers(s: &Semantics) -> Vec<usize> {
-    s.layer_kinds.value.iter().enumerate().filter(|(_, k)| **k == LayerKind::Full).map(|(i, _)| i).collect()
+    s.layer_kinds
+        .value
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == LayerKind::Full)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 #[test]
 fn every_sixth_layer_is_full_by_default() {
     let s = sem_of(&gemma3_meta(34)).unwrap();
     assert_eq!(full_layers(&s), vec![5, 11, 17, 23, 29]);
-    assert_eq!(s.layer_kinds.value.iter().filter(|k| **k == LayerKind::Sliding).count(), 29);
+    assert_eq!(
+        s.layer_kinds
+            .value
+            .iter()
+            .filter(|k| **k == LayerKind::Sliding)
+            .count(),
+        29
+    );
     assert_eq!(s.sliding_window.value, Some(512));
 }
 
@@ -55,13 +68,22 @@ fn a_stated_pattern_overrides_the_default() {
 
     let mut w = gemma3_meta(4);
     let flags = [true, false, false, true].map(Value::Bool).to_vec();
-    w.kv("gemma3.attention.sliding_window_pattern", Value::Array(flags));
+    w.kv(
+        "gemma3.attention.sliding_window_pattern",
+        Value::Array(flags),
+    );
     assert_eq!(full_layers(&sem_of(&w).unwrap()), vec![1, 2]);
 
     let mut w = gemma3_meta(4);
-    w.kv("gemma3.attention.sliding_window_pattern", Value::Array(vec![Value::Bool(true)]));
+    w.kv(
+        "gemma3.attention.sliding_window_pattern",
+        Value::Array(vec![Value::Bool(true)]),
+    );
     let e = sem_of(&w).unwrap_err();
-    assert!(e.contains("sliding_window_pattern") && e.contains("1 entries for 4 layers"), "{e}");
+    assert!(
+        e.contains("sliding_window_pattern") && e.contains("1 entries for 4 layers"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -90,7 +112,10 @@ fn linear_scaling_applies_to_full_layers_only() {
     w.kv("gemma3.rope.scaling.type", Value::Str("linear".into()))
         .kv("gemma3.rope.scaling.factor", Value::F32(8.0));
     let s = sem_of(&w).unwrap();
-    assert_eq!(s.rope_full.value.scaling, RopeScaling::Linear { factor: 8.0 });
+    assert_eq!(
+        s.rope_full.value.scaling,
+        RopeScaling::Linear { factor: 8.0 }
+    );
     assert_eq!(s.rope_full.value.freq_scale(), 0.125);
     assert_eq!(s.rope_sliding.value.scaling, RopeScaling::None);
 }
@@ -106,7 +131,10 @@ fn unusable_or_unknown_rope_scaling_is_refused_by_name() {
     w.kv("gemma3.rope.scaling.type", Value::Str("yarn".into()))
         .kv("gemma3.rope.scaling.factor", Value::F32(4.0));
     let e = sem_of(&w).unwrap_err();
-    assert!(e.contains("gemma3.rope.scaling.type") && e.contains("yarn"), "{e}");
+    assert!(
+        e.contains("gemma3.rope.scaling.type") && e.contains("yarn"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -119,14 +147,23 @@ fn attention_scale_comes_from_key_length_not_embedding_over_heads() {
 #[test]
 fn gemma3_norms_embedding_and_qk_rules() {
     let s = sem_of(&gemma3_meta(6)).unwrap();
-    assert_eq!(s.norm_form.value, NormForm::Plain, "GGUF gemma3 norms already hold 1 + w");
+    assert_eq!(
+        s.norm_form.value,
+        NormForm::Plain,
+        "GGUF gemma3 norms already hold 1 + w"
+    );
     assert!(s.sandwich_norms.value);
     assert_eq!(s.qk_norm.value, QkNorm::BeforeRope);
     assert_eq!(s.embed_scale.value, Some(640f32.sqrt()));
 }
 
 /// Runs a fixture variant and compares with a llama.cpp reference at 2e-5 * M.
-fn variant_matches(edit: impl Fn(&mut GgufWriter), reference: &str, run_name: &str, tokens_key: &str) {
+fn variant_matches(
+    edit: impl Fn(&mut GgufWriter),
+    reference: &str,
+    run_name: &str,
+    tokens_key: &str,
+) {
     let fx = Fixture::new("gemma3");
     let g = Gguf::open(fx.dir.join("f32.gguf")).unwrap();
     let mut w = GgufWriter::from_gguf(&g);
@@ -140,10 +177,21 @@ fn variant_matches(edit: impl Fn(&mut GgufWriter), reference: &str, run_name: &s
     };
     let (model, _) = load::load(&p, &exec).unwrap();
     let mut st = model.new_state();
-    let ours = model.forward(&mut st, &fx.tokens(tokens_key), Logits::All).unwrap();
+    let ours = model
+        .forward(&mut st, &fx.tokens(tokens_key), Logits::All)
+        .unwrap();
     let m = fx.max_abs_logit(run_name);
-    let c = compare(&ours, &fx.logits(reference), fx.n_vocab(), &fx.top1_margin(run_name));
-    assert!(c.max_abs_diff <= 2e-5 * m, "max |diff| {} > 2e-5 M", c.max_abs_diff);
+    let c = compare(
+        &ours,
+        &fx.logits(reference),
+        fx.n_vocab(),
+        &fx.top1_margin(run_name),
+    );
+    assert!(
+        c.max_abs_diff <= 2e-5 * m,
+        "max |diff| {} > 2e-5 M",
+        c.max_abs_diff
+    );
 }
 
 #[test]

@@ -60,7 +60,8 @@ impl Fixture {
     pub fn new(family: &str) -> Fixture {
         let dir = fixture(family);
         let meta_path = dir.join("meta.json");
-        let text = std::fs::read_to_string(&meta_path).unwrap_or_else(|e| panic!("{}: {e}", meta_path.display()));
+        let text = std::fs::read_to_string(&meta_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", meta_path.display()));
         Fixture {
             dir,
             meta: serde_json::from_str(&text).expect("meta.json parses"),
@@ -69,7 +70,8 @@ impl Fixture {
     /// `tokens` or `tokens2` from tokens.json.
     pub fn tokens(&self, which: &str) -> Vec<u32> {
         let p = self.dir.join("tokens.json");
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         v[which]
             .as_array()
             .unwrap_or_else(|| panic!("{}: no `{which}`", p.display()))
@@ -78,7 +80,9 @@ impl Fixture {
             .collect()
     }
     pub fn n_vocab(&self) -> usize {
-        self.meta["hparams"]["n_vocab"].as_u64().expect("hparams.n_vocab") as usize
+        self.meta["hparams"]["n_vocab"]
+            .as_u64()
+            .expect("hparams.n_vocab") as usize
     }
     /// The run entry of meta.json: `f32`, `Q5_0`, `f32.tokens2`, ...
     fn run(&self, run: &str) -> &serde_json::Value {
@@ -128,7 +132,11 @@ pub fn compare(ours: &[f32], reference: &[f32], n_vocab: usize, margins: &[f32])
     let mut max_abs_diff = 0f32;
     let mut min_cosine = f64::INFINITY;
     let mut argmax_flips = Vec::new();
-    for (t, (a, b)) in ours.chunks(n_vocab).zip(reference.chunks(n_vocab)).enumerate() {
+    for (t, (a, b)) in ours
+        .chunks(n_vocab)
+        .zip(reference.chunks(n_vocab))
+        .enumerate()
+    {
         let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
         for (&x, &y) in a.iter().zip(b) {
             assert!(x.is_finite(), "non-finite logit at position {t}");

@@ -51,12 +51,19 @@ fn every_value_type() -> Vec<(&'static str, Value)> {
         ("f64", Value::F64(-2.25)),
         (
             "strs",
-            Value::Array(vec![Value::Str("a".into()), Value::Str("".into()), Value::Str("<s>".into())]),
+            Value::Array(vec![
+                Value::Str("a".into()),
+                Value::Str("".into()),
+                Value::Str("<s>".into()),
+            ]),
         ),
         ("ints", Value::Array(vec![Value::I32(1), Value::I32(-2)])),
         (
             "nested",
-            Value::Array(vec![Value::Array(vec![Value::U8(1)]), Value::Array(vec![Value::U8(2), Value::U8(3)])]),
+            Value::Array(vec![
+                Value::Array(vec![Value::U8(1)]),
+                Value::Array(vec![Value::U8(2), Value::U8(3)]),
+            ]),
         ),
     ]
 }
@@ -79,7 +86,10 @@ fn reads_every_value_type_in_v2_and_v3() {
         let t = g.tensor("t").unwrap();
         assert_eq!(t.dims, vec![2, 3]);
         let bytes = g.tensor_bytes(t);
-        let vals: Vec<f32> = bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        let vals: Vec<f32> = bytes
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(vals, vec![1., 2., 3., 4., 5., 6.]);
     }
 }
@@ -106,7 +116,10 @@ fn refuses_bad_alignment_value() {
     w.kv("general.alignment", Value::U32(48));
     let (_d, p) = write_tmp(&w.to_bytes());
     let e = Gguf::open(&p).err().unwrap().to_string();
-    assert!(e.contains("general.alignment") && e.contains("power of two"), "{e}");
+    assert!(
+        e.contains("general.alignment") && e.contains("power of two"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -117,7 +130,10 @@ fn refuses_tensor_outside_file_naming_it() {
     bytes.truncate(bytes.len() - 8);
     let (_d, p) = write_tmp(&bytes);
     let e = Gguf::open(&p).err().unwrap().to_string();
-    assert!(e.contains("blk.0.attn_q.weight") && e.contains("outside the file"), "{e}");
+    assert!(
+        e.contains("blk.0.attn_q.weight") && e.contains("outside the file"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -147,10 +163,18 @@ fn refuses_unknown_dtype_and_version_and_magic() {
     let mut bytes = w.to_bytes();
     bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
     let (_d, p) = write_tmp(&bytes);
-    assert!(Gguf::open(&p).err().unwrap().to_string().contains("version 1"));
+    assert!(Gguf::open(&p)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("version 1"));
 
     let (_d, p) = write_tmp(b"GGML\x03\0\0\0");
-    assert!(Gguf::open(&p).err().unwrap().to_string().contains("not a GGUF file"));
+    assert!(Gguf::open(&p)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("not a GGUF file"));
 }
 
 #[test]
@@ -159,7 +183,10 @@ fn refuses_row_not_multiple_of_block() {
     w.tensor("w", &[48], GgmlType::Q4_0, vec![0; 36]);
     let (_d, p) = write_tmp(&w.to_bytes());
     let e = Gguf::open(&p).err().unwrap().to_string();
-    assert!(e.contains("not a multiple of the Q4_0 block length 32"), "{e}");
+    assert!(
+        e.contains("not a multiple of the Q4_0 block length 32"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -174,6 +201,10 @@ fn every_truncation_is_an_error_not_a_panic() {
     for cut in 0..bytes.len() {
         let p = dir.path().join("cut.gguf");
         std::fs::write(&p, &bytes[..cut]).unwrap();
-        assert!(Gguf::open(&p).is_err(), "truncated at {cut} of {} opened", bytes.len());
+        assert!(
+            Gguf::open(&p).is_err(),
+            "truncated at {cut} of {} opened",
+            bytes.len()
+        );
     }
 }

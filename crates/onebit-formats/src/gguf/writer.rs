@@ -36,7 +36,12 @@ impl GgufWriter {
             tensors: Vec::new(),
         };
         for t in &g.tensors {
-            w.tensors.push((t.name.clone(), t.dims.clone(), t.dtype, g.tensor_bytes(t).to_vec()));
+            w.tensors.push((
+                t.name.clone(),
+                t.dims.clone(),
+                t.dtype,
+                g.tensor_bytes(t).to_vec(),
+            ));
         }
         w
     }
@@ -58,7 +63,13 @@ impl GgufWriter {
         self
     }
     /// `dims` in ggml order; `data` must already be encoded in `dtype`.
-    pub fn tensor(&mut self, name: &str, dims: &[u64], dtype: GgmlType, data: Vec<u8>) -> &mut Self {
+    pub fn tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        dtype: GgmlType,
+        data: Vec<u8>,
+    ) -> &mut Self {
         self.tensors.push((name.into(), dims.to_vec(), dtype, data));
         self
     }
@@ -92,7 +103,7 @@ impl GgufWriter {
             offset = (offset + data.len() as u64).div_ceil(self.alignment) * self.alignment;
         }
         let pad = |b: &mut Vec<u8>, a: u64| {
-            while b.len() as u64 % a != 0 {
+            while !(b.len() as u64).is_multiple_of(a) {
                 b.push(0);
             }
         };

@@ -33,7 +33,10 @@ impl<'a> Keys<'a> {
     pub fn positive(&self, suffix: &str) -> Result<usize> {
         let v = self.usize(suffix)?;
         if v == 0 {
-            return Err(self.g.key_error(&self.key(suffix), "must be positive, found 0").into());
+            return Err(self
+                .g
+                .key_error(&self.key(suffix), "must be positive, found 0")
+                .into());
         }
         Ok(v)
     }
@@ -54,15 +57,24 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
     let n_head_kv = k.usize_opt("attention.head_count_kv")?.unwrap_or(n_head);
     if n_head_kv == 0 || n_head % n_head_kv != 0 {
         return Err(g
-            .key_error(&k.key("attention.head_count_kv"), format!("{n_head_kv} does not divide head_count {n_head}"))
+            .key_error(
+                &k.key("attention.head_count_kv"),
+                format!("{n_head_kv} does not divide head_count {n_head}"),
+            )
             .into());
     }
     let (head_dim_k, head_dim_src) = match k.usize_opt("attention.key_length")? {
         Some(v) => (v, k.key("attention.key_length")),
-        None if n_embd % n_head == 0 => (n_embd / n_head, "embedding_length / head_count (no key_length key)".to_string()),
+        None if n_embd % n_head == 0 => (
+            n_embd / n_head,
+            "embedding_length / head_count (no key_length key)".to_string(),
+        ),
         None => {
             return Err(g
-                .key_error(&k.key("attention.key_length"), "absent, and embedding_length is not a multiple of head_count")
+                .key_error(
+                    &k.key("attention.key_length"),
+                    "absent, and embedding_length is not a multiple of head_count",
+                )
                 .into())
         }
     };
@@ -79,13 +91,26 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
     let base_freq = k.f64_opt("rope.freq_base")?;
     let (base_freq, base_src) = match base_freq {
         Some(b) if b > 0.0 => (b, k.src("rope.freq_base")),
-        Some(b) => return Err(g.key_error(&k.key("rope.freq_base"), format!("must be positive, found {b}")).into()),
-        None => (10000.0, "ggml default 10000 (rope.freq_base absent)".to_string()),
+        Some(b) => {
+            return Err(g
+                .key_error(
+                    &k.key("rope.freq_base"),
+                    format!("must be positive, found {b}"),
+                )
+                .into())
+        }
+        None => (
+            10000.0,
+            "ggml default 10000 (rope.freq_base absent)".to_string(),
+        ),
     };
     let n_rot = k.usize_opt("rope.dimension_count")?.unwrap_or(head_dim_k);
     if n_rot > head_dim_k || n_rot % 2 != 0 {
         return Err(g
-            .key_error(&k.key("rope.dimension_count"), format!("{n_rot} must be even and at most head_dim {head_dim_k}"))
+            .key_error(
+                &k.key("rope.dimension_count"),
+                format!("{n_rot} must be even and at most head_dim {head_dim_k}"),
+            )
             .into());
     }
     let scaling = rope_scaling(k)?;
@@ -100,7 +125,11 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
     let rope_src = format!(
         "{base_src}; style: {}; {}",
         rope_style.source,
-        if freq_factors { "rope_freqs.weight present" } else { "no rope_freqs tensor" }
+        if freq_factors {
+            "rope_freqs.weight present"
+        } else {
+            "no rope_freqs tensor"
+        }
     );
 
     let tied = g.tensor("output.weight").is_none();
@@ -117,7 +146,10 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
             n_vocab,
             n_ctx_train,
         },
-        layer_kinds: Sourced::new(vec![LayerKind::Full; n_layer], format!("{family}: every layer full attention")),
+        layer_kinds: Sourced::new(
+            vec![LayerKind::Full; n_layer],
+            format!("{family}: every layer full attention"),
+        ),
         sliding_window: Sourced::new(None, format!("{family}: no sliding window")),
         rope_full: Sourced::new(rope.clone(), rope_src.clone()),
         rope_sliding: Sourced::new(rope, rope_src),
@@ -135,12 +167,15 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
         activation: Sourced::new(Activation::SiluGate, format!("{family}: SiLU-gated MLP")),
         tied_output: Sourced::new(
             tied,
-            if tied { "no output.weight tensor: the embedding is the output matrix" } else { "output.weight tensor present" },
+            if tied {
+                "no output.weight tensor: the embedding is the output matrix"
+            } else {
+                "output.weight tensor present"
+            },
         ),
         attn_bias: Sourced::new(false, format!("{family}: none")),
     })
 }
-
 
 /// `<arch>.vocab_size`, else the length of `tokenizer.ggml.tokens`.
 fn vocab_size(k: &Keys) -> Result<usize> {
@@ -151,7 +186,10 @@ fn vocab_size(k: &Keys) -> Result<usize> {
         Some(t) if !t.is_empty() => Ok(t.len()),
         _ => Err(k
             .g
-            .key_error(&k.key("vocab_size"), "absent, and there is no tokenizer.ggml.tokens array to count")
+            .key_error(
+                &k.key("vocab_size"),
+                "absent, and there is no tokenizer.ggml.tokens array to count",
+            )
             .into()),
     }
 }
@@ -167,15 +205,25 @@ fn rope_scaling(k: &Keys) -> Result<RopeScaling> {
             _ => Ok(RopeScaling::None),
         },
         Some("linear") => match factor {
-            Some(f) if f > 0.0 => Ok(if f == 1.0 { RopeScaling::None } else { RopeScaling::Linear { factor: f } }),
+            Some(f) if f > 0.0 => Ok(if f == 1.0 {
+                RopeScaling::None
+            } else {
+                RopeScaling::Linear { factor: f }
+            }),
             _ => Err(k
                 .g
-                .key_error(&k.key("rope.scaling.factor"), format!("linear RoPE scaling needs a positive factor, found {factor:?}"))
+                .key_error(
+                    &k.key("rope.scaling.factor"),
+                    format!("linear RoPE scaling needs a positive factor, found {factor:?}"),
+                )
                 .into()),
         },
         Some(other) => Err(k
             .g
-            .key_error(&k.key("rope.scaling.type"), format!("RoPE scaling `{other}` is not implemented (linear is)"))
+            .key_error(
+                &k.key("rope.scaling.type"),
+                format!("RoPE scaling `{other}` is not implemented (linear is)"),
+            )
             .into()),
     }
 }

@@ -25,13 +25,21 @@ const DEFAULT_SWA_BASE: f64 = 10000.0;
 
 pub fn from_gguf(g: &Gguf) -> Result<Semantics> {
     let k = Keys { g, arch: "gemma3" };
-    let mut s = base(&k, "gemma3", Sourced::new(RopeStyle::Halves, "gemma3: neox (halves) RoPE"))?;
+    let mut s = base(
+        &k,
+        "gemma3",
+        Sourced::new(RopeStyle::Halves, "gemma3: neox (halves) RoPE"),
+    )?;
     let n_layer = s.dims.n_layer;
 
     let window = k.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
     s.sliding_window = Sourced::new(
         window,
-        if window.is_some() { k.src("attention.sliding_window") } else { "no attention.sliding_window key (or 0): no sliding".into() },
+        if window.is_some() {
+            k.src("attention.sliding_window")
+        } else {
+            "no attention.sliding_window key (or 0): no sliding".into()
+        },
     );
     if window.is_some() {
         s.layer_kinds = sliding_kinds(&k, n_layer)?;
@@ -46,7 +54,12 @@ pub fn from_gguf(g: &Gguf) -> Result<Semantics> {
             k.src("rope.freq_base_swa")
         }
         Some(b) => {
-            return Err(g.key_error(&k.key("rope.freq_base_swa"), format!("must be positive, found {b}")).into());
+            return Err(g
+                .key_error(
+                    &k.key("rope.freq_base_swa"),
+                    format!("must be positive, found {b}"),
+                )
+                .into());
         }
         None => {
             sliding.base = DEFAULT_SWA_BASE;
@@ -56,7 +69,10 @@ pub fn from_gguf(g: &Gguf) -> Result<Semantics> {
     s.rope_sliding = Sourced::new(sliding, format!("{swa_src}; unscaled"));
 
     s.qk_norm = Sourced::new(QkNorm::BeforeRope, "gemma3: q/k RMSNorm before RoPE");
-    s.norm_form = Sourced::new(NormForm::Plain, "gemma3 GGUF: norms stored as 1 + w (converter adds the 1)");
+    s.norm_form = Sourced::new(
+        NormForm::Plain,
+        "gemma3 GGUF: norms stored as 1 + w (converter adds the 1)",
+    );
     s.sandwich_norms = Sourced::new(true, "gemma3: post-attention and post-feed-forward norms");
     s.embed_scale = Sourced::new(
         Some((s.dims.n_embd as f32).sqrt()),
@@ -78,31 +94,65 @@ fn sliding_kinds(k: &Keys, n_layer: usize) -> Result<Sourced<Vec<LayerKind>>> {
     let key = k.key("attention.sliding_window_pattern");
     let by_period = |p: usize| -> Vec<LayerKind> {
         (0..n_layer)
-            .map(|i| if (i + 1) % p == 0 { LayerKind::Full } else { LayerKind::Sliding })
+            .map(|i| {
+                if (i + 1) % p == 0 {
+                    LayerKind::Full
+                } else {
+                    LayerKind::Sliding
+                }
+            })
             .collect()
     };
     match k.g.get(&key) {
         None => Ok(Sourced::new(
             by_period(DEFAULT_PATTERN),
-            format!("gemma3 default: layer i full when (i + 1) % {DEFAULT_PATTERN} == 0 ({key} absent)"),
+            format!(
+                "gemma3 default: layer i full when (i + 1) % {DEFAULT_PATTERN} == 0 ({key} absent)"
+            ),
         )),
         Some(Value::Array(flags)) => {
             if flags.len() != n_layer {
-                return Err(k.g.key_error(&key, format!("has {} entries for {n_layer} layers", flags.len())).into());
+                return Err(k
+                    .g
+                    .key_error(
+                        &key,
+                        format!("has {} entries for {n_layer} layers", flags.len()),
+                    )
+                    .into());
             }
             let kinds = flags
                 .iter()
-                .map(|f| match f.as_bool().or_else(|| f.as_i64().map(|v| v != 0)) {
-                    Some(true) => Ok(LayerKind::Sliding),
-                    Some(false) => Ok(LayerKind::Full),
-                    None => Err(k.g.key_error(&key, format!("entries must be bools or integers, found {}", describe(f)))),
-                })
+                .map(
+                    |f| match f.as_bool().or_else(|| f.as_i64().map(|v| v != 0)) {
+                        Some(true) => Ok(LayerKind::Sliding),
+                        Some(false) => Ok(LayerKind::Full),
+                        None => Err(k.g.key_error(
+                            &key,
+                            format!("entries must be bools or integers, found {}", describe(f)),
+                        )),
+                    },
+                )
                 .collect::<std::result::Result<Vec<_>, _>>()?;
-            Ok(Sourced::new(kinds, format!("GGUF {key} (per-layer flags, true = sliding)")))
+            Ok(Sourced::new(
+                kinds,
+                format!("GGUF {key} (per-layer flags, true = sliding)"),
+            ))
         }
         Some(v) => match v.as_i64() {
-            Some(p) if p > 0 => Ok(Sourced::new(by_period(p as usize), format!("GGUF {key} = {p}: layer i full when (i + 1) % {p} == 0"))),
-            _ => Err(k.g.key_error(&key, format!("expected a positive period or per-layer flags, found {}", describe(v))).into()),
+            Some(p) if p > 0 => Ok(Sourced::new(
+                by_period(p as usize),
+                format!("GGUF {key} = {p}: layer i full when (i + 1) % {p} == 0"),
+            )),
+            _ => Err(k
+                .g
+                .key_error(
+                    &key,
+                    format!(
+                        "expected a positive period or per-layer flags, found {}",
+                        describe(v)
+                    ),
+                )
+                .into()),
         },
     }
 }

@@ -32,12 +32,19 @@ pub const FAMILIES: &[Family] = &[
 /// Reads the semantics of a GGUF model, refusing an architecture we do not run.
 pub fn semantics_from_gguf(g: &Gguf) -> Result<Semantics> {
     let arch = g.str("general.architecture")?;
-    let fam = FAMILIES.iter().find(|f| f.arch == arch).ok_or_else(|| ModelError::Unsupported {
-        path: g.path().to_path_buf(),
-        what: format!(
-            "general.architecture `{arch}` is not a family onebit runs (supported: {})",
-            FAMILIES.iter().map(|f| f.arch).collect::<Vec<_>>().join(", ")
-        ),
-    })?;
+    let fam = FAMILIES
+        .iter()
+        .find(|f| f.arch == arch)
+        .ok_or_else(|| ModelError::Unsupported {
+            path: g.path().to_path_buf(),
+            what: format!(
+                "general.architecture `{arch}` is not a family onebit runs (supported: {})",
+                FAMILIES
+                    .iter()
+                    .map(|f| f.arch)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
     (fam.from_gguf)(g)
 }
