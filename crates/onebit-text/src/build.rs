@@ -15,7 +15,6 @@
 //! added tokens, matched in raw text before anything else, which is what
 //! llama.cpp's special-token partition does with both.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use tokenizers::decoders::byte_fallback::ByteFallback;
@@ -159,32 +158,27 @@ pub(crate) fn build(
 
 fn build_spm(v: &GgufVocab<'_>, path: &Path) -> Result<tokenizers::Tokenizer, TextError> {
     let scores = v.scores.as_ref().expect("checked at read: SPM has scores");
-    let index: HashMap<&str, u32> = v
-        .tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.as_ref(), i as u32))
-        .collect();
+    let index = &v.index;
 
     // Every split of every token into two tokens is a merge producing it.
-    let mut merges: Vec<(u32, u32, u32)> = Vec::new();
+    let mut merges: Vec<(u128, u32, u32)> = Vec::new();
     for (id, t) in v.tokens.iter().enumerate() {
         for (p, _) in t.char_indices().skip(1) {
-            if let (Some(&l), Some(&r)) = (index.get(&t[..p]), index.get(&t[p..])) {
-                merges.push((id as u32, l, r));
+            let Some(&l) = index.get(&t[..p]) else {
+                continue;
+            };
+            if let Some(&r) = index.get(&t[p..]) {
+                // llama.cpp joins the pair with the best-scoring result first;
+                // ties go to the lower id, then to the better-scoring halves.
+                let key = (desc(scores[id]) as u128) << 96
+                    | (id as u128) << 64
+                    | (desc(scores[l as usize]) as u128) << 32
+                    | desc(scores[r as usize]) as u128;
+                merges.push((key, l, r));
             }
         }
     }
-    // llama.cpp joins the pair with the best-scoring result first; ties go to
-    // the lower id, then to the better-scoring halves.
-    let s = |i: u32| scores[i as usize];
-    merges.sort_by(|a, b| {
-        s(b.0)
-            .total_cmp(&s(a.0))
-            .then(a.0.cmp(&b.0))
-            .then(s(b.1).total_cmp(&s(a.1)))
-            .then(s(b.2).total_cmp(&s(a.2)))
-    });
+    merges.sort_unstable_by_key(|m| m.0);
     let merges: Vec<(String, String)> = merges
         .into_iter()
         .map(|(_, l, r)| {
@@ -194,7 +188,12 @@ fn build_spm(v: &GgufVocab<'_>, path: &Path) -> Result<tokenizers::Tokenizer, Te
             )
         })
         .collect();
-    let vocab: Vocab = index.iter().map(|(t, &i)| (t.to_string(), i)).collect();
+    let vocab: Vocab = v
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.to_string(), i as u32))
+        .collect();
 
     let mut bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
@@ -232,6 +231,18 @@ fn build_spm(v: &GgufVocab<'_>, path: &Path) -> Result<tokenizers::Tokenizer, Te
     }
     tok.with_decoder(Some(DecoderSequence::new(decoders)));
     Ok(tok)
+}
+
+/// A key that sorts higher scores first (a total order on f32, reversed).
+fn desc(score: f32) -> u32 {
+    let bits = score.to_bits();
+    // Map to an unsigned order-preserving key, then reverse it.
+    let ordered = if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | 1 << 31
+    };
+    !ordered
 }
 
 /// GPT-2's map from bytes to printable characters.

@@ -6,10 +6,10 @@
 //! one named place.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use onebit_formats::gguf::{describe, Gguf, Value};
 
+use crate::fxhash::{map_with_capacity, FxMap};
 use crate::TextError;
 
 pub(crate) const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -53,6 +53,8 @@ pub(crate) struct GgufVocab<'a> {
     pub tokens: Vec<Cow<'a, str>>,
     pub scores: Option<Vec<f32>>,
     pub types: Option<Vec<i32>>,
+    /// Token string -> id (the strings are unique).
+    pub index: FxMap<&'a str, u32>,
     /// `(left, right)` per merge, in rank order.
     pub merges: Option<Vec<(&'a str, &'a str)>>,
     pub bos: Option<u32>,
@@ -111,11 +113,25 @@ impl<'a> GgufVocab<'a> {
                 .key_error(KEY_TOKENS, "holds more tokens than u32 ids can name")
                 .into());
         }
-        let mut tokens = Vec::with_capacity(raw_tokens.len());
+        let n = raw_tokens.len();
+        let mut tokens = Vec::with_capacity(n);
+        let mut index: FxMap<&'a str, u32> = map_with_capacity(n);
         for (i, v) in raw_tokens.iter().enumerate() {
             match v {
+                // llama.cpp renames an empty token; nothing can spell it, so it
+                // stays out of the index.
                 Value::Str(s) if s.is_empty() => tokens.push(Cow::Owned(format!("[EMPTY_{i}]"))),
-                Value::Str(s) => tokens.push(Cow::Borrowed(s.as_str())),
+                Value::Str(s) => {
+                    if let Some(first) = index.insert(s.as_str(), i as u32) {
+                        return Err(g
+                            .key_error(
+                                KEY_TOKENS,
+                                format!("token {s:?} appears twice, as ids {first} and {i}"),
+                            )
+                            .into());
+                    }
+                    tokens.push(Cow::Borrowed(s.as_str()));
+                }
                 other => {
                     return Err(g
                         .key_error(
@@ -123,20 +139,6 @@ impl<'a> GgufVocab<'a> {
                             format!("element {i} should be a string, found {}", describe(other)),
                         )
                         .into())
-                }
-            }
-        }
-        let n = tokens.len();
-        {
-            let mut seen: HashMap<&str, usize> = HashMap::with_capacity(n);
-            for (i, t) in tokens.iter().enumerate() {
-                if let Some(first) = seen.insert(t.as_ref(), i) {
-                    return Err(g
-                        .key_error(
-                            KEY_TOKENS,
-                            format!("token {t:?} appears twice, as ids {first} and {i}"),
-                        )
-                        .into());
                 }
             }
         }
@@ -252,6 +254,7 @@ impl<'a> GgufVocab<'a> {
             kind,
             pre,
             tokens,
+            index,
             scores,
             types,
             merges,

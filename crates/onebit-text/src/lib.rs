@@ -8,6 +8,7 @@
 
 mod build;
 mod error;
+mod fxhash;
 mod gguf_vocab;
 mod pretok;
 mod stream;
