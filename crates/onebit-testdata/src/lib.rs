@@ -198,3 +198,26 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// llama.cpp's ids for the reference strings of a real model
+/// (`testdata/refs/tokens-<model stem>.json`): (text, ids) pairs.
+pub fn token_refs(model_file: &str) -> Vec<(String, Vec<u32>)> {
+    let stem = model_file.trim_end_matches(".gguf");
+    let path = dir().join("refs").join(format!("tokens-{stem}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("refs parse");
+    v["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| {
+            let ids = c["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as u32)
+                .collect();
+            (c["text"].as_str().unwrap().to_string(), ids)
+        })
+        .collect()
+}

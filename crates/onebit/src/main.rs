@@ -1,1 +1,293 @@
-fn main() {}
+//! The `onebit` command line. Every subcommand prints its result to stdout and
+//! its diagnostics to stderr; a failure is one sentence naming the file, the
+//! tensor or the key at fault, and a non-zero exit.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use onebit_formats::gguf::Gguf;
+use onebit_kernels::Precision;
+use onebit_model::sampler::{Sampler, SamplerConfig};
+use onebit_model::{load, ExecConfig, Logits, Model};
+use onebit_text::{StreamDecoder, Tokenizer};
+
+#[derive(Parser)]
+#[command(
+    name = "onebit",
+    version,
+    about = "Quantized LLM inference on the CPU: GGUF files (FastFlowLM packs to come)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate a continuation of a prompt; prints only the generated text.
+    Run(RunArgs),
+    /// Print the token ids of a text as one JSON array.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        text: String,
+        /// Do not add BOS/EOS even where the model adds them.
+        #[arg(long)]
+        no_special: bool,
+    },
+    /// Write the logits of every position of an id sequence (little-endian f32 [n_ids][n_vocab]).
+    Logits {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<u32>,
+        #[arg(long)]
+        out: PathBuf,
+        /// One token per forward call instead of one batch.
+        #[arg(long)]
+        sequential: bool,
+    },
+    /// Print the model's semantics and a tensor census.
+    Inspect {
+        #[command(flatten)]
+        model: ModelArgs,
+    },
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// A .gguf file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Keep activations in f32 and dequantize weights (the slow reference path).
+    #[arg(long)]
+    f32_activations: bool,
+}
+
+impl ModelArgs {
+    fn exec(&self) -> ExecConfig {
+        ExecConfig {
+            threads: self.threads,
+            precision: if self.f32_activations {
+                Precision::Float
+            } else {
+                Precision::Quantized
+            },
+            max_context: 0,
+        }
+    }
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long)]
+    prompt: String,
+    /// Apply the model's chat template to the prompt as one user message.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => run(a),
+        Cmd::Tokenize {
+            model,
+            text,
+            no_special,
+        } => tokenize(model, &text, !no_special),
+        Cmd::Logits {
+            model,
+            ids,
+            out,
+            sequential,
+        } => logits(model, &ids, &out, sequential),
+        Cmd::Inspect { model } => inspect(model),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_model(a: &ModelArgs) -> Result<(Model, Gguf)> {
+    let t = Instant::now();
+    let (model, gguf) = load::load(&a.model, &a.exec())?;
+    for l in model.sem.lines() {
+        eprintln!("[semantics] {l}");
+    }
+    eprintln!(
+        "[load] {} in {:.2} s, {} threads",
+        a.model.display(),
+        t.elapsed().as_secs_f64(),
+        model.threads()
+    );
+    Ok((model, gguf))
+}
+
+fn tokenizer(g: &Gguf) -> Result<Tokenizer> {
+    Tokenizer::from_gguf(g)
+        .with_context(|| format!("{}: cannot build the tokenizer", g.path().display()))
+}
+
+fn run(a: RunArgs) -> Result<()> {
+    if a.chat {
+        bail!("--chat needs chat templates, which this build does not render yet; pass the formatted prompt instead");
+    }
+    if a.max_tokens == 0 {
+        bail!("--max-tokens must be at least 1");
+    }
+    let (model, gguf) = load_model(&a.model)?;
+    let tok = tokenizer(&gguf)?;
+    let ids = tok.encode(&a.prompt, true)?;
+    if ids.is_empty() {
+        bail!("the prompt encodes to no tokens");
+    }
+    let stops = stop_ids(&tok);
+    let mut sampler = Sampler::new(SamplerConfig {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+    });
+    let mut state = model.new_state();
+
+    let t0 = Instant::now();
+    let mut logits = model.forward(&mut state, &ids, Logits::Last)?;
+    let prefill = t0.elapsed().as_secs_f64();
+
+    let mut out = std::io::stdout().lock();
+    let mut dec = StreamDecoder::new(&tok);
+    let t1 = Instant::now();
+    let mut generated = 0usize;
+    loop {
+        let next = sampler.sample(&logits);
+        if stops.contains(&next) {
+            break;
+        }
+        let piece = dec.push(next)?;
+        out.write_all(piece.as_bytes())?;
+        out.flush()?;
+        generated += 1;
+        if generated >= a.max_tokens || state.pos >= model.max_context() {
+            break;
+        }
+        logits = model.forward(&mut state, &[next], Logits::Last)?;
+    }
+    out.write_all(dec.finish().as_bytes())?;
+    out.flush()?;
+    let decode = t1.elapsed().as_secs_f64();
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        eprintln!();
+    }
+    eprintln!(
+        "[stats] prompt tokens {}, prefill {:.1} tok/s, generated {}, decode {:.1} tok/s",
+        ids.len(),
+        ids.len() as f64 / prefill,
+        generated,
+        // the first generated token came from the prefill's logits
+        if generated > 1 {
+            (generated - 1) as f64 / decode
+        } else {
+            0.0
+        },
+    );
+    Ok(())
+}
+
+/// Every EOS id, plus the chat turn ends the vocabulary has.
+fn stop_ids(tok: &Tokenizer) -> Vec<u32> {
+    let sp = tok.special();
+    let mut s = sp.eos.clone();
+    s.extend(sp.eot);
+    for name in ["<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"] {
+        if let Some(id) = tok.token_to_id(name) {
+            s.push(id);
+        }
+    }
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+fn tokenize(a: ModelArgs, text: &str, add_special: bool) -> Result<()> {
+    let g = Gguf::open(&a.model)?;
+    let tok = tokenizer(&g)?;
+    let ids = tok.encode(text, add_special)?;
+    println!("{}", serde_json::to_string(&ids)?);
+    Ok(())
+}
+
+fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) -> Result<()> {
+    let (model, _) = load_model(&a)?;
+    let mut state = model.new_state();
+    let all = if sequential {
+        let mut v = Vec::new();
+        for &id in ids {
+            v.extend(model.forward(&mut state, &[id], Logits::Last)?);
+        }
+        v
+    } else {
+        model.forward(&mut state, ids, Logits::All)?
+    };
+    let bytes: Vec<u8> = all.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!(
+        "[logits] {} positions x {} vocab -> {}",
+        ids.len(),
+        model.sem.dims.n_vocab,
+        out.display()
+    );
+    Ok(())
+}
+
+fn inspect(a: ModelArgs) -> Result<()> {
+    let opened = load::open(&a.model)?;
+    print!("{}", opened.sem);
+    let g = &opened.gguf;
+    println!(
+        "[file] {} GGUF v{}, {} tensors, {} metadata keys",
+        a.model.display(),
+        g.version,
+        g.tensors.len(),
+        g.metadata.len()
+    );
+    let mut census: std::collections::BTreeMap<&str, (usize, u64)> = Default::default();
+    for t in &g.tensors {
+        let e = census.entry(t.dtype.name()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    for (ty, (n, bytes)) in census {
+        println!(
+            "[tensors] {ty}: {n} tensors, {:.1} MiB",
+            bytes as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! The command line as users and scripts meet it: known answers on the real
+//! models, llama.cpp's token ids, golden logits through `onebit logits`, and
+//! errors that name what is wrong without panicking.
+
+use std::process::{Command, Output};
+
+use onebit_testdata::{
+    compare, real_model, token_refs, Fixture, TempDir, GEMMA3_270M, SMOLLM2_135M,
+};
+
+fn onebit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(args)
+        .output()
+        .expect("onebit runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = onebit(args);
+    assert!(
+        out.status.success(),
+        "onebit {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// A failure: non-zero exit, not a panic (101), and stderr returned.
+fn fails(args: &[&str]) -> String {
+    let out = onebit(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "onebit {args:?} should fail");
+    assert_ne!(
+        out.status.code(),
+        Some(101),
+        "onebit {args:?} panicked: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn gemma3_270m_answers_berlin() {
+    let m = real_model(GEMMA3_270M);
+    let out = ok(&[
+        "run",
+        "--model",
+        m.to_str().unwrap(),
+        "--prompt",
+        "The capital of France is Paris. The capital of Germany is",
+        "--max-tokens",
+        "3",
+    ]);
+    assert!(out.starts_with(" Berlin"), "continuation was {out:?}");
+}
+
+#[test]
+fn smollm2_answers_paris() {
+    let m = real_model(SMOLLM2_135M);
+    let out = ok(&[
+        "run",
+        "--model",
+        m.to_str().unwrap(),
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "3",
+    ]);
+    assert!(out.starts_with(" Paris"), "continuation was {out:?}");
+}
+
+#[test]
+fn run_prints_only_the_text_and_one_stats_line() {
+    let m = real_model(SMOLLM2_135M);
+    let out = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args([
+            "run",
+            "--model",
+            m.to_str().unwrap(),
+            "--prompt",
+            "The capital of France is",
+            "--max-tokens",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        !stdout.contains("The capital"),
+        "the prompt is echoed: {stdout:?}"
+    );
+    assert!(!stdout.contains('['), "decoration on stdout: {stdout:?}");
+    let stats: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("[stats]"))
+        .collect();
+    assert_eq!(stats.len(), 1, "{stderr}");
+    for field in ["prompt tokens 5", "prefill", "decode", "tok/s"] {
+        assert!(stats[0].contains(field), "{}", stats[0]);
+    }
+}
+
+#[test]
+fn tokenize_gives_llamacpp_ids_on_both_models() {
+    for model in [GEMMA3_270M, SMOLLM2_135M] {
+        let m = real_model(model);
+        for (text, ids) in token_refs(model) {
+            let out = ok(&["tokenize", "--model", m.to_str().unwrap(), "--text", &text]);
+            let got: Vec<u32> = out
+                .trim()
+                .trim_matches(['[', ']'])
+                .split(',')
+                .map(|s| s.parse().unwrap())
+                .collect();
+            assert_eq!(got, ids, "{model}: {text:?}");
+        }
+    }
+}
+
+#[test]
+fn logits_command_matches_llamacpp_and_sequential_matches_batch() {
+    let dir = TempDir::new("cli-logits");
+    for (family, file, reference, run, bound) in [
+        ("llama", "f32.gguf", "f32.logits.bin", "f32", 1e-4f32),
+        (
+            "gemma3",
+            "f32.gguf",
+            "f32.exact_gelu.logits.bin",
+            "f32",
+            2e-5,
+        ),
+    ] {
+        let fx = Fixture::new(family);
+        let ids: Vec<String> = fx.tokens("tokens").iter().map(|t| t.to_string()).collect();
+        let ids = ids.join(",");
+        let model = fx.dir.join(file);
+        let batch = dir.path().join(format!("{family}.batch"));
+        let seq = dir.path().join(format!("{family}.seq"));
+        ok(&[
+            "logits",
+            "--model",
+            model.to_str().unwrap(),
+            "--ids",
+            &ids,
+            "--out",
+            batch.to_str().unwrap(),
+        ]);
+        ok(&[
+            "logits",
+            "--model",
+            model.to_str().unwrap(),
+            "--ids",
+            &ids,
+            "--out",
+            seq.to_str().unwrap(),
+            "--sequential",
+        ]);
+        let ours = onebit_testdata::read_f32(&batch);
+        let c = compare(
+            &ours,
+            &fx.logits(reference),
+            fx.n_vocab(),
+            &fx.top1_margin(run),
+        );
+        assert!(
+            c.max_abs_diff <= bound * fx.max_abs_logit(run),
+            "{family}: {c:?}"
+        );
+        assert_eq!(
+            std::fs::read(&batch).unwrap(),
+            std::fs::read(&seq).unwrap(),
+            "{family}: batch != sequential"
+        );
+    }
+}
+
+#[test]
+fn inspect_prints_semantics_with_sources() {
+    let fx = Fixture::new("gemma3");
+    let out = ok(&[
+        "inspect",
+        "--model",
+        fx.dir.join("Q5_0.gguf").to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains(
+            "[semantics] layer kinds: 7: sliding x6 at [0, 1, 2, 3, 4, 6], full x1 at [5]"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("rope sliding: base 10000"), "{out}");
+    assert!(out.contains("<- GGUF gemma3.rope.freq_base_swa"), "{out}");
+    assert!(out.contains("[tensors] Q5_0"), "{out}");
+}
+
+#[test]
+fn errors_name_the_problem_and_never_panic() {
+    let e = fails(&["run", "--model", "/nonexistent/model.gguf", "--prompt", "x"]);
+    assert!(e.contains("/nonexistent/model.gguf"), "{e}");
+
+    let dir = TempDir::new("cli-errors");
+    let junk = dir.file("junk.gguf", b"not a gguf at all");
+    let e = fails(&["inspect", "--model", junk.to_str().unwrap()]);
+    assert!(
+        e.contains("junk.gguf") && e.contains("not a GGUF file"),
+        "{e}"
+    );
+
+    // The fixtures have no vocabulary: run must say so rather than guess.
+    let fx = Fixture::new("llama");
+    let e = fails(&[
+        "run",
+        "--model",
+        fx.dir.join("f32.gguf").to_str().unwrap(),
+        "--prompt",
+        "hi",
+    ]);
+    assert!(e.contains("tokenizer"), "{e}");
+
+    // An id outside the vocabulary is refused by value.
+    let out = dir.path().join("x.bin");
+    let e = fails(&[
+        "logits",
+        "--model",
+        fx.dir.join("f32.gguf").to_str().unwrap(),
+        "--ids",
+        "1,384",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(e.contains("384") && e.contains("vocabulary"), "{e}");
+
+    // A truncated real file names the tensor that no longer fits.
+    let bytes = std::fs::read(fx.dir.join("Q4_K_M.gguf")).unwrap();
+    let cut = dir.file("cut.gguf", &bytes[..bytes.len() / 2]);
+    let e = fails(&["inspect", "--model", cut.to_str().unwrap()]);
+    assert!(
+        e.contains("cut.gguf") && e.contains("outside the file"),
+        "{e}"
+    );
+}
