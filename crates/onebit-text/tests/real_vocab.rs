@@ -112,3 +112,110 @@ fn gemma3_round_trip() {
 fn smollm2_round_trip() {
     check_round_trip(onebit_testdata::SMOLLM2_135M);
 }
+
+#[test]
+fn gemma3_chat_tokens_and_byte_fallback() {
+    let t = load(onebit_testdata::GEMMA3_270M);
+    assert_eq!(t.vocab_size(), 262_144);
+    let start = t.token_to_id("<start_of_turn>").unwrap();
+    let end = t.token_to_id("<end_of_turn>").unwrap();
+    let s = t.special();
+    assert_eq!(
+        (s.bos, s.eos.as_slice(), s.add_bos, s.add_eos),
+        (Some(2), &[1][..], true, false)
+    );
+    assert_eq!(s.bos_token.as_deref(), Some("<bos>"));
+    // No eot key in the file: llama.cpp's rule finds the turn end by its text.
+    assert_eq!(s.eot, Some(end));
+    assert!(s.stop_ids().contains(&1) && s.stop_ids().contains(&end));
+
+    let text = "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n";
+    let ids = t.encode(text, true).unwrap();
+    assert_eq!(ids[..2], [2, start]);
+    assert_eq!(ids.iter().filter(|&&i| i == end).count(), 1);
+    assert_eq!(t.decode(&ids[1..], false).unwrap(), text);
+    assert_eq!(t.decode(&ids, true).unwrap(), "user\nHi\nmodel\n");
+
+    // A character outside the vocabulary goes out as its UTF-8 bytes, and the
+    // stream holds them back until the character is whole.
+    let text = "a\u{10FFFD}b";
+    let ids = t.encode(text, false).unwrap();
+    let bytes: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|&i| t.id_to_token(i).unwrap().starts_with("<0x"))
+        .collect();
+    assert_eq!(bytes.len(), 4, "{ids:?}");
+    assert_eq!(t.decode(&ids, false).unwrap(), text);
+    let mut sd = StreamDecoder::new(&t);
+    let pieces: Vec<String> = ids.iter().map(|&i| sd.push(i).unwrap()).collect();
+    assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
+    assert_eq!(pieces.concat() + &sd.finish(), text);
+}
+
+#[test]
+fn smollm2_special_tokens() {
+    let t = load(onebit_testdata::SMOLLM2_135M);
+    let s = t.special();
+    assert_eq!(
+        (s.bos, s.eos.as_slice(), s.add_bos, s.add_eos),
+        (Some(1), &[2][..], false, false)
+    );
+    assert_eq!(s.eot, Some(2), "<|im_end|>");
+    assert_eq!(t.vocab_size(), 49_152);
+    // Every reference case's chat markers are single ids; decoding with
+    // skip_special leaves them out.
+    let ids = t
+        .encode("<|im_start|>assistant\nParis<|im_end|>", true)
+        .unwrap();
+    assert_eq!(ids.first(), Some(&1));
+    assert_eq!(ids.last(), Some(&2));
+    assert_eq!(t.decode(&ids, true).unwrap(), "assistant\nParis");
+}
+
+#[test]
+fn gemma3_load_time() {
+    let g = Gguf::open(onebit_testdata::real_model(onebit_testdata::GEMMA3_270M)).unwrap();
+    let mut best = std::time::Duration::MAX;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let t = Tokenizer::from_gguf(&g).unwrap();
+        best = best.min(t0.elapsed());
+        drop(t);
+    }
+    eprintln!("gemma-3 262k vocabulary: best of 3 loads {best:?}");
+    // Generous: the budget is "well under a second or two"; shared CI cores are noisy.
+    assert!(best.as_secs_f64() < 5.0, "{best:?}");
+}
+
+/// What `import` will do: write the tokenizer as tokenizer.json, read it back,
+/// and get the same ids from it.
+fn check_json_round_trip(model: &str) {
+    let t = load(model);
+    let json = t.inner().to_string(false).unwrap();
+    let inner: tokenizers::Tokenizer = json.parse().unwrap();
+    let t2 = Tokenizer::from_parts(inner, t.special().clone());
+    assert_eq!(t2.vocab_size(), t.vocab_size());
+    for c in cases(model) {
+        assert_eq!(
+            t2.encode(&c.text, true).unwrap(),
+            c.ids,
+            "{model}: {:?} from tokenizer.json",
+            c.text
+        );
+        assert_eq!(
+            t2.decode(&c.ids, false).unwrap(),
+            t.decode(&c.ids, false).unwrap()
+        );
+    }
+}
+
+#[test]
+fn gemma3_tokenizer_json_round_trip() {
+    check_json_round_trip(onebit_testdata::GEMMA3_270M);
+}
+
+#[test]
+fn smollm2_tokenizer_json_round_trip() {
+    check_json_round_trip(onebit_testdata::SMOLLM2_135M);
+}

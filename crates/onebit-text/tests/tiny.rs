@@ -168,3 +168,10 @@ fn from_parts_uses_the_stated_facts() {
     assert_eq!(t2.encode("ab", false).unwrap(), vec![AB]);
     assert_eq!(t2.vocab_size(), 271);
 }
+
+#[test]
+fn tokenizer_is_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tokenizer>();
+    send_sync::<onebit_text::SpecialTokens>();
+}
