@@ -7,6 +7,12 @@ use onebit_formats::FormatError;
 pub enum ModelError {
     #[error(transparent)]
     Format(#[from] FormatError),
+    #[error("{path}: `{key}`: {what}")]
+    Key {
+        path: PathBuf,
+        key: String,
+        what: String,
+    },
     #[error("{path}: {what}")]
     Unsupported { path: PathBuf, what: String },
     #[error("{path}: tensor `{tensor}`: {what}")]

@@ -1,10 +1,14 @@
-//! The forward pass, in reading order: embed, then per layer attention and
-//! feed-forward with their norms, then the output norm and the logits.
+//! The forward pass, in reading order: embed, then per layer a token mixer
+//! (attention, short convolution or delta-net) and the feed-forward with their
+//! norms, then the output norm and the logits.
 //!
-//! A batch of tokens (a prompt) and one token at a time go through the same
-//! code, and every per-row computation (norms, matmul outputs, one query's
-//! attention) depends only on that row and the cache, so prefilling a prompt in
-//! one batch gives the same logits, bit for bit, as feeding it token by token.
+//! Several sequences run in one pass: their tokens are stacked into one
+//! activation matrix so every matmul reads its weights once for all of them,
+//! while each sequence's mixer reads and extends only its own state. Every
+//! per-row computation (norms, matmul outputs, one query's attention, one
+//! recurrent step) depends only on that row and its own sequence's state, so
+//! a prompt prefilled in one batch, fed token by token, or run beside other
+//! sequences gives the same logits, bit for bit.
 
 use onebit_kernels::attention::{attend, AttnShape};
 use onebit_kernels::ops::{gelu_tanh, rmsnorm, rmsnorm_inplace, silu, softcap};
@@ -12,11 +16,12 @@ use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, Pool, Precision, QMatrix};
 
 use crate::error::{ModelError, Result};
-use crate::semantics::{Activation, LayerKind, QkNorm, Semantics};
-use crate::state::SeqState;
-use crate::weights::Weights;
+use crate::mixers;
+use crate::semantics::{Activation, LayerKind, QkNorm, RopeSpec, Semantics};
+use crate::state::{LayerState, SeqState};
+use crate::weights::{AttnWeights, Mixer, Weights};
 
-/// How the forward runs: threads and arithmetic.
+/// How the forward runs: threads, arithmetic and the context limit.
 #[derive(Clone, Debug)]
 pub struct ExecConfig {
     pub threads: usize,
@@ -35,6 +40,22 @@ impl Default for ExecConfig {
     }
 }
 
+/// Which logits the caller wants back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position's ([n_vocab]).
+    Last,
+    /// Every position's ([n_tokens][n_vocab]).
+    All,
+}
+
+/// One sequence's part of a batched forward call.
+pub struct SeqInput<'a> {
+    pub state: &'a mut SeqState,
+    pub tokens: &'a [u32],
+    pub want: Logits,
+}
+
 pub struct Model {
     pub sem: Semantics,
     pub weights: Weights,
@@ -45,38 +66,40 @@ pub struct Model {
     max_context: usize,
 }
 
-/// Which logits the caller wants back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Logits {
-    /// Only the last position's ([n_vocab]).
-    Last,
-    /// Every position's ([n_tokens][n_vocab]).
-    All,
+/// A sequence's rows in the stacked activations.
+struct Segment {
+    rows: std::ops::Range<usize>,
+    pos0: usize,
 }
 
 impl Model {
     pub fn new(sem: Semantics, weights: Weights, exec: &ExecConfig) -> Model {
-        let rope = |spec: &crate::semantics::RopeSpec| {
-            let factors = if spec.freq_factors {
-                weights.rope_freqs.as_deref()
-            } else {
-                None
-            };
-            Rope::new(
-                spec.style,
-                spec.n_rot,
-                spec.base,
-                spec.freq_scale(),
-                factors,
-            )
-        };
-        let rope_full = rope(&sem.rope_full.value);
-        let rope_sliding = rope(&sem.rope_sliding.value);
         let max_context = match (exec.max_context, sem.dims.n_ctx_train) {
             (0, 0) => 4096,
             (0, t) => t,
             (c, _) => c,
         };
+        let rope = |spec: &RopeSpec| {
+            // LongRoPE: the long table when the run's context exceeds the original.
+            let name = match &spec.long_factors {
+                Some((long, orig)) if max_context > *orig => Some(long),
+                _ => spec.freq_factors.as_ref(),
+            };
+            let factors = name
+                .and_then(|n| weights.rope_factors.iter().find(|(m, _)| m == n))
+                .map(|(_, f)| &f[..]);
+            let mut r = Rope::new(
+                spec.style,
+                spec.n_rot,
+                spec.base,
+                spec.freq_scale(),
+                factors,
+            );
+            r.attn_factor = spec.attn_factor;
+            r
+        };
+        let rope_full = rope(&sem.rope_full.value);
+        let rope_sliding = rope(&sem.rope_sliding.value);
         Model {
             sem,
             weights,
@@ -97,97 +120,122 @@ impl Model {
     }
 
     pub fn new_state(&self) -> SeqState {
-        SeqState::new(self.sem.dims.n_layer)
+        SeqState::new(&self.sem)
     }
 
-    fn mm(&self, w: &QMatrix, x: &[f32], n: usize) -> Vec<f32> {
+    pub(crate) fn mm(&self, w: &QMatrix, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = vec![0f32; n * w.rows];
         matmul(&self.pool, self.precision, w, x, n, &mut out);
         out
     }
 
-    /// Runs `tokens` at the next positions of `state` and returns the logits asked for.
+    /// Runs `tokens` at the next positions of `state`; returns the logits asked for.
     pub fn forward(&self, state: &mut SeqState, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        let mut seqs = [SeqInput {
+            state,
+            tokens,
+            want,
+        }];
+        Ok(self
+            .forward_batch(&mut seqs)?
+            .pop()
+            .expect("one sequence in, one out"))
+    }
+
+    /// Runs several sequences in one pass; returns each one's logits in order.
+    /// Each sequence's logits are exactly what `forward` alone would give.
+    pub fn forward_batch(&self, seqs: &mut [SeqInput]) -> Result<Vec<Vec<f32>>> {
         let d = &self.sem.dims;
-        let n = tokens.len();
-        if n == 0 {
-            return Err(ModelError::Input("no tokens to run".into()));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= d.n_vocab) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is outside the vocabulary (size {})",
-                d.n_vocab
-            )));
-        }
-        let pos0 = state.pos;
-        if pos0 + n > self.max_context {
-            return Err(ModelError::Input(format!(
-                "sequence of {} positions exceeds the context limit {}",
-                pos0 + n,
-                self.max_context
-            )));
+        let mut segs = Vec::with_capacity(seqs.len());
+        let mut n = 0;
+        for s in seqs.iter() {
+            if s.tokens.is_empty() {
+                return Err(ModelError::Input("no tokens to run".into()));
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= d.n_vocab) {
+                return Err(ModelError::Input(format!(
+                    "token id {bad} is outside the vocabulary (size {})",
+                    d.n_vocab
+                )));
+            }
+            if s.state.layers.len() != d.n_layer {
+                return Err(ModelError::Input(
+                    "sequence state belongs to another model".into(),
+                ));
+            }
+            let end = s.state.pos + s.tokens.len();
+            if end > self.max_context {
+                return Err(ModelError::Input(format!(
+                    "sequence of {end} positions exceeds the context limit {}",
+                    self.max_context
+                )));
+            }
+            segs.push(Segment {
+                rows: n..n + s.tokens.len(),
+                pos0: s.state.pos,
+            });
+            n += s.tokens.len();
         }
 
         // Embedding rows, scaled where the family says so.
         let e = d.n_embd;
         let mut x = vec![0f32; n * e];
-        for (t, &id) in tokens.iter().enumerate() {
+        for (row, &id) in seqs.iter().flat_map(|s| s.tokens.iter()).enumerate() {
             self.weights
                 .token_embd
-                .dequantize_row(id as usize, &mut x[t * e..(t + 1) * e]);
+                .dequantize_row(id as usize, &mut x[row * e..(row + 1) * e]);
         }
         if let Some(s) = self.sem.embed_scale.value {
             x.iter_mut().for_each(|v| *v *= s);
         }
 
+        let eps = self.sem.norm_eps.value;
         let mut h = vec![0f32; n * e];
         for (il, lw) in self.weights.layers.iter().enumerate() {
-            let kind = self.sem.layer_kinds.value[il];
-            for t in 0..n {
-                rmsnorm(
-                    &x[t * e..(t + 1) * e],
-                    &lw.attn_norm,
-                    self.sem.norm_eps.value,
-                    &mut h[t * e..(t + 1) * e],
-                );
-            }
-            let mut attn = self.attention(il, kind, state, pos0, &h, n)?;
-            if let Some(w) = &lw.post_attn_norm {
-                for row in attn.chunks_exact_mut(e) {
-                    rmsnorm_inplace(row, w, self.sem.norm_eps.value);
+            norm_rows(&x, &lw.attn_norm, eps, &mut h, e);
+            let mut mixed = match &lw.mixer {
+                Mixer::Attention(aw) => self.attention(il, aw, seqs, &segs, &h),
+                Mixer::ShortConv(cw) => {
+                    mixers::short_conv(self, il, cw, seqs, &segs_rows(&segs), &h)?
                 }
+                Mixer::DeltaNet(dw) => {
+                    mixers::delta_net(self, il, dw, seqs, &segs_rows(&segs), &h)?
+                }
+            };
+            if let Some(w) = &lw.post_attn_norm {
+                mixed
+                    .chunks_exact_mut(e)
+                    .for_each(|r| rmsnorm_inplace(r, w, eps));
             }
-            x.iter_mut().zip(&attn).for_each(|(a, b)| *a += b);
+            x.iter_mut().zip(&mixed).for_each(|(a, b)| *a += b);
 
-            for t in 0..n {
-                rmsnorm(
-                    &x[t * e..(t + 1) * e],
-                    &lw.ffn_norm,
-                    self.sem.norm_eps.value,
-                    &mut h[t * e..(t + 1) * e],
-                );
-            }
+            norm_rows(&x, &lw.ffn_norm, eps, &mut h, e);
             let mut ff = self.feed_forward(il, &h, n);
             if let Some(w) = &lw.post_ffn_norm {
-                for row in ff.chunks_exact_mut(e) {
-                    rmsnorm_inplace(row, w, self.sem.norm_eps.value);
-                }
+                ff.chunks_exact_mut(e)
+                    .for_each(|r| rmsnorm_inplace(r, w, eps));
             }
             x.iter_mut().zip(&ff).for_each(|(a, b)| *a += b);
         }
-        state.pos = pos0 + n;
+        for (s, seg) in seqs.iter_mut().zip(&segs) {
+            s.state.pos = seg.pos0 + seg.rows.len();
+        }
 
         // Output norm and logits, for the rows asked for.
-        let rows: Vec<usize> = match want {
-            Logits::Last => vec![n - 1],
-            Logits::All => (0..n).collect(),
-        };
+        let rows: Vec<usize> = seqs
+            .iter()
+            .zip(&segs)
+            .flat_map(|(s, seg)| match s.want {
+                Logits::Last => seg.rows.end - 1..seg.rows.end,
+                Logits::All => seg.rows.clone(),
+            })
+            .collect();
         let mut hn = vec![0f32; rows.len() * e];
         for (j, &t) in rows.iter().enumerate() {
             rmsnorm(
                 &x[t * e..(t + 1) * e],
                 &self.weights.output_norm,
-                self.sem.norm_eps.value,
+                eps,
                 &mut hn[j * e..(j + 1) * e],
             );
         }
@@ -195,27 +243,52 @@ impl Model {
         if let Some(cap) = self.sem.final_softcap.value {
             softcap(&mut logits, cap);
         }
-        Ok(logits)
+        let v = d.n_vocab;
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut at = 0;
+        for s in seqs.iter() {
+            let k = match s.want {
+                Logits::Last => 1,
+                Logits::All => s.tokens.len(),
+            };
+            out.push(logits[at * v..(at + k) * v].to_vec());
+            at += k;
+        }
+        Ok(out)
     }
 
     fn attention(
         &self,
         il: usize,
-        kind: LayerKind,
-        state: &mut SeqState,
-        pos0: usize,
+        aw: &AttnWeights,
+        seqs: &mut [SeqInput],
+        segs: &[Segment],
         h: &[f32],
-        n: usize,
-    ) -> Result<Vec<f32>> {
+    ) -> Vec<f32> {
         let d = &self.sem.dims;
-        let lw = &self.weights.layers[il];
+        let kind = self.sem.layer_kinds.value[il];
+        let n = h.len() / d.n_embd;
         let (dk, dv) = (d.head_dim_k, d.head_dim_v);
-        let mut q = self.mm(&lw.wq, h, n);
-        let mut k = self.mm(&lw.wk, h, n);
-        let mut v = self.mm(&lw.wv, h, n);
-        add_bias(&mut q, lw.bq.as_deref());
-        add_bias(&mut k, lw.bk.as_deref());
-        add_bias(&mut v, lw.bv.as_deref());
+        let gated = self.sem.attn_output_gate.value;
+        let q_all = self.mm(&aw.wq, h, n);
+        let mut k = self.mm(&aw.wk, h, n);
+        let mut v = self.mm(&aw.wv, h, n);
+        let qw = d.n_head * dk;
+        // With an output gate, q rows are [q_h | gate_h] per head.
+        let (mut q, gate) = if gated {
+            let mut q = Vec::with_capacity(n * qw);
+            let mut g = Vec::with_capacity(n * qw);
+            for head in q_all.chunks_exact(2 * dk) {
+                q.extend_from_slice(&head[..dk]);
+                g.extend_from_slice(&head[dk..]);
+            }
+            (q, Some(g))
+        } else {
+            (q_all, None)
+        };
+        add_bias(&mut q, aw.bq.as_deref());
+        add_bias(&mut k, aw.bk.as_deref());
+        add_bias(&mut v, aw.bv.as_deref());
 
         let rope = if kind == LayerKind::Sliding {
             &self.rope_sliding
@@ -226,34 +299,31 @@ impl Model {
         let qk_norm = self.sem.qk_norm.value;
         let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
             if let Some(w) = w {
-                for head in buf.chunks_exact_mut(dk) {
-                    rmsnorm_inplace(head, w, eps);
-                }
+                buf.chunks_exact_mut(dk)
+                    .for_each(|head| rmsnorm_inplace(head, w, eps));
             }
         };
-        for t in 0..n {
-            let angles = rope.angles(pos0 + t);
-            let qt = &mut q[t * d.n_head * dk..(t + 1) * d.n_head * dk];
-            let kt = &mut k[t * d.n_head_kv * dk..(t + 1) * d.n_head_kv * dk];
-            if qk_norm == QkNorm::BeforeRope {
-                norm_heads(qt, &lw.q_norm);
-                norm_heads(kt, &lw.k_norm);
-            }
-            for head in qt.chunks_exact_mut(dk) {
-                rope.apply(head, &angles);
-            }
-            for head in kt.chunks_exact_mut(dk) {
-                rope.apply(head, &angles);
-            }
-            if qk_norm == QkNorm::AfterRope {
-                norm_heads(qt, &lw.q_norm);
-                norm_heads(kt, &lw.k_norm);
+        let kw = d.n_head_kv * dk;
+        for seg in segs {
+            for (j, t) in seg.rows.clone().enumerate() {
+                let angles = rope.angles(seg.pos0 + j);
+                let qt = &mut q[t * qw..(t + 1) * qw];
+                let kt = &mut k[t * kw..(t + 1) * kw];
+                if qk_norm == QkNorm::BeforeRope {
+                    norm_heads(qt, &aw.q_norm);
+                    norm_heads(kt, &aw.k_norm);
+                }
+                qt.chunks_exact_mut(dk)
+                    .for_each(|head| rope.apply(head, &angles));
+                kt.chunks_exact_mut(dk)
+                    .for_each(|head| rope.apply(head, &angles));
+                if qk_norm == QkNorm::AfterRope {
+                    norm_heads(qt, &aw.q_norm);
+                    norm_heads(kt, &aw.k_norm);
+                }
             }
         }
 
-        let cache = state.kv_mut(il);
-        cache.append(&k, &v);
-        let (kc, vc) = (&cache.k[..], &cache.v[..]);
         let shape = AttnShape {
             n_head: d.n_head,
             n_head_kv: d.n_head_kv,
@@ -267,45 +337,75 @@ impl Model {
         let scale = self.sem.attn_scale.value;
         let cap = self.sem.attn_softcap.value;
         let width = d.n_head * dv;
-        let parts = self.pool.map_ranges(n, 1, |range| {
-            let mut out = vec![0f32; range.len() * width];
-            let mut scores = Vec::new();
-            for (j, t) in range.enumerate() {
-                let p = pos0 + t;
-                let from = window.map_or(0, |w| (p + 1).saturating_sub(w));
-                let qt = &q[t * d.n_head * dk..(t + 1) * d.n_head * dk];
-                attend(
-                    shape,
-                    qt,
-                    kc,
-                    vc,
-                    from,
-                    p + 1,
-                    scale,
-                    cap,
-                    &mut scores,
-                    &mut out[j * width..(j + 1) * width],
-                );
-            }
-            out
-        });
-        let ctx: Vec<f32> = parts.concat();
-        Ok(self.mm(&lw.wo, &ctx, n))
+        let vw = d.n_head_kv * dv;
+        let mut ctx = vec![0f32; n * width];
+        for (s, seg) in seqs.iter_mut().zip(segs) {
+            let LayerState::Attention(cache) = &mut s.state.layers[il] else {
+                unreachable!("attention layers hold KV caches (SeqState::new)")
+            };
+            cache
+                .k
+                .extend_from_slice(&k[seg.rows.start * kw..seg.rows.end * kw]);
+            cache
+                .v
+                .extend_from_slice(&v[seg.rows.start * vw..seg.rows.end * vw]);
+            let (kc, vc) = (&cache.k[..], &cache.v[..]);
+            let q = &q;
+            let parts = self.pool.map_ranges(seg.rows.len(), 1, |range| {
+                let mut out = vec![0f32; range.len() * width];
+                let mut scores = Vec::new();
+                for (j, i) in range.enumerate() {
+                    let p = seg.pos0 + i;
+                    let from = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                    let t = seg.rows.start + i;
+                    attend(
+                        shape,
+                        &q[t * qw..(t + 1) * qw],
+                        kc,
+                        vc,
+                        from,
+                        p + 1,
+                        scale,
+                        cap,
+                        &mut scores,
+                        &mut out[j * width..(j + 1) * width],
+                    );
+                }
+                out
+            });
+            ctx[seg.rows.start * width..seg.rows.end * width].copy_from_slice(&parts.concat());
+        }
+        if let Some(g) = gate {
+            ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));
+        }
+        self.mm(&aw.wo, &ctx, n)
     }
 
     fn feed_forward(&self, il: usize, h: &[f32], n: usize) -> Vec<f32> {
-        let lw = &self.weights.layers[il];
-        let mut g = self.mm(&lw.gate, h, n);
-        let u = self.mm(&lw.up, h, n);
+        let f = &self.weights.layers[il].ffn;
+        let mut g = self.mm(&f.gate, h, n);
+        let u = self.mm(&f.up, h, n);
         let act: fn(f32) -> f32 = match self.sem.activation.value {
             Activation::SiluGate => silu,
             Activation::GeluTanhGate => gelu_tanh,
         };
-        for (a, b) in g.iter_mut().zip(&u) {
-            *a = act(*a) * b;
-        }
-        self.mm(&lw.down, &g, n)
+        g.iter_mut().zip(&u).for_each(|(a, b)| *a = act(*a) * b);
+        self.mm(&f.down, &g, n)
     }
+}
+
+fn segs_rows(segs: &[Segment]) -> Vec<std::ops::Range<usize>> {
+    segs.iter().map(|s| s.rows.clone()).collect()
+}
+
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], e: usize) {
+    for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
+        rmsnorm(xr, w, eps, or);
+    }
+}
+
+pub(crate) fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 fn add_bias(x: &mut [f32], b: Option<&[f32]>) {

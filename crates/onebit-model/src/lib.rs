@@ -5,12 +5,13 @@ pub mod error;
 pub mod families;
 pub mod forward;
 pub mod load;
+mod mixers;
 pub mod sampler;
 pub mod semantics;
 pub mod state;
 pub mod weights;
 
 pub use error::{ModelError, Result};
-pub use forward::{ExecConfig, Logits, Model};
+pub use forward::{ExecConfig, Logits, Model, SeqInput};
 pub use semantics::Semantics;
 pub use state::SeqState;

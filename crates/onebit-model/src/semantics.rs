@@ -68,8 +68,14 @@ pub struct RopeSpec {
     /// Dimensions rotated per head (the rest pass through).
     pub n_rot: usize,
     pub scaling: RopeScaling,
-    /// A per-pair divisor table (`rope_freqs.weight`) applies.
-    pub freq_factors: bool,
+    /// The tensor holding per-pair divisors of the angles (`rope_freqs.weight`,
+    /// LongRoPE's `rope_factors_short.weight`), when one applies.
+    pub freq_factors: Option<String>,
+    /// Multiplies cos and sin (LongRoPE's attention factor); 1 elsewhere.
+    pub attn_factor: f64,
+    /// LongRoPE: this factor tensor replaces `freq_factors` when the run's
+    /// context exceeds the original training context (the second field).
+    pub long_factors: Option<(String, usize)>,
 }
 
 impl RopeSpec {
@@ -143,6 +149,41 @@ pub struct Semantics {
     pub activation: Sourced<Activation>,
     pub tied_output: Sourced<bool>,
     pub attn_bias: Sourced<bool>,
+    /// Full-attention output gated by sigmoid of a second half of q (Qwen3.5).
+    pub attn_output_gate: Sourced<bool>,
+    /// LFM2 short-conv kernel length.
+    pub short_conv: Option<Sourced<usize>>,
+    /// Gated delta-net sizes (Qwen3.5 linear-attention layers).
+    pub delta_net: Option<Sourced<DeltaNetDims>>,
+    /// Names of tensors whose GGUF name differs by family.
+    pub names: TensorNames,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaNetDims {
+    pub conv_kernel: usize,
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub head_k_dim: usize,
+    pub head_v_dim: usize,
+}
+
+/// GGUF names (without `blk.N.`) of the tensors a family names its own way.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorNames {
+    /// The norm before the feed-forward: `ffn_norm` (Qwen3.5: `post_attention_norm`).
+    pub ffn_norm: &'static str,
+    /// The final norm: `output_norm` (LFM2: `token_embd_norm`).
+    pub output_norm: &'static str,
+}
+
+impl Default for TensorNames {
+    fn default() -> Self {
+        TensorNames {
+            ffn_norm: "ffn_norm.weight",
+            output_norm: "output_norm.weight",
+        }
+    }
 }
 
 impl Semantics {
@@ -242,6 +283,28 @@ impl Semantics {
             self.attn_bias.value.to_string(),
             &self.attn_bias.source,
         );
+        if self.attn_output_gate.value {
+            line(
+                "attention output gate",
+                "sigmoid(q gate half)".into(),
+                &self.attn_output_gate.source,
+            );
+        }
+        if let Some(c) = &self.short_conv {
+            line(
+                "short conv",
+                format!("kernel length {}", c.value),
+                &c.source,
+            );
+        }
+        if let Some(dn) = &self.delta_net {
+            let v = &dn.value;
+            let what = format!(
+                "conv kernel {}, k heads {} x {}, v heads {} x {} (v head h reads k head h % {})",
+                v.conv_kernel, v.n_k_heads, v.head_k_dim, v.n_v_heads, v.head_v_dim, v.n_k_heads
+            );
+            line("delta net", what, &dn.source);
+        }
         out
     }
 }
@@ -268,15 +331,18 @@ fn describe_rope(r: &RopeSpec) -> String {
         RopeScaling::None => "no scaling".to_string(),
         RopeScaling::Linear { factor } => format!("linear scaling factor {factor}"),
     };
+    let factors = match &r.freq_factors {
+        Some(t) => format!(" with factors from {t}"),
+        None => String::new(),
+    };
+    let attn = if r.attn_factor != 1.0 {
+        format!(", cos/sin x {}", r.attn_factor)
+    } else {
+        String::new()
+    };
     format!(
-        "base {} style {style} rotary dims {} {scaling}{}",
-        r.base,
-        r.n_rot,
-        if r.freq_factors {
-            " with rope_freqs factors"
-        } else {
-            ""
-        }
+        "base {} style {style} rotary dims {} {scaling}{factors}{attn}",
+        r.base, r.n_rot
     )
 }
 

@@ -1,8 +1,11 @@
-//! Per-sequence state: everything a sequence carries between forward calls.
+//! Per-sequence state: everything a sequence carries between forward calls
+//! (attention KV caches, short-conv histories, delta-net recurrent states).
 //! One value, cloned to snapshot and assigned to restore, so speculative
 //! decoding and a prefix cache can rewind a sequence exactly.
 
-#[derive(Clone, Debug, Default)]
+use crate::semantics::{LayerKind, Semantics};
+
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct KvCache {
     /// [positions][n_head_kv * head_dim_k]
     pub k: Vec<f32>,
@@ -10,47 +13,122 @@ pub struct KvCache {
     pub v: Vec<f32>,
 }
 
-impl KvCache {
-    pub fn append(&mut self, k: &[f32], v: &[f32]) {
-        self.k.extend_from_slice(k);
-        self.v.extend_from_slice(v);
-    }
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerState {
+    Attention(KvCache),
+    /// The last (L - 1) conv inputs, oldest first: [(L - 1) * channels].
+    ShortConv {
+        history: Vec<f32>,
+    },
+    /// Conv history over the q|k|v channels and one d_k x d_v state per v head.
+    DeltaNet {
+        history: Vec<f32>,
+        s: Vec<f32>,
+    },
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SeqState {
     /// Positions already run.
     pub pos: usize,
-    kv: Vec<KvCache>,
+    pub layers: Vec<LayerState>,
 }
 
 impl SeqState {
-    pub fn new(n_layer: usize) -> SeqState {
-        SeqState {
-            pos: 0,
-            kv: vec![KvCache::default(); n_layer],
-        }
+    /// An empty sequence for a model: zero conv histories and recurrent states.
+    pub fn new(sem: &Semantics) -> SeqState {
+        let d = &sem.dims;
+        let layers = sem
+            .layer_kinds
+            .value
+            .iter()
+            .map(|k| match k {
+                LayerKind::Full | LayerKind::Sliding => LayerState::Attention(KvCache::default()),
+                LayerKind::ShortConv => {
+                    let l = sem.short_conv.as_ref().map_or(1, |s| s.value);
+                    LayerState::ShortConv {
+                        history: vec![0.0; (l - 1) * d.n_embd],
+                    }
+                }
+                LayerKind::Linear => {
+                    let dn = &sem
+                        .delta_net
+                        .as_ref()
+                        .expect("linear layers have delta-net sizes")
+                        .value;
+                    let channels = 2 * dn.n_k_heads * dn.head_k_dim + dn.n_v_heads * dn.head_v_dim;
+                    LayerState::DeltaNet {
+                        history: vec![0.0; (dn.conv_kernel - 1) * channels],
+                        s: vec![0.0; dn.n_v_heads * dn.head_k_dim * dn.head_v_dim],
+                    }
+                }
+            })
+            .collect();
+        SeqState { pos: 0, layers }
     }
-    pub fn kv_mut(&mut self, layer: usize) -> &mut KvCache {
-        &mut self.kv[layer]
-    }
+
     /// A copy to restore later.
     pub fn snapshot(&self) -> SeqState {
         self.clone()
     }
+
     pub fn restore(&mut self, snap: &SeqState) {
         self.clone_from(snap);
     }
+
     /// Back to an empty sequence, keeping allocations.
     pub fn reset(&mut self) {
         self.pos = 0;
-        for c in &mut self.kv {
-            c.k.clear();
-            c.v.clear();
+        for l in &mut self.layers {
+            match l {
+                LayerState::Attention(c) => {
+                    c.k.clear();
+                    c.v.clear();
+                }
+                LayerState::ShortConv { history } => history.fill(0.0),
+                LayerState::DeltaNet { history, s } => {
+                    history.fill(0.0);
+                    s.fill(0.0);
+                }
+            }
         }
     }
-    /// Bytes held by the caches.
+
+    /// Keeps the first `n` positions of an attention-only sequence (a prefix
+    /// cache hit). Recurrent layers cannot rewind: returns false for them.
+    pub fn truncate(&mut self, n: usize) -> bool {
+        if n == self.pos {
+            return true;
+        }
+        let recurrent = self
+            .layers
+            .iter()
+            .any(|l| !matches!(l, LayerState::Attention(_)));
+        if n > self.pos || recurrent {
+            return false;
+        }
+        let pos = self.pos;
+        for l in &mut self.layers {
+            if let LayerState::Attention(c) = l {
+                let (rk, rv) = (c.k.len() / pos, c.v.len() / pos);
+                c.k.truncate(n * rk);
+                c.v.truncate(n * rv);
+            }
+        }
+        self.pos = n;
+        true
+    }
+
+    /// Bytes held by the state.
     pub fn bytes(&self) -> usize {
-        self.kv.iter().map(|c| (c.k.len() + c.v.len()) * 4).sum()
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attention(c) => c.k.len() + c.v.len(),
+                LayerState::ShortConv { history } => history.len(),
+                LayerState::DeltaNet { history, s } => history.len() + s.len(),
+            })
+            .sum::<usize>()
+            * 4
     }
 }

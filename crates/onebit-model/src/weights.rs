@@ -9,7 +9,7 @@ use onebit_formats::{blocks, ByteView, GgmlType};
 use onebit_kernels::QMatrix;
 
 use crate::error::{ModelError, Result};
-use crate::semantics::{NormForm, QkNorm, Semantics};
+use crate::semantics::{LayerKind, NormForm, QkNorm, Semantics};
 
 /// A tensor as a container holds it. `dims` in ggml order (contiguous first).
 #[derive(Clone, Debug)]
@@ -39,8 +39,9 @@ impl TensorSource for Gguf {
     }
 }
 
-pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,
+pub struct AttnWeights {
+    /// [n_head * head_dim_k] rows, or twice that with an output gate
+    /// ([q_h | gate_h] per head).
     pub wq: QMatrix,
     pub wk: QMatrix,
     pub wv: QMatrix,
@@ -50,11 +51,50 @@ pub struct LayerWeights {
     pub bv: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
+}
+
+pub struct ShortConvWeights {
+    /// [3 * n_embd] rows: B, C, x.
+    pub in_proj: QMatrix,
+    /// [n_embd][L] taps; tap j multiplies input t - (L - 1) + j.
+    pub kernel: Vec<f32>,
+    pub out_proj: QMatrix,
+}
+
+pub struct DeltaNetWeights {
+    /// [q | k | v] rows: n_k_heads*dk, n_k_heads*dk, n_v_heads*dv.
+    pub qkv: QMatrix,
+    /// z for the output gate: [n_v_heads * dv] rows.
+    pub gate: QMatrix,
+    pub beta: QMatrix,
+    pub alpha: QMatrix,
+    pub dt_bias: Vec<f32>,
+    /// -exp(A_log), per v head.
+    pub a: Vec<f32>,
+    /// [channels][kernel] taps over the q|k|v channels.
+    pub conv: Vec<f32>,
+    pub norm: Vec<f32>,
+    pub out: QMatrix,
+}
+
+pub enum Mixer {
+    Attention(AttnWeights),
+    ShortConv(ShortConvWeights),
+    DeltaNet(DeltaNetWeights),
+}
+
+pub struct FfnWeights {
     pub gate: QMatrix,
     pub up: QMatrix,
     pub down: QMatrix,
+}
+
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub mixer: Mixer,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub ffn: FfnWeights,
     pub post_ffn_norm: Option<Vec<f32>>,
 }
 
@@ -64,7 +104,8 @@ pub struct Weights {
     pub output_norm: Vec<f32>,
     /// [n_vocab rows][n_embd]; the embedding itself when tied.
     pub output: QMatrix,
-    pub rope_freqs: Option<Vec<f32>>,
+    /// RoPE per-pair factors by tensor name, for the tables the semantics name.
+    pub rope_factors: Vec<(String, Vec<f32>)>,
     pub layers: Vec<LayerWeights>,
 }
 
@@ -83,6 +124,9 @@ impl<'a> Loader<'a> {
             tensor: name.into(),
             what,
         }
+    }
+    fn has(&self, name: &str) -> bool {
+        self.src.tensor(name).is_some()
     }
     fn get(&self, name: &str) -> Result<RawTensor> {
         self.src.tensor(name).ok_or_else(|| {
@@ -109,11 +153,30 @@ impl<'a> Loader<'a> {
         QMatrix::new(t.dtype, rows, cols, t.bytes).map_err(|e| self.err(name, e))
     }
 
-    /// A vector of `len` floats, decoded from whatever type the container holds.
-    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+    /// A fused matrix split by rows into parts of the given heights.
+    fn split_matrix(&self, name: &str, parts: &[usize], cols: usize) -> Result<Vec<QMatrix>> {
+        let whole = self.matrix(name, parts.iter().sum(), cols)?;
+        let rb = whole.row_bytes();
+        let mut at = 0;
+        parts
+            .iter()
+            .map(|&rows| {
+                let bytes = whole.data.slice(at * rb, rows * rb);
+                at += rows;
+                QMatrix::new(whole.dtype, rows, cols, bytes).map_err(|e| self.err(name, e))
+            })
+            .collect()
+    }
+
+    /// Floats of a small tensor whose element count must be `len`.
+    fn floats(&self, name: &str, len: usize) -> Result<Vec<f32>> {
         let t = self.get(name)?;
-        if t.dims != [len as u64] {
-            return Err(self.err(name, format!("has shape {:?}, expected [{len}]", t.dims)));
+        let n: u64 = t.dims.iter().product();
+        if n != len as u64 {
+            return Err(self.err(
+                name,
+                format!("has shape {:?} ({n} values), expected {len} values", t.dims),
+            ));
         }
         let mut out = vec![0f32; len];
         blocks::dequantize(t.dtype, &t.bytes, &mut out)
@@ -121,8 +184,17 @@ impl<'a> Loader<'a> {
         Ok(out)
     }
 
+    /// A vector of `len` floats, shape checked.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let t = self.get(name)?;
+        if t.dims != [len as u64] {
+            return Err(self.err(name, format!("has shape {:?}, expected [{len}]", t.dims)));
+        }
+        self.floats(name, len)
+    }
+
     fn vector_opt(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
-        if self.src.tensor(name).is_none() {
+        if !self.has(name) {
             return Ok(None);
         }
         self.vector(name, len).map(Some)
@@ -150,34 +222,27 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
     } else {
         l.matrix("output.weight", d.n_vocab, d.n_embd)?
     };
-    let output_norm = l.norm("output_norm.weight", d.n_embd)?;
-    let rope_freqs = if sem.rope_full.value.freq_factors {
-        Some(l.vector("rope_freqs.weight", sem.rope_full.value.n_rot / 2)?)
-    } else {
-        None
-    };
+    let output_norm = l.norm(sem.names.output_norm, d.n_embd)?;
+    let mut rope_factors = Vec::new();
+    for spec in [&sem.rope_full.value, &sem.rope_sliding.value] {
+        let names = spec
+            .freq_factors
+            .iter()
+            .chain(spec.long_factors.iter().map(|(n, _)| n));
+        for name in names {
+            if !rope_factors.iter().any(|(n, _)| n == name) {
+                rope_factors.push((name.clone(), l.floats(name, spec.n_rot / 2)?));
+            }
+        }
+    }
 
-    let q_width = d.n_head * d.head_dim_k;
-    let k_width = d.n_head_kv * d.head_dim_k;
-    let v_width = d.n_head_kv * d.head_dim_v;
-    let o_in = d.n_head * d.head_dim_v;
     let mut layers = Vec::with_capacity(d.n_layer);
     for (i, &kind) in sem.layer_kinds.value.iter().enumerate() {
-        if !kind.is_attention() {
-            return Err(ModelError::Unsupported {
-                path: l.path(),
-                what: format!("layer {i} is a {kind:?} layer, which this forward does not run yet"),
-            });
-        }
         let n = |s: &str| format!("blk.{i}.{s}");
-        let (q_norm, k_norm) = if sem.qk_norm.value != QkNorm::None {
-            // A declared q/k norm without its tensors would silently run unnormalised.
-            (
-                Some(l.norm(&n("attn_q_norm.weight"), d.head_dim_k)?),
-                Some(l.norm(&n("attn_k_norm.weight"), d.head_dim_k)?),
-            )
-        } else {
-            (None, None)
+        let mixer = match kind {
+            LayerKind::Full | LayerKind::Sliding => Mixer::Attention(attention(&l, sem, i)?),
+            LayerKind::ShortConv => Mixer::ShortConv(short_conv(&l, sem, i)?),
+            LayerKind::Linear => Mixer::DeltaNet(delta_net(&l, sem, i)?),
         };
         let (post_attn_norm, post_ffn_norm) = if sem.sandwich_norms.value {
             (
@@ -187,22 +252,27 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         } else {
             (None, None)
         };
+        // Phi-3 fuses gate and up into ffn_up (gate rows first).
+        let (gate, up) = if !l.has(&n("ffn_gate.weight")) && l.has(&n("ffn_up.weight")) {
+            let mut parts = l.split_matrix(&n("ffn_up.weight"), &[d.n_ff, d.n_ff], d.n_embd)?;
+            let up = parts.pop().expect("two parts");
+            (parts.pop().expect("two parts"), up)
+        } else {
+            (
+                l.matrix(&n("ffn_gate.weight"), d.n_ff, d.n_embd)?,
+                l.matrix(&n("ffn_up.weight"), d.n_ff, d.n_embd)?,
+            )
+        };
         layers.push(LayerWeights {
             attn_norm: l.norm(&n("attn_norm.weight"), d.n_embd)?,
-            wq: l.matrix(&n("attn_q.weight"), q_width, d.n_embd)?,
-            wk: l.matrix(&n("attn_k.weight"), k_width, d.n_embd)?,
-            wv: l.matrix(&n("attn_v.weight"), v_width, d.n_embd)?,
-            wo: l.matrix(&n("attn_output.weight"), d.n_embd, o_in)?,
-            bq: l.vector_opt(&n("attn_q.bias"), q_width)?,
-            bk: l.vector_opt(&n("attn_k.bias"), k_width)?,
-            bv: l.vector_opt(&n("attn_v.bias"), v_width)?,
-            q_norm,
-            k_norm,
+            mixer,
             post_attn_norm,
-            ffn_norm: l.norm(&n("ffn_norm.weight"), d.n_embd)?,
-            gate: l.matrix(&n("ffn_gate.weight"), d.n_ff, d.n_embd)?,
-            up: l.matrix(&n("ffn_up.weight"), d.n_ff, d.n_embd)?,
-            down: l.matrix(&n("ffn_down.weight"), d.n_embd, d.n_ff)?,
+            ffn_norm: l.norm(&n(sem.names.ffn_norm), d.n_embd)?,
+            ffn: FfnWeights {
+                gate,
+                up,
+                down: l.matrix(&n("ffn_down.weight"), d.n_embd, d.n_ff)?,
+            },
             post_ffn_norm,
         });
     }
@@ -210,7 +280,125 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         token_embd,
         output_norm,
         output,
-        rope_freqs,
+        rope_factors,
         layers,
+    })
+}
+
+fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
+    let d = &sem.dims;
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let q_rows = d.n_head * d.head_dim_k * if sem.attn_output_gate.value { 2 } else { 1 };
+    let k_rows = d.n_head_kv * d.head_dim_k;
+    let v_rows = d.n_head_kv * d.head_dim_v;
+    let (wq, wk, wv) = if l.has(&n("attn_qkv.weight")) {
+        let mut p = l.split_matrix(&n("attn_qkv.weight"), &[q_rows, k_rows, v_rows], d.n_embd)?;
+        let wv = p.pop().expect("three parts");
+        let wk = p.pop().expect("three parts");
+        (p.pop().expect("three parts"), wk, wv)
+    } else {
+        (
+            l.matrix(&n("attn_q.weight"), q_rows, d.n_embd)?,
+            l.matrix(&n("attn_k.weight"), k_rows, d.n_embd)?,
+            l.matrix(&n("attn_v.weight"), v_rows, d.n_embd)?,
+        )
+    };
+    // A declared q/k norm without its tensors would silently run unnormalised.
+    let (q_norm, k_norm) = if sem.qk_norm.value != QkNorm::None {
+        (
+            Some(l.norm(&n("attn_q_norm.weight"), d.head_dim_k)?),
+            Some(l.norm(&n("attn_k_norm.weight"), d.head_dim_k)?),
+        )
+    } else {
+        (None, None)
+    };
+    let biases = sem.attn_bias.value;
+    let bias = |name: &str, len| {
+        if biases {
+            l.vector(&n(name), len).map(Some)
+        } else {
+            l.vector_opt(&n(name), len)
+        }
+    };
+    Ok(AttnWeights {
+        wq,
+        wk,
+        wv,
+        wo: l.matrix(&n("attn_output.weight"), d.n_embd, d.n_head * d.head_dim_v)?,
+        bq: bias("attn_q.bias", d.n_head * d.head_dim_k)?,
+        bk: bias("attn_k.bias", k_rows)?,
+        bv: bias("attn_v.bias", v_rows)?,
+        q_norm,
+        k_norm,
+    })
+}
+
+fn short_conv(l: &Loader, sem: &Semantics, i: usize) -> Result<ShortConvWeights> {
+    let d = &sem.dims;
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let declared = sem.short_conv.as_ref().map(|s| s.value);
+    let name = n("shortconv.conv.weight");
+    let t = l.get(&name)?;
+    // The kernel length is read from the tensor, and one length runs per model.
+    let len = match t.dims.as_slice() {
+        [k, c] if *c == d.n_embd as u64 => *k as usize,
+        other => {
+            return Err(l.err(
+                &name,
+                format!("has shape {other:?}, expected [L, {}]", d.n_embd),
+            ))
+        }
+    };
+    if declared != Some(len) {
+        return Err(l.err(
+            &name,
+            format!("kernel length {len} differs from the declared short-conv length {declared:?}"),
+        ));
+    }
+    Ok(ShortConvWeights {
+        in_proj: l.matrix(&n("shortconv.in_proj.weight"), 3 * d.n_embd, d.n_embd)?,
+        kernel: l.floats(&name, len * d.n_embd)?,
+        out_proj: l.matrix(&n("shortconv.out_proj.weight"), d.n_embd, d.n_embd)?,
+    })
+}
+
+fn delta_net(l: &Loader, sem: &Semantics, i: usize) -> Result<DeltaNetWeights> {
+    let d = &sem.dims;
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let dn = &sem
+        .delta_net
+        .as_ref()
+        .ok_or_else(|| {
+            l.err(
+                &n("attn_qkv.weight"),
+                "a linear-attention layer without delta-net sizes".into(),
+            )
+        })?
+        .value;
+    let qk = dn.n_k_heads * dn.head_k_dim;
+    let v = dn.n_v_heads * dn.head_v_dim;
+    let channels = 2 * qk + v;
+    let conv_name = n("ssm_conv1d.weight");
+    let t = l.get(&conv_name)?;
+    if t.dims != [dn.conv_kernel as u64, channels as u64] {
+        return Err(l.err(
+            &conv_name,
+            format!(
+                "has shape {:?}, expected [{}, {channels}]",
+                t.dims, dn.conv_kernel
+            ),
+        ));
+    }
+    Ok(DeltaNetWeights {
+        qkv: l.matrix(&n("attn_qkv.weight"), channels, d.n_embd)?,
+        gate: l.matrix(&n("attn_gate.weight"), v, d.n_embd)?,
+        beta: l.matrix(&n("ssm_beta.weight"), dn.n_v_heads, d.n_embd)?,
+        alpha: l.matrix(&n("ssm_alpha.weight"), dn.n_v_heads, d.n_embd)?,
+        dt_bias: l.vector(&n("ssm_dt.bias"), dn.n_v_heads)?,
+        a: l.vector(&n("ssm_a"), dn.n_v_heads)?,
+        conv: l.floats(&conv_name, channels * dn.conv_kernel)?,
+        // ssm_norm is plain RMSNorm whatever the container does for other norms.
+        norm: l.vector(&n("ssm_norm.weight"), dn.head_v_dim)?,
+        out: l.matrix(&n("ssm_out.weight"), d.n_embd, v)?,
     })
 }

@@ -1,138 +1,101 @@
-//! What every family declares with the same GGUF keys (`<arch>.block_count`,
-//! `<arch>.attention.head_count`, ...), read once into a base `Semantics` that
-//! a family file then adjusts.
+//! What every family declares the same way (sizes, RoPE base and scaling, norm
+//! epsilon), read once into a base `Semantics` that a family file adjusts.
 
-use onebit_formats::gguf::Gguf;
-
-use crate::error::{ModelError, Result};
+use super::decls::{self as k, Decls};
+use crate::error::Result;
 use crate::semantics::*;
 
-/// Typed reads of `<arch>.<suffix>` keys.
-pub struct Keys<'a> {
-    pub g: &'a Gguf,
-    pub arch: &'static str,
-}
-
-impl<'a> Keys<'a> {
-    pub fn key(&self, suffix: &str) -> String {
-        format!("{}.{suffix}", self.arch)
-    }
-    pub fn usize(&self, suffix: &str) -> Result<usize> {
-        Ok(self.g.u64(&self.key(suffix))? as usize)
-    }
-    pub fn usize_opt(&self, suffix: &str) -> Result<Option<usize>> {
-        Ok(self.g.u64_opt(&self.key(suffix))?.map(|v| v as usize))
-    }
-    pub fn f64_opt(&self, suffix: &str) -> Result<Option<f64>> {
-        Ok(self.g.f64_opt(&self.key(suffix))?)
-    }
-    pub fn str_opt(&self, suffix: &str) -> Result<Option<&'a str>> {
-        Ok(self.g.str_opt(&self.key(suffix))?)
-    }
-    /// A positive integer, or an error naming the key.
-    pub fn positive(&self, suffix: &str) -> Result<usize> {
-        let v = self.usize(suffix)?;
-        if v == 0 {
-            return Err(self
-                .g
-                .key_error(&self.key(suffix), "must be positive, found 0")
-                .into());
-        }
-        Ok(v)
-    }
-    /// Where a value came from, for the `[semantics]` lines.
-    pub fn src(&self, suffix: &str) -> String {
-        format!("GGUF {}", self.key(suffix))
-    }
-}
-
-/// The base semantics: dimensions, every layer full attention, RoPE from
-/// `rope.freq_base` / `rope.dimension_count` / `rope.scaling.*`, plain norms,
-/// SiLU gate, tied output when the file has no `output.weight`.
-pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> Result<Semantics> {
-    let g = k.g;
-    let n_embd = k.positive("embedding_length")?;
-    let n_layer = k.positive("block_count")?;
-    let n_head = k.positive("attention.head_count")?;
-    let n_head_kv = k.usize_opt("attention.head_count_kv")?.unwrap_or(n_head);
-    if n_head_kv == 0 || n_head % n_head_kv != 0 {
-        return Err(g
-            .key_error(
-                &k.key("attention.head_count_kv"),
-                format!("{n_head_kv} does not divide head_count {n_head}"),
-            )
-            .into());
-    }
-    let (head_dim_k, head_dim_src) = match k.usize_opt("attention.key_length")? {
-        Some(v) => (v, k.key("attention.key_length")),
-        None if n_embd % n_head == 0 => (
+/// The base semantics: dimensions, every layer full attention, RoPE from the
+/// declared base / rotary width / scaling, plain norms, SiLU gate, tied output
+/// when the container has no `output.weight`.
+///
+/// `own_scaling` lists the RoPE scaling types the family reads itself (e.g.
+/// Hunyuan's `dynamic` with alpha); any other type but linear is refused.
+pub fn base(
+    d: &Decls,
+    family: &'static str,
+    rope_style: Sourced<RopeStyle>,
+    own_scaling: &[&str],
+) -> Result<Semantics> {
+    let n_embd = d.positive(k::N_EMBD)?;
+    let n_layer = d.positive(k::N_LAYER)?;
+    let n_head = d.positive(k::N_HEAD)?;
+    let n_head_kv = head_count_kv(d, n_head, n_layer)?;
+    let (head_dim_k, head_dim_src) = match d.usize_opt(k::HEAD_DIM_K)? {
+        Some(v) if v > 0 => (v, d.src(k::HEAD_DIM_K)),
+        _ if n_embd % n_head == 0 => (
             n_embd / n_head,
-            "embedding_length / head_count (no key_length key)".to_string(),
+            format!(
+                "{} / {} (no head dim declared)",
+                d.spelled(k::N_EMBD),
+                d.spelled(k::N_HEAD)
+            ),
         ),
-        None => {
-            return Err(g
-                .key_error(
-                    &k.key("attention.key_length"),
-                    "absent, and embedding_length is not a multiple of head_count",
-                )
-                .into())
+        _ => {
+            return Err(d.err(
+                k::HEAD_DIM_K,
+                "absent, and the embedding width is not a multiple of the head count",
+            ))
         }
     };
-    let head_dim_v = k.usize_opt("attention.value_length")?.unwrap_or(head_dim_k);
-    let n_ff = k.positive("feed_forward_length")?;
-    let n_vocab = vocab_size(k)?;
-    let n_ctx_train = k.usize_opt("context_length")?.unwrap_or(0);
+    let head_dim_v = d
+        .usize_opt(k::HEAD_DIM_V)?
+        .filter(|&v| v > 0)
+        .unwrap_or(head_dim_k);
+    let n_ff = d.positive(k::N_FF)?;
+    // The vocabulary: declared, else the embedding's row count.
+    let n_vocab = match d.usize_opt(k::N_VOCAB)? {
+        Some(v) if v > 0 => v,
+        _ => match d.tensor_dims("token_embd.weight").as_deref() {
+            Some([_, rows]) => *rows as usize,
+            _ => {
+                return Err(d.err(
+                    k::N_VOCAB,
+                    "absent, and there is no 2-D token embedding to count",
+                ))
+            }
+        },
+    };
+    let n_ctx_train = d.usize_opt(k::N_CTX_TRAIN)?.unwrap_or(0);
 
-    let eps_key = "attention.layer_norm_rms_epsilon";
-    let eps = k
-        .f64_opt(eps_key)?
-        .ok_or_else(|| ModelError::from(g.key_error(&k.key(eps_key), "is required but absent")))?;
+    let eps = d
+        .f64_opt(k::NORM_EPS)?
+        .ok_or_else(|| d.err(k::NORM_EPS, "is required but absent"))?;
+    if !(eps > 0.0 && eps < 1.0) {
+        return Err(d.err(k::NORM_EPS, format!("must be in (0, 1), found {eps}")));
+    }
 
-    let base_freq = k.f64_opt("rope.freq_base")?;
-    let (base_freq, base_src) = match base_freq {
-        Some(b) if b > 0.0 => (b, k.src("rope.freq_base")),
-        Some(b) => {
-            return Err(g
-                .key_error(
-                    &k.key("rope.freq_base"),
-                    format!("must be positive, found {b}"),
-                )
-                .into())
-        }
+    let (base_freq, base_src) = match d.f64_opt(k::ROPE_BASE)? {
+        Some(b) if b > 0.0 => (b, d.src(k::ROPE_BASE)),
+        Some(b) => return Err(d.err(k::ROPE_BASE, format!("must be positive, found {b}"))),
         None => (
             10000.0,
-            "ggml default 10000 (rope.freq_base absent)".to_string(),
+            format!("default 10000 ({} absent)", d.spelled(k::ROPE_BASE)),
         ),
     };
-    let n_rot = k.usize_opt("rope.dimension_count")?.unwrap_or(head_dim_k);
+    let n_rot = d.usize_opt(k::ROPE_DIMS)?.unwrap_or(head_dim_k);
     if n_rot > head_dim_k || n_rot % 2 != 0 {
-        return Err(g
-            .key_error(
-                &k.key("rope.dimension_count"),
-                format!("{n_rot} must be even and at most head_dim {head_dim_k}"),
-            )
-            .into());
+        return Err(d.err(
+            k::ROPE_DIMS,
+            format!("{n_rot} must be even and at most the head dim {head_dim_k}"),
+        ));
     }
-    let scaling = rope_scaling(k)?;
-    let freq_factors = g.tensor("rope_freqs.weight").is_some();
+    let scaling = rope_scaling(d, own_scaling)?;
+    let freq_factors = d
+        .has_tensor("rope_freqs.weight")
+        .then(|| "rope_freqs.weight".to_string());
     let rope = RopeSpec {
         base: base_freq,
         style: rope_style.value,
         n_rot,
         scaling,
         freq_factors,
+        attn_factor: 1.0,
+        long_factors: None,
     };
-    let rope_src = format!(
-        "{base_src}; style: {}; {}",
-        rope_style.source,
-        if freq_factors {
-            "rope_freqs.weight present"
-        } else {
-            "no rope_freqs tensor"
-        }
-    );
+    let rope_src = format!("{base_src}; style: {}", rope_style.source);
 
-    let tied = g.tensor("output.weight").is_none();
+    let tied = !d.has_tensor("output.weight");
     Ok(Semantics {
         family,
         dims: Dims {
@@ -155,12 +118,12 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
         rope_sliding: Sourced::new(rope, rope_src),
         attn_scale: Sourced::new(
             1.0 / (head_dim_k as f32).sqrt(),
-            format!("1/sqrt(head_dim {head_dim_k}) from {head_dim_src}"),
+            format!("1/sqrt(head dim {head_dim_k}) from {head_dim_src}"),
         ),
         attn_softcap: Sourced::new(None, format!("{family}: none")),
         final_softcap: Sourced::new(None, format!("{family}: none")),
         qk_norm: Sourced::new(QkNorm::None, format!("{family}: no q/k norm")),
-        norm_eps: Sourced::new(eps as f32, k.src(eps_key)),
+        norm_eps: Sourced::new(eps as f32, d.src(k::NORM_EPS)),
         norm_form: Sourced::new(NormForm::Plain, format!("{family}: RMSNorm x/rms * w")),
         sandwich_norms: Sourced::new(false, format!("{family}: none")),
         embed_scale: Sourced::new(None, format!("{family}: none")),
@@ -168,62 +131,112 @@ pub fn base(k: &Keys, family: &'static str, rope_style: Sourced<RopeStyle>) -> R
         tied_output: Sourced::new(
             tied,
             if tied {
-                "no output.weight tensor: the embedding is the output matrix"
+                "no output weight tensor: the embedding is the output matrix"
             } else {
-                "output.weight tensor present"
+                "output weight tensor present"
             },
         ),
         attn_bias: Sourced::new(false, format!("{family}: none")),
+        attn_output_gate: Sourced::new(false, format!("{family}: none")),
+        short_conv: None,
+        delta_net: None,
+        names: TensorNames::default(),
     })
 }
 
-/// `<arch>.vocab_size`, else the length of `tokenizer.ggml.tokens`.
-fn vocab_size(k: &Keys) -> Result<usize> {
-    if let Some(v) = k.usize_opt("vocab_size")? {
-        return Ok(v);
+/// The KV head count: one number, or (LFM2) one per layer where 0 marks a layer
+/// without attention; the attention layers must agree.
+fn head_count_kv(d: &Decls, n_head: usize, n_layer: usize) -> Result<usize> {
+    let v = match d.get(k::N_HEAD_KV) {
+        None => n_head,
+        Some(serde_json::Value::Array(per_layer)) => {
+            if per_layer.len() != n_layer {
+                return Err(d.err(
+                    k::N_HEAD_KV,
+                    format!("has {} entries for {n_layer} layers", per_layer.len()),
+                ));
+            }
+            let mut nonzero: Vec<u64> = per_layer
+                .iter()
+                .filter_map(|x| x.as_u64())
+                .filter(|&x| x > 0)
+                .collect();
+            nonzero.dedup();
+            match nonzero.as_slice() {
+                [one] => *one as usize,
+                [] => n_head,
+                _ => {
+                    return Err(d.err(
+                        k::N_HEAD_KV,
+                        "attention layers disagree on the KV head count",
+                    ))
+                }
+            }
+        }
+        Some(_) => d.usize(k::N_HEAD_KV)?,
+    };
+    if v == 0 || n_head % v != 0 {
+        return Err(d.err(
+            k::N_HEAD_KV,
+            format!("{v} does not divide the head count {n_head}"),
+        ));
     }
-    match k.g.array_opt("tokenizer.ggml.tokens")? {
-        Some(t) if !t.is_empty() => Ok(t.len()),
-        _ => Err(k
-            .g
-            .key_error(
-                &k.key("vocab_size"),
-                "absent, and there is no tokenizer.ggml.tokens array to count",
-            )
-            .into()),
+    Ok(v)
+}
+
+/// Per-layer KV head counts as declared (LFM2 marks conv layers with 0).
+pub fn per_layer_kv_heads(d: &Decls) -> Option<Vec<u64>> {
+    match d.get(k::N_HEAD_KV) {
+        Some(serde_json::Value::Array(a)) => {
+            Some(a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
+        }
+        _ => None,
     }
 }
 
-/// `rope.scaling.type` (+ `factor`), or the older `rope.scale_linear`.
-/// Types the forward does not implement are refused by name.
-fn rope_scaling(k: &Keys) -> Result<RopeScaling> {
-    let ty = k.str_opt("rope.scaling.type")?;
-    let factor = k.f64_opt("rope.scaling.factor")?;
-    match ty {
-        None | Some("none") => match k.f64_opt("rope.scale_linear")? {
+/// Linear RoPE scaling from the declared type and factor; a type the forward
+/// does not implement is refused by name. (Families with other scaling kinds,
+/// e.g. Hunyuan's NTK alpha, read their own keys first.)
+fn rope_scaling(d: &Decls, own_scaling: &[&str]) -> Result<RopeScaling> {
+    let ty = d.str_opt(k::ROPE_SCALING_TYPE)?;
+    let factor = d.f64_opt(k::ROPE_SCALING_FACTOR)?;
+    match ty.as_deref() {
+        None | Some("none") | Some("default") => match d.f64_opt(k::ROPE_SCALE_LINEAR)? {
             Some(f) if f > 0.0 && f != 1.0 => Ok(RopeScaling::Linear { factor: f }),
             _ => Ok(RopeScaling::None),
         },
         Some("linear") => match factor {
-            Some(f) if f > 0.0 => Ok(if f == 1.0 {
+            Some(f) if f > 0.0 && f.is_finite() => Ok(if f == 1.0 {
                 RopeScaling::None
             } else {
                 RopeScaling::Linear { factor: f }
             }),
-            _ => Err(k
-                .g
-                .key_error(
-                    &k.key("rope.scaling.factor"),
-                    format!("linear RoPE scaling needs a positive factor, found {factor:?}"),
-                )
-                .into()),
+            _ => Err(d.err(
+                k::ROPE_SCALING_FACTOR,
+                format!("linear RoPE scaling needs a positive factor, found {factor:?}"),
+            )),
         },
-        Some(other) => Err(k
-            .g
-            .key_error(
-                &k.key("rope.scaling.type"),
-                format!("RoPE scaling `{other}` is not implemented (linear is)"),
-            )
-            .into()),
+        Some(t) if own_scaling.contains(&t) => Ok(RopeScaling::None),
+        Some(other) => Err(d.err(
+            k::ROPE_SCALING_TYPE,
+            format!("RoPE scaling `{other}` is not implemented (linear is)"),
+        )),
     }
+}
+
+/// Whether q and k are RMS-normalised per head: a stated `use_qk_norm`
+/// (true or false) decides; otherwise the family's own rule. `order` is where
+/// the family applies the norm relative to RoPE.
+pub fn qk_norm(
+    d: &Decls,
+    family_default: bool,
+    order: QkNorm,
+    family_src: &str,
+) -> Result<Sourced<QkNorm>> {
+    Ok(match d.bool_opt(k::USE_QK_NORM)? {
+        Some(true) => Sourced::new(order, d.src(k::USE_QK_NORM)),
+        Some(false) => Sourced::new(QkNorm::None, d.src(k::USE_QK_NORM)),
+        None if family_default => Sourced::new(order, family_src.to_string()),
+        None => Sourced::new(QkNorm::None, family_src.to_string()),
+    })
 }

@@ -1,21 +1,23 @@
-//! Gemma 3 (text). What differs from the base, each rule read from the file
-//! where the file states it:
+//! Gemma 3 (text). What differs from the base, each rule read from the model
+//! where the model states it:
 //!
-//! - Sliding-window layers: every 6th layer is full (HF's `(i + 1) % 6 == 0`)
-//!   unless `attention.sliding_window_pattern` says otherwise; no window key
-//!   (or 0) means no sliding at all.
-//! - Two RoPE bases: sliding layers `rope.freq_base_swa`, 10000 when absent
-//!   (not the model's base), unscaled; full layers `rope.freq_base` with the
-//!   linear scaling factor. Halves (neox) pairing.
+//! - Sliding-window layers: a `layer_types` list, else the sliding pattern (a
+//!   period: layer i full when (i + 1) % p == 0, or per-layer flags), else HF's
+//!   default period 6. No window (or 0) means no sliding at all.
+//! - Two RoPE bases: sliding layers their local base (GGUF `rope.freq_base_swa`,
+//!   config `rope_local_base_freq`), 10000 when absent (HF's default, not the
+//!   model's base), unscaled; full layers the model's base with linear scaling.
 //! - q/k RMSNorm before RoPE; sandwich norms (post-attention, post-feed-forward).
-//! - Norms: HF computes `x/rms * (1 + w)`; the GGUF converter stores `1 + w`,
-//!   so the plain form applies to what the file holds.
-//! - Embeddings times sqrt(n_embd); attention scale 1/sqrt(key_length);
-//!   GELU(tanh)-gated MLP; final logit soft-capping when stated.
+//! - Norms: HF computes `x/rms * (1 + w)`; GGUF and q4nx containers store
+//!   `1 + w`, so the plain form applies to what they hold.
+//! - Embeddings times sqrt(n_embd) (a pack stores them pre-scaled); attention
+//!   scale 1/sqrt(query_pre_attn_scalar or head dim); GELU(tanh) gate; final
+//!   logit soft-capping when stated.
 
-use onebit_formats::gguf::{describe, Gguf, Value};
+use serde_json::Value as Json;
 
-use super::common::{base, Keys};
+use super::common::{base, qk_norm};
+use super::decls::{self as k, Container, Decls};
 use crate::error::Result;
 use crate::semantics::*;
 
@@ -23,75 +25,94 @@ use crate::semantics::*;
 const DEFAULT_PATTERN: usize = 6;
 const DEFAULT_SWA_BASE: f64 = 10000.0;
 
-pub fn from_gguf(g: &Gguf) -> Result<Semantics> {
-    let k = Keys { g, arch: "gemma3" };
+pub fn semantics(d: &Decls) -> Result<Semantics> {
     let mut s = base(
-        &k,
+        d,
         "gemma3",
         Sourced::new(RopeStyle::Halves, "gemma3: neox (halves) RoPE"),
+        &[],
     )?;
     let n_layer = s.dims.n_layer;
 
-    let window = k.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
+    let window = d.usize_opt(k::SLIDING_WINDOW)?.filter(|&w| w > 0);
     s.sliding_window = Sourced::new(
         window,
-        if window.is_some() {
-            k.src("attention.sliding_window")
-        } else {
-            "no attention.sliding_window key (or 0): no sliding".into()
+        match window {
+            Some(_) => d.src(k::SLIDING_WINDOW),
+            None => format!("no {} (or 0): no sliding", d.spelled(k::SLIDING_WINDOW)),
         },
     );
     if window.is_some() {
-        s.layer_kinds = sliding_kinds(&k, n_layer)?;
+        s.layer_kinds = sliding_kinds(d, n_layer)?;
     }
 
-    // Sliding layers: their own base, unscaled.
+    // Sliding layers: their own base (stated, or HF's default), unscaled;
+    // linear scaling belongs to the full layers.
     let mut sliding = s.rope_full.value.clone();
     sliding.scaling = RopeScaling::None;
-    let swa_src = match k.f64_opt("rope.freq_base_swa")? {
+    let swa_src = match d.f64_opt(k::ROPE_BASE_SWA)? {
         Some(b) if b > 0.0 => {
             sliding.base = b;
-            k.src("rope.freq_base_swa")
+            format!("{}; unscaled", d.src(k::ROPE_BASE_SWA))
         }
-        Some(b) => {
-            return Err(g
-                .key_error(
-                    &k.key("rope.freq_base_swa"),
-                    format!("must be positive, found {b}"),
-                )
-                .into());
-        }
+        Some(b) => return Err(d.err(k::ROPE_BASE_SWA, format!("must be positive, found {b}"))),
         None => {
             sliding.base = DEFAULT_SWA_BASE;
-            format!("gemma3 default {DEFAULT_SWA_BASE} (rope.freq_base_swa absent; HF's rope_local_base_freq default)")
+            format!(
+                "gemma3 default {DEFAULT_SWA_BASE} ({} absent; HF's rope_local_base_freq default); unscaled",
+                d.spelled(k::ROPE_BASE_SWA)
+            )
         }
     };
-    s.rope_sliding = Sourced::new(sliding, format!("{swa_src}; unscaled"));
+    s.rope_sliding = Sourced::new(sliding, swa_src);
 
-    s.qk_norm = Sourced::new(QkNorm::BeforeRope, "gemma3: q/k RMSNorm before RoPE");
+    if let Some(q) = d.f64_opt(k::QUERY_PRE_ATTN_SCALAR)? {
+        if q <= 0.0 {
+            return Err(d.err(
+                k::QUERY_PRE_ATTN_SCALAR,
+                format!("must be positive, found {q}"),
+            ));
+        }
+        s.attn_scale = Sourced::new(
+            (1.0 / q.sqrt()) as f32,
+            format!("1/sqrt({})", d.src(k::QUERY_PRE_ATTN_SCALAR)),
+        );
+    }
+
+    s.qk_norm = qk_norm(
+        d,
+        true,
+        QkNorm::BeforeRope,
+        "gemma3: q/k RMSNorm before RoPE",
+    )?;
     s.norm_form = Sourced::new(
         NormForm::Plain,
-        "gemma3 GGUF: norms stored as 1 + w (converter adds the 1)",
+        "gemma3 GGUF/q4nx: norms stored as 1 + w (the converter adds the 1)",
     );
     s.sandwich_norms = Sourced::new(true, "gemma3: post-attention and post-feed-forward norms");
-    s.embed_scale = Sourced::new(
-        Some((s.dims.n_embd as f32).sqrt()),
-        format!("gemma3: sqrt(embedding_length {})", s.dims.n_embd),
-    );
+    s.embed_scale = match d.container {
+        Container::Gguf => Sourced::new(
+            Some((s.dims.n_embd as f32).sqrt()),
+            format!("gemma3: sqrt({} = {})", d.spelled(k::N_EMBD), s.dims.n_embd),
+        ),
+        Container::Pack => Sourced::new(
+            None,
+            "gemma3 pack: embedding stored pre-scaled by sqrt(hidden_size)",
+        ),
+    };
     s.activation = Sourced::new(Activation::GeluTanhGate, "gemma3: gelu_pytorch_tanh gate");
-    if let Some(cap) = k.f64_opt("final_logit_softcapping")? {
-        s.final_softcap = Sourced::new(Some(cap as f32), k.src("final_logit_softcapping"));
+    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
+        s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
     }
-    if let Some(cap) = k.f64_opt("attn_logit_softcapping")? {
-        s.attn_softcap = Sourced::new(Some(cap as f32), k.src("attn_logit_softcapping"));
+    if let Some(cap) = d.f64_opt(k::ATTN_SOFTCAP)? {
+        s.attn_softcap = Sourced::new(Some(cap as f32), d.src(k::ATTN_SOFTCAP));
     }
     Ok(s)
 }
 
-/// Which layers slide: the pattern key (a period, or one flag per layer), else
-/// HF's default period 6.
-fn sliding_kinds(k: &Keys, n_layer: usize) -> Result<Sourced<Vec<LayerKind>>> {
-    let key = k.key("attention.sliding_window_pattern");
+/// Which layers slide: `layer_types`, else the pattern key (a period, or one
+/// flag per layer), else HF's default period 6.
+fn sliding_kinds(d: &Decls, n_layer: usize) -> Result<Sourced<Vec<LayerKind>>> {
     let by_period = |p: usize| -> Vec<LayerKind> {
         (0..n_layer)
             .map(|i| {
@@ -103,22 +124,25 @@ fn sliding_kinds(k: &Keys, n_layer: usize) -> Result<Sourced<Vec<LayerKind>>> {
             })
             .collect()
     };
-    match k.g.get(&key) {
+    if let Some(types) = d.get(k::LAYER_TYPES) {
+        let kinds = layer_types(d, &types, n_layer)?;
+        return Ok(Sourced::new(kinds, d.src(k::LAYER_TYPES)));
+    }
+    let key = k::SLIDING_WINDOW_PATTERN;
+    match d.get(key) {
         None => Ok(Sourced::new(
             by_period(DEFAULT_PATTERN),
             format!(
-                "gemma3 default: layer i full when (i + 1) % {DEFAULT_PATTERN} == 0 ({key} absent)"
+                "gemma3 default: layer i full when (i + 1) % {DEFAULT_PATTERN} == 0 ({} absent)",
+                d.spelled(key)
             ),
         )),
-        Some(Value::Array(flags)) => {
+        Some(Json::Array(flags)) => {
             if flags.len() != n_layer {
-                return Err(k
-                    .g
-                    .key_error(
-                        &key,
-                        format!("has {} entries for {n_layer} layers", flags.len()),
-                    )
-                    .into());
+                return Err(d.err(
+                    key,
+                    format!("has {} entries for {n_layer} layers", flags.len()),
+                ));
             }
             let kinds = flags
                 .iter()
@@ -126,33 +150,49 @@ fn sliding_kinds(k: &Keys, n_layer: usize) -> Result<Sourced<Vec<LayerKind>>> {
                     |f| match f.as_bool().or_else(|| f.as_i64().map(|v| v != 0)) {
                         Some(true) => Ok(LayerKind::Sliding),
                         Some(false) => Ok(LayerKind::Full),
-                        None => Err(k.g.key_error(
-                            &key,
-                            format!("entries must be bools or integers, found {}", describe(f)),
-                        )),
+                        None => {
+                            Err(d.err(key, format!("entries must be bools or integers, found {f}")))
+                        }
                     },
                 )
-                .collect::<std::result::Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>>>()?;
             Ok(Sourced::new(
                 kinds,
-                format!("GGUF {key} (per-layer flags, true = sliding)"),
+                format!("{} (per-layer flags, true = sliding)", d.src(key)),
             ))
         }
-        Some(v) => match v.as_i64() {
+        Some(v) => match v.as_u64() {
             Some(p) if p > 0 => Ok(Sourced::new(
                 by_period(p as usize),
-                format!("GGUF {key} = {p}: layer i full when (i + 1) % {p} == 0"),
+                format!("{} = {p}: layer i full when (i + 1) % {p} == 0", d.src(key)),
             )),
-            _ => Err(k
-                .g
-                .key_error(
-                    &key,
-                    format!(
-                        "expected a positive period or per-layer flags, found {}",
-                        describe(v)
-                    ),
-                )
-                .into()),
+            _ => Err(d.err(
+                key,
+                format!("expected a positive period or per-layer flags, found {v}"),
+            )),
         },
     }
+}
+
+/// HF `layer_types`: "full_attention" / "sliding_attention" per layer.
+pub fn layer_types(d: &Decls, types: &Json, n_layer: usize) -> Result<Vec<LayerKind>> {
+    let list = types
+        .as_array()
+        .ok_or_else(|| d.err(k::LAYER_TYPES, format!("expected a list, found {types}")))?;
+    if list.len() != n_layer {
+        return Err(d.err(
+            k::LAYER_TYPES,
+            format!("has {} entries for {n_layer} layers", list.len()),
+        ));
+    }
+    list.iter()
+        .map(|t| match t.as_str() {
+            Some("full_attention") => Ok(LayerKind::Full),
+            Some("sliding_attention") => Ok(LayerKind::Sliding),
+            _ => Err(d.err(
+                k::LAYER_TYPES,
+                format!("layer type {t} is not one this family runs"),
+            )),
+        })
+        .collect()
 }

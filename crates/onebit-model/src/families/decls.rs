@@ -1,0 +1,258 @@
+//! What a model declares, whichever container holds the declaration.
+//!
+//! A GGUF file says `gemma3.rope.freq_base_swa`; a pack's config.json says
+//! `rope_local_base_freq`. Family files ask for the logical key (`ROPE_BASE_SWA`)
+//! and get the value with its source spelled as the container spells it, so
+//! one family file serves both containers and differs by container only where
+//! the containers really store different things (stored +1 norms, permuted
+//! q/k rows, pre-scaled embeddings).
+
+use std::path::{Path, PathBuf};
+
+use onebit_formats::gguf::{Gguf, Value};
+use serde_json::Value as Json;
+
+use crate::error::{ModelError, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Container {
+    Gguf,
+    /// A FastFlowLM pack: model.q4nx with HF config.json and tokenizer files.
+    Pack,
+}
+
+/// A logical key: its GGUF spelling (after `<arch>.`) and its config.json
+/// spellings, first match wins. An empty spelling: not declared there.
+#[derive(Clone, Copy, Debug)]
+pub struct Key {
+    pub gguf: &'static str,
+    pub hf: &'static [&'static str],
+}
+
+macro_rules! keys {
+    ($($name:ident = $gguf:literal, [$($hf:literal),*];)*) => {
+        $(pub const $name: Key = Key { gguf: $gguf, hf: &[$($hf),*] };)*
+    };
+}
+
+// The table: logical key = GGUF suffix, [config.json paths ('/' descends)].
+keys! {
+    N_EMBD = "embedding_length", ["hidden_size"];
+    N_LAYER = "block_count", ["num_hidden_layers"];
+    N_HEAD = "attention.head_count", ["num_attention_heads"];
+    N_HEAD_KV = "attention.head_count_kv", ["num_key_value_heads"];
+    HEAD_DIM_K = "attention.key_length", ["head_dim"];
+    HEAD_DIM_V = "attention.value_length", ["head_dim"];
+    N_FF = "feed_forward_length", ["intermediate_size", "block_ff_dim"];
+    N_VOCAB = "vocab_size", ["vocab_size"];
+    N_CTX_TRAIN = "context_length", ["max_position_embeddings"];
+    NORM_EPS = "attention.layer_norm_rms_epsilon", ["rms_norm_eps", "norm_eps"];
+    ROPE_BASE = "rope.freq_base", ["rope_theta", "rope_parameters/rope_theta"];
+    ROPE_BASE_SWA = "rope.freq_base_swa", ["rope_local_base_freq"];
+    ROPE_DIMS = "rope.dimension_count", [];
+    ROPE_SCALING_TYPE = "rope.scaling.type", ["rope_scaling/rope_type", "rope_scaling/type"];
+    ROPE_SCALING_FACTOR = "rope.scaling.factor", ["rope_scaling/factor"];
+    ROPE_SCALE_LINEAR = "rope.scale_linear", [];
+    ROPE_SCALING_ALPHA = "rope.scaling.alpha", ["rope_scaling/alpha"];
+    ROPE_SCALING_ATTN_FACTOR = "rope.scaling.attn_factor", [];
+    ROPE_SCALING_ORIG_CTX = "rope.scaling.original_context_length", ["rope_scaling/original_max_position_embeddings"];
+    ROPE_SECTIONS = "rope.dimension_sections", [];
+    SLIDING_WINDOW = "attention.sliding_window", ["sliding_window"];
+    SLIDING_WINDOW_PATTERN = "attention.sliding_window_pattern", ["sliding_window_pattern"];
+    LAYER_TYPES = "", ["layer_types"];
+    QUERY_PRE_ATTN_SCALAR = "", ["query_pre_attn_scalar"];
+    FINAL_SOFTCAP = "final_logit_softcapping", ["final_logit_softcapping"];
+    ATTN_SOFTCAP = "attn_logit_softcapping", ["attn_logit_softcapping"];
+    USE_QK_NORM = "", ["use_qk_norm"];
+    SHORTCONV_L_CACHE = "shortconv.l_cache", ["conv_L_cache"];
+    SSM_CONV_KERNEL = "ssm.conv_kernel", ["linear_conv_kernel_dim"];
+    SSM_STATE_SIZE = "ssm.state_size", ["linear_key_head_dim"];
+    SSM_GROUP_COUNT = "ssm.group_count", ["linear_num_key_heads"];
+    SSM_TIME_STEP_RANK = "ssm.time_step_rank", ["linear_num_value_heads"];
+    SSM_INNER_SIZE = "ssm.inner_size", [];
+    FULL_ATTN_INTERVAL = "full_attention_interval", ["full_attention_interval"];
+    RECURRENT_LAYERS = "attention.recurrent_layers", [];
+}
+
+enum Source<'a> {
+    Gguf(&'a Gguf),
+    Config(&'a Json),
+}
+
+/// The declarations of one model.
+pub struct Decls<'a> {
+    pub container: Container,
+    /// The GGUF architecture prefix of the family reading these declarations.
+    pub arch: &'static str,
+    path: PathBuf,
+    source: Source<'a>,
+    tensors: &'a dyn Fn(&str) -> Option<Vec<u64>>,
+}
+
+impl<'a> Decls<'a> {
+    pub fn gguf(
+        g: &'a Gguf,
+        arch: &'static str,
+        tensors: &'a dyn Fn(&str) -> Option<Vec<u64>>,
+    ) -> Decls<'a> {
+        Decls {
+            container: Container::Gguf,
+            arch,
+            path: g.path().to_path_buf(),
+            source: Source::Gguf(g),
+            tensors,
+        }
+    }
+
+    /// `config` is config.json (its `text_config` when the model nests one);
+    /// `tensors` gives a tensor's ggml dims by GGUF tensor name.
+    pub fn config(
+        config: &'a Json,
+        path: &Path,
+        arch: &'static str,
+        tensors: &'a dyn Fn(&str) -> Option<Vec<u64>>,
+    ) -> Decls<'a> {
+        Decls {
+            container: Container::Pack,
+            arch,
+            path: path.to_path_buf(),
+            source: Source::Config(config),
+            tensors,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the container holds a tensor (GGUF name, e.g. `blk.0.attn_q_norm.weight`).
+    pub fn has_tensor(&self, name: &str) -> bool {
+        (self.tensors)(name).is_some()
+    }
+
+    /// A tensor's dims in ggml order (GGUF name), when the container holds it.
+    pub fn tensor_dims(&self, name: &str) -> Option<Vec<u64>> {
+        (self.tensors)(name)
+    }
+
+    /// The key as this container spells it (first spelling when none is present).
+    pub fn spelled(&self, k: Key) -> String {
+        match &self.source {
+            Source::Gguf(_) => format!("{}.{}", self.arch, k.gguf),
+            Source::Config(cfg) => {
+                k.hf.iter()
+                    .find(|p| lookup(cfg, p).is_some())
+                    .or(k.hf.first())
+                    .map(|p| p.replace('/', "."))
+                    .unwrap_or_default()
+            }
+        }
+    }
+
+    /// "GGUF gemma3.rope.freq_base_swa" / "config.json rope_local_base_freq".
+    pub fn src(&self, k: Key) -> String {
+        match self.container {
+            Container::Gguf => format!("GGUF {}", self.spelled(k)),
+            Container::Pack => format!("config.json {}", self.spelled(k)),
+        }
+    }
+
+    /// The declared value, or None when this container does not state it.
+    /// A JSON `null` states nothing.
+    pub fn get(&self, k: Key) -> Option<Json> {
+        match &self.source {
+            Source::Gguf(g) if !k.gguf.is_empty() => {
+                g.get(&format!("{}.{}", self.arch, k.gguf)).map(to_json)
+            }
+            Source::Gguf(_) => None,
+            Source::Config(cfg) => {
+                k.hf.iter()
+                    .find_map(|p| lookup(cfg, p))
+                    .filter(|v| !v.is_null())
+                    .cloned()
+            }
+        }
+    }
+
+    pub fn err(&self, k: Key, what: impl Into<String>) -> ModelError {
+        ModelError::Key {
+            path: self.path.clone(),
+            key: self.spelled(k),
+            what: what.into(),
+        }
+    }
+
+    pub fn f64_opt(&self, k: Key) -> Result<Option<f64>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(k, format!("expected a number, found {v}"))),
+        }
+    }
+
+    pub fn usize_opt(&self, k: Key) -> Result<Option<usize>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|x| Some(x as usize))
+                .ok_or_else(|| self.err(k, format!("expected a non-negative integer, found {v}"))),
+        }
+    }
+
+    pub fn usize(&self, k: Key) -> Result<usize> {
+        self.usize_opt(k)?
+            .ok_or_else(|| self.err(k, "is required but absent"))
+    }
+
+    /// A required positive integer.
+    pub fn positive(&self, k: Key) -> Result<usize> {
+        match self.usize(k)? {
+            0 => Err(self.err(k, "must be positive, found 0")),
+            v => Ok(v),
+        }
+    }
+
+    pub fn bool_opt(&self, k: Key) -> Result<Option<bool>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.err(k, format!("expected true or false, found {v}"))),
+        }
+    }
+
+    pub fn str_opt(&self, k: Key) -> Result<Option<String>> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.err(k, format!("expected a string, found {v}"))),
+        }
+    }
+}
+
+/// `a/b` descends into objects.
+fn lookup<'j>(cfg: &'j Json, path: &str) -> Option<&'j Json> {
+    path.split('/').try_fold(cfg, |v, part| v.get(part))
+}
+
+fn to_json(v: &Value) -> Json {
+    match v {
+        Value::U8(x) => Json::from(*x),
+        Value::I8(x) => Json::from(*x),
+        Value::U16(x) => Json::from(*x),
+        Value::I16(x) => Json::from(*x),
+        Value::U32(x) => Json::from(*x),
+        Value::I32(x) => Json::from(*x),
+        Value::U64(x) => Json::from(*x),
+        Value::I64(x) => Json::from(*x),
+        Value::F32(x) => serde_json::Number::from_f64(*x as f64).map_or(Json::Null, Json::Number),
+        Value::F64(x) => serde_json::Number::from_f64(*x).map_or(Json::Null, Json::Number),
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Str(s) => Json::String(s.clone()),
+        Value::Array(a) => Json::Array(a.iter().map(to_json).collect()),
+    }
+}

@@ -1,0 +1,74 @@
+//! LFM2: a hybrid of gated short convolutions and attention. What differs:
+//!
+//! - Layer kinds from the container: GGUF marks conv layers with a KV head
+//!   count of 0 in the per-layer `attention.head_count_kv`; config.json lists
+//!   `layer_types` ("conv" / "full_attention").
+//! - Short-conv layers: in_proj to B, C, x (in that order); y = C * conv(B * x)
+//!   with a causal depthwise kernel of length L (`shortconv.l_cache`, checked
+//!   against every layer's conv tensor at load); out_proj.
+//! - Attention layers: q/k RMSNorm before RoPE, halves pairing.
+//! - The final norm is the tensor GGUF calls `token_embd_norm`.
+
+use super::common::{base, per_layer_kv_heads, qk_norm};
+use super::decls::{self as k, Decls};
+use crate::error::Result;
+use crate::semantics::*;
+
+pub fn semantics(d: &Decls) -> Result<Semantics> {
+    let mut s = base(
+        d,
+        "lfm2",
+        Sourced::new(RopeStyle::Halves, "lfm2: neox (halves) RoPE"),
+        &[],
+    )?;
+    let n_layer = s.dims.n_layer;
+    let kinds = if let Some(types) = d.get(k::LAYER_TYPES) {
+        let list = types
+            .as_array()
+            .filter(|l| l.len() == n_layer)
+            .ok_or_else(|| {
+                d.err(
+                    k::LAYER_TYPES,
+                    format!("expected {n_layer} layer types, found {types}"),
+                )
+            })?;
+        let kinds = list
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("conv") => Ok(LayerKind::ShortConv),
+                Some("full_attention") | Some("attention") => Ok(LayerKind::Full),
+                _ => Err(d.err(
+                    k::LAYER_TYPES,
+                    format!("layer type {t} is not one lfm2 runs"),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Sourced::new(kinds, d.src(k::LAYER_TYPES))
+    } else if let Some(per_layer) = per_layer_kv_heads(d) {
+        let kinds = per_layer
+            .iter()
+            .map(|&h| {
+                if h == 0 {
+                    LayerKind::ShortConv
+                } else {
+                    LayerKind::Full
+                }
+            })
+            .collect();
+        Sourced::new(
+            kinds,
+            format!("{}: 0 marks a short-conv layer", d.src(k::N_HEAD_KV)),
+        )
+    } else {
+        return Err(d.err(
+            k::N_HEAD_KV,
+            "lfm2 needs per-layer KV head counts (or layer_types) to tell conv layers",
+        ));
+    };
+    s.layer_kinds = kinds;
+    let l = d.positive(k::SHORTCONV_L_CACHE)?;
+    s.short_conv = Some(Sourced::new(l, d.src(k::SHORTCONV_L_CACHE)));
+    s.qk_norm = qk_norm(d, true, QkNorm::BeforeRope, "lfm2: q/k RMSNorm before RoPE")?;
+    s.names.output_norm = "token_embd_norm.weight";
+    Ok(s)
+}

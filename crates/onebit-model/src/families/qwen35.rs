@@ -1,0 +1,138 @@
+//! Qwen3.5 (text): gated delta-net linear attention mixed with gated full
+//! attention. What differs from the base:
+//!
+//! - Layer kinds: `attention.recurrent_layers` (a flag per layer) when
+//!   present, else layer i is linear unless (i + 1) % full_attention_interval
+//!   == 0 (default interval 4).
+//! - Full attention: `attn_q` yields [q_h | gate_h] per head; the attention
+//!   output is multiplied by sigmoid(gate) before `attn_output`; q/k RMSNorm
+//!   before RoPE; partial rotary over the first `rope.dimension_count` dims
+//!   (interleaved M-RoPE, which for text positions is halves pairing as long
+//!   as `rope.dimension_sections` puts no pair on its fourth component).
+//! - Linear layers: the gated delta rule with per-sequence conv and recurrent
+//!   state; V head h reads q/k head h % n_k_heads.
+//! - Norms stored with the +1 folded in (plain form); the pre-feed-forward
+//!   norm is the tensor GGUF calls `post_attention_norm`.
+
+use serde_json::Value as Json;
+
+use super::common::{base, qk_norm};
+use super::decls::{self as k, Decls};
+use crate::error::Result;
+use crate::semantics::*;
+
+const DEFAULT_INTERVAL: usize = 4;
+
+pub fn semantics(d: &Decls) -> Result<Semantics> {
+    let mut s = base(
+        d,
+        "qwen35",
+        Sourced::new(
+            RopeStyle::Halves,
+            "qwen35: M-RoPE on text positions = halves",
+        ),
+        &[],
+    )?;
+    let n_layer = s.dims.n_layer;
+
+    if let Some(sections) = d.get(k::ROPE_SECTIONS) {
+        let secs: Vec<u64> = sections
+            .as_array()
+            .map(|a| a.iter().filter_map(Json::as_u64).collect())
+            .unwrap_or_default();
+        if secs.len() < 3 || secs.get(3).copied().unwrap_or(0) != 0 {
+            return Err(d.err(
+                k::ROPE_SECTIONS,
+                format!("{sections}: a pair on the fourth M-RoPE component is not implemented"),
+            ));
+        }
+    }
+
+    s.layer_kinds = match d.get(k::RECURRENT_LAYERS) {
+        Some(Json::Array(flags)) if flags.len() == n_layer => {
+            let kinds = flags
+                .iter()
+                .map(
+                    |f| match f.as_bool().or_else(|| f.as_u64().map(|v| v != 0)) {
+                        Some(true) => Ok(LayerKind::Linear),
+                        Some(false) => Ok(LayerKind::Full),
+                        None => Err(d.err(
+                            k::RECURRENT_LAYERS,
+                            format!("entries must be flags, found {f}"),
+                        )),
+                    },
+                )
+                .collect::<Result<Vec<_>>>()?;
+            Sourced::new(kinds, d.src(k::RECURRENT_LAYERS))
+        }
+        Some(v) => {
+            return Err(d.err(
+                k::RECURRENT_LAYERS,
+                format!("expected {n_layer} flags, found {v}"),
+            ))
+        }
+        None => {
+            let (interval, src) = match d.usize_opt(k::FULL_ATTN_INTERVAL)? {
+                Some(0) => return Err(d.err(k::FULL_ATTN_INTERVAL, "must be positive")),
+                Some(i) => (i, d.src(k::FULL_ATTN_INTERVAL)),
+                None => (
+                    DEFAULT_INTERVAL,
+                    format!("qwen35 default interval {DEFAULT_INTERVAL}"),
+                ),
+            };
+            let kinds = (0..n_layer)
+                .map(|i| {
+                    if (i + 1) % interval == 0 {
+                        LayerKind::Full
+                    } else {
+                        LayerKind::Linear
+                    }
+                })
+                .collect();
+            Sourced::new(
+                kinds,
+                format!("{src}: layer i full when (i + 1) % {interval} == 0"),
+            )
+        }
+    };
+
+    let conv_kernel = d.positive(k::SSM_CONV_KERNEL)?;
+    let head_k_dim = d.positive(k::SSM_STATE_SIZE)?;
+    let n_k_heads = d.positive(k::SSM_GROUP_COUNT)?;
+    let n_v_heads = d.positive(k::SSM_TIME_STEP_RANK)?;
+    let inner = d
+        .usize_opt(k::SSM_INNER_SIZE)?
+        .unwrap_or(n_v_heads * head_k_dim);
+    if inner % n_v_heads != 0 || n_v_heads % n_k_heads != 0 {
+        return Err(d.err(
+            k::SSM_INNER_SIZE,
+            format!("{inner} inner dims over {n_v_heads} v heads and {n_k_heads} k heads do not divide evenly"),
+        ));
+    }
+    s.delta_net = Some(Sourced::new(
+        DeltaNetDims {
+            conv_kernel,
+            n_k_heads,
+            n_v_heads,
+            head_k_dim,
+            head_v_dim: inner / n_v_heads,
+        },
+        format!("{} and the other ssm.* keys", d.src(k::SSM_CONV_KERNEL)),
+    ));
+    s.attn_output_gate = Sourced::new(
+        true,
+        "qwen35: attn_q yields [q | gate] per head; output x sigmoid(gate)",
+    );
+    s.qk_norm = qk_norm(
+        d,
+        true,
+        QkNorm::BeforeRope,
+        "qwen35: q/k RMSNorm before RoPE",
+    )?;
+    s.norm_form = Sourced::new(
+        NormForm::Plain,
+        "qwen35 GGUF: norms stored as 1 + w (ssm_norm plain)",
+    );
+    s.names.ffn_norm = "post_attention_norm.weight";
+    Ok(s)
+}
