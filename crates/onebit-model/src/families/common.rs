@@ -175,7 +175,7 @@ fn head_count_kv(d: &Decls, n_head: usize, n_layer: usize) -> Result<usize> {
         }
         Some(_) => d.usize(k::N_HEAD_KV)?,
     };
-    if v == 0 || n_head % v != 0 {
+    if v == 0 || !n_head.is_multiple_of(v) {
         return Err(d.err(
             k::N_HEAD_KV,
             format!("{v} does not divide the head count {n_head}"),
