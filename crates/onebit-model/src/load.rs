@@ -1,5 +1,5 @@
-//! Opening a model path: a `.gguf` file (or, later, a pack directory) becomes
-//! semantics, weights and a runnable `Model`.
+//! Opening a model path: a `.gguf` file or a pack directory becomes a
+//! container (tensors by GGUF name), semantics, and then a runnable `Model`.
 
 use std::path::Path;
 
@@ -9,11 +9,24 @@ use crate::error::{ModelError, Result};
 use crate::families;
 use crate::forward::{ExecConfig, Model};
 use crate::semantics::Semantics;
-use crate::weights;
+use crate::weights::{self, TensorSource};
 
-/// An opened container: its semantics, before weights are loaded.
+/// The container a model path names.
+pub enum Container {
+    Gguf(Gguf),
+}
+
+impl Container {
+    pub fn tensors(&self) -> &dyn TensorSource {
+        match self {
+            Container::Gguf(g) => g,
+        }
+    }
+}
+
+/// An opened model path: its container and semantics, before weights load.
 pub struct Opened {
-    pub gguf: Gguf,
+    pub container: Container,
     pub sem: Semantics,
 }
 
@@ -26,19 +39,23 @@ pub fn open(path: &Path) -> Result<Opened> {
     }
     let gguf = Gguf::open(path)?;
     let sem = families::semantics_from_gguf(&gguf)?;
-    Ok(Opened { gguf, sem })
+    Ok(Opened {
+        container: Container::Gguf(gguf),
+        sem,
+    })
 }
 
 impl Opened {
-    pub fn into_model(self, exec: &ExecConfig) -> Result<Model> {
-        let w = weights::load(&self.gguf, &self.sem)?;
-        Ok(Model::new(self.sem, w, exec))
+    /// Loads the weights the semantics name.
+    pub fn load(&self, exec: &ExecConfig) -> Result<Model> {
+        let w = weights::load(self.container.tensors(), &self.sem)?;
+        Ok(Model::new(self.sem.clone(), w, exec))
     }
 }
 
 /// Opens and loads in one step.
-pub fn load(path: &Path, exec: &ExecConfig) -> Result<(Model, Gguf)> {
+pub fn load(path: &Path, exec: &ExecConfig) -> Result<(Model, Opened)> {
     let o = open(path)?;
-    let w = weights::load(&o.gguf, &o.sem)?;
-    Ok((Model::new(o.sem, w, exec), o.gguf))
+    let m = o.load(exec)?;
+    Ok((m, o))
 }

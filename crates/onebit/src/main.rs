@@ -9,11 +9,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use onebit_formats::gguf::Gguf;
 use onebit_kernels::Precision;
+use onebit_model::load::{self, Container};
 use onebit_model::sampler::{Sampler, SamplerConfig};
-use onebit_model::{load, ExecConfig, Logits, Model};
-use onebit_text::{StreamDecoder, Tokenizer};
+use onebit_model::{ExecConfig, Logits};
+use onebit_text::StreamDecoder;
+
+mod open;
+use open::{load_model, Loaded};
 
 #[derive(Parser)]
 #[command(
@@ -135,26 +138,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_model(a: &ModelArgs) -> Result<(Model, Gguf)> {
-    let t = Instant::now();
-    let (model, gguf) = load::load(&a.model, &a.exec())?;
-    for l in model.sem.lines() {
-        eprintln!("[semantics] {l}");
-    }
-    eprintln!(
-        "[load] {} in {:.2} s, {} threads",
-        a.model.display(),
-        t.elapsed().as_secs_f64(),
-        model.threads()
-    );
-    Ok((model, gguf))
-}
-
-fn tokenizer(g: &Gguf) -> Result<Tokenizer> {
-    Tokenizer::from_gguf(g)
-        .with_context(|| format!("{}: cannot build the tokenizer", g.path().display()))
-}
-
 fn run(a: RunArgs) -> Result<()> {
     if a.chat {
         bail!("--chat needs chat templates, which this build does not render yet; pass the formatted prompt instead");
@@ -162,13 +145,13 @@ fn run(a: RunArgs) -> Result<()> {
     if a.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }
-    let (model, gguf) = load_model(&a.model)?;
-    let tok = tokenizer(&gguf)?;
+    let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
+    let tok = open::tokenizer(&opened)?;
     let ids = tok.encode(&a.prompt, true)?;
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
     }
-    let stops = stop_ids(&tok);
+    let stops = open::stop_ids(&tok);
     let mut sampler = Sampler::new(SamplerConfig {
         temperature: a.temperature,
         top_k: a.top_k,
@@ -220,31 +203,15 @@ fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Every EOS id, plus the chat turn ends the vocabulary has.
-fn stop_ids(tok: &Tokenizer) -> Vec<u32> {
-    let sp = tok.special();
-    let mut s = sp.eos.clone();
-    s.extend(sp.eot);
-    for name in ["<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"] {
-        if let Some(id) = tok.token_to_id(name) {
-            s.push(id);
-        }
-    }
-    s.sort_unstable();
-    s.dedup();
-    s
-}
-
 fn tokenize(a: ModelArgs, text: &str, add_special: bool) -> Result<()> {
-    let g = Gguf::open(&a.model)?;
-    let tok = tokenizer(&g)?;
+    let tok = open::tokenizer(&load::open(&a.model)?)?;
     let ids = tok.encode(text, add_special)?;
     println!("{}", serde_json::to_string(&ids)?);
     Ok(())
 }
 
 fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) -> Result<()> {
-    let (model, _) = load_model(&a)?;
+    let Loaded { model, .. } = load_model(&a.model, &a.exec())?;
     let mut state = model.new_state();
     let all = if sequential {
         let mut v = Vec::new();
@@ -269,7 +236,7 @@ fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) ->
 fn inspect(a: ModelArgs) -> Result<()> {
     let opened = load::open(&a.model)?;
     print!("{}", opened.sem);
-    let g = &opened.gguf;
+    let Container::Gguf(g) = &opened.container;
     println!(
         "[file] {} GGUF v{}, {} tensors, {} metadata keys",
         a.model.display(),
