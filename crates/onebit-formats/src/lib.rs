@@ -9,6 +9,8 @@ pub mod bytes;
 pub mod dtype;
 pub mod error;
 pub mod gguf;
+pub mod q4nx;
+pub mod safetensors;
 
 pub use bytes::ByteView;
 pub use dtype::GgmlType;
