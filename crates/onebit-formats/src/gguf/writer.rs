@@ -58,6 +58,25 @@ impl GgufWriter {
         }
         self
     }
+    /// Removes a tensor (no-op when absent).
+    pub fn remove_tensor(&mut self, name: &str) -> &mut Self {
+        self.tensors.retain(|t| t.0 != name);
+        self
+    }
+    /// Replaces a tensor's dims, type and data in place (appends when absent).
+    pub fn set_tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        dtype: GgmlType,
+        data: Vec<u8>,
+    ) -> &mut Self {
+        match self.tensors.iter_mut().find(|t| t.0 == name) {
+            Some(t) => *t = (name.into(), dims.to_vec(), dtype, data),
+            None => self.tensors.push((name.into(), dims.to_vec(), dtype, data)),
+        }
+        self
+    }
     pub fn kv(&mut self, key: &str, v: Value) -> &mut Self {
         self.kvs.push((key.into(), v));
         self

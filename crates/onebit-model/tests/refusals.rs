@@ -1,0 +1,101 @@
+//! What a model declares and the forward does not implement is refused at
+//! load, by name; so is a container that contradicts its own declarations.
+
+use onebit_formats::gguf::writer::GgufWriter;
+use onebit_formats::gguf::{Gguf, Value};
+use onebit_formats::GgmlType;
+use onebit_model::{load, ExecConfig};
+use onebit_testdata::{Fixture, TempDir};
+
+/// Loads an edited copy of a fixture's f32 GGUF; returns the error text.
+fn load_variant(family: &str, edit: impl Fn(&mut GgufWriter)) -> Result<(), String> {
+    let g = Gguf::open(Fixture::new(family).dir.join("f32.gguf")).unwrap();
+    let mut w = GgufWriter::from_gguf(&g);
+    edit(&mut w);
+    let dir = TempDir::new("refusal");
+    let p = dir.file("v.gguf", &w.to_bytes());
+    load::load(&p, &ExecConfig::default()).map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_unedited_fixtures_load() {
+    for family in ["lfm2", "qwen35", "gemma3", "phi3"] {
+        load_variant(family, |_| {}).unwrap();
+    }
+}
+
+#[test]
+fn lfm2_conv_layers_that_disagree_on_kernel_length_are_refused() {
+    let e = load_variant("lfm2", |w| {
+        // layer 3's kernel becomes length 4 (64 channels) while the model says 3
+        w.set_tensor("blk.3.shortconv.conv.weight", &[4, 64], GgmlType::F32, vec![0; 4 * 64 * 4]);
+    })
+    .unwrap_err();
+    assert!(e.contains("blk.3.shortconv.conv.weight") && e.contains("kernel length 4"), "{e}");
+
+    let e = load_variant("lfm2", |w| {
+        w.set_kv("lfm2.shortconv.l_cache", Value::U32(4));
+    })
+    .unwrap_err();
+    assert!(e.contains("blk.0.shortconv.conv.weight") && e.contains("kernel length 3"), "{e}");
+}
+
+#[test]
+fn lfm2_layer_kinds_come_from_the_container() {
+    // Turning layer 0's KV head count from 0 to 2 makes it an attention layer,
+    // whose tensors this file does not have: refused by tensor name.
+    let e = load_variant("lfm2", |w| {
+        let kv = [2u32, 0, 2, 0, 0, 2, 0, 2].map(Value::U32).to_vec();
+        w.set_kv("lfm2.attention.head_count_kv", Value::Array(kv));
+    })
+    .unwrap_err();
+    assert!(e.contains("blk.0.attn_q.weight"), "{e}");
+}
+
+#[test]
+fn a_declared_qk_norm_without_its_tensor_is_refused() {
+    let e = load_variant("qwen3", |w| {
+        w.remove_tensor("blk.2.attn_q_norm.weight");
+    })
+    .unwrap_err();
+    assert!(e.contains("blk.2.attn_q_norm.weight") && e.contains("absent"), "{e}");
+}
+
+#[test]
+fn unimplemented_declarations_are_refused_by_name() {
+    let e = load_variant("qwen35", |w| {
+        let secs = [2u32, 1, 0, 1].map(Value::U32).to_vec();
+        w.set_kv("qwen35.rope.dimension_sections", Value::Array(secs));
+    })
+    .unwrap_err();
+    assert!(e.contains("qwen35.rope.dimension_sections") && e.contains("fourth"), "{e}");
+
+    let e = load_variant("llama", |w| {
+        w.set_kv("llama.rope.scaling.type", Value::Str("yarn".into()));
+        w.set_kv("llama.rope.scaling.factor", Value::F32(4.0));
+    })
+    .unwrap_err();
+    assert!(e.contains("llama.rope.scaling.type") && e.contains("yarn"), "{e}");
+
+    let e = load_variant("llama", |w| {
+        w.set_kv("general.architecture", Value::Str("mamba".into()));
+    })
+    .unwrap_err();
+    assert!(e.contains("mamba") && e.contains("not a family"), "{e}");
+}
+
+#[test]
+fn hunyuan_alpha_key_applies_on_top_of_the_folded_base() {
+    // alpha 2 multiplies the folded base by 2^(16/14) (rotary width 16), and
+    // the semantics line names the key.
+    let g = Gguf::open(Fixture::new("hunyuan-dense").dir.join("f32.gguf")).unwrap();
+    let mut w = GgufWriter::from_gguf(&g);
+    w.set_kv("hunyuan-dense.rope.scaling.alpha", Value::F32(2.0));
+    let dir = TempDir::new("hy");
+    let p = dir.file("v.gguf", &w.to_bytes());
+    let o = load::open(&p).unwrap();
+    let base = 26826958.0f64 * 2f64.powf(16.0 / 14.0);
+    let got = o.sem.rope_full.value.base;
+    assert!((got - base).abs() / base < 1e-6, "{got} vs {base}");
+    assert!(o.sem.rope_full.source.contains("hunyuan-dense.rope.scaling.alpha"));
+}
