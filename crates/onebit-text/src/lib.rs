@@ -1,4 +1,4 @@
-//! Text: tokenizers and detokenization.
+//! Text: tokenizers, chat templates and detokenization.
 //!
 //! A [`Tokenizer`] wraps a `tokenizers::Tokenizer` (the HF crate, built C-free)
 //! with the facts about BOS/EOS it needs to encode the way the model was
@@ -7,12 +7,14 @@
 //! facts `tokenizer_config.json` states ([`Tokenizer::from_parts`]).
 
 mod build;
+pub mod chat;
 mod error;
 mod fxhash;
 mod gguf_vocab;
 mod pretok;
 mod stream;
 
+pub use chat::{ChatError, ChatLimits, ChatTemplate, TemplateTokens};
 pub use error::TextError;
 pub use stream::StreamDecoder;
 
