@@ -6,14 +6,31 @@
 //! `Precision::Float` dequantizes each weight row and keeps activations in f32:
 //! slower, and exact to the weights' decoded values (the reference path).
 //!
-//! Each output element is one `dot` call over one weight row and one activation
-//! row, whatever the batch size, so batched and one-at-a-time results agree
-//! bit for bit.
+//! Each output element is the dot product of one weight row and one activation
+//! row, computed with the same operations whatever the batch size, the tile it
+//! falls in, the thread that computes it or the ISA level (the SIMD kernels in
+//! `quant::x86` equal the scalar reference bit for bit), so batched and
+//! one-at-a-time results agree bit for bit.
+//!
+//! Work: activations are quantized once per call (rows in parallel for a
+//! batch); the weight rows are cut into chunks handed out by the pool's atomic
+//! counter; a chunk computes its rows for every token in tiles (4 rows x 4
+//! tokens with AVX-512), so a decoded weight block serves several tokens and a
+//! loaded activation block several rows.
+//!
+//! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0) are
+//! repacked on first use (or by [`QMatrix::prepare`]) into a copy the size of
+//! the original; clones of a `QMatrix` share it.
+
+use std::sync::{Arc, OnceLock};
 
 use onebit_formats::{blocks, ByteView, GgmlType};
 
 use crate::pool::Pool;
 use crate::quant::{self, ActFormat};
+
+#[cfg(target_arch = "x86_64")]
+use crate::quant::x86::{self, Isa, Operands};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Precision {
@@ -31,6 +48,8 @@ pub struct QMatrix {
     pub rows: usize,
     pub cols: usize,
     pub data: ByteView,
+    /// The rows in the SIMD kernels' layout, made on first use; shared by clones.
+    packed: Arc<OnceLock<Vec<u8>>>,
 }
 
 impl QMatrix {
@@ -56,6 +75,7 @@ impl QMatrix {
             rows,
             cols,
             data,
+            packed: Arc::new(OnceLock::new()),
         })
     }
 
@@ -80,6 +100,62 @@ impl QMatrix {
             Precision::Float => ActFormat::F32,
         }
     }
+
+    /// Whether the quantized kernels read a repacked copy of this matrix.
+    pub fn repacks(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86::packs(self.dtype) && x86::gemm_fn(Isa::best(), self.dtype).is_some()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Makes the repacked copy now (at load) rather than on the first matmul;
+    /// a no-op for types that are not repacked. Costs a copy of the matrix
+    /// (same size) and one pass over it.
+    pub fn prepare(&self, pool: &Pool) {
+        if self.repacks() {
+            self.packed_rows(pool);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn packed_rows(&self, pool: &Pool) -> &[u8] {
+        self.packed.get_or_init(|| {
+            let rb = self.row_bytes();
+            let parts = pool.map_ranges(self.rows, 256, |range| {
+                let src = &self.data[range.start * rb..range.end * rb];
+                let mut out = vec![0u8; src.len()];
+                for (s, d) in src.chunks_exact(rb).zip(out.chunks_exact_mut(rb)) {
+                    x86::pack_weight_row(self.dtype, s, d);
+                }
+                out
+            });
+            parts.concat()
+        })
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn packed_rows(&self, _pool: &Pool) -> &[u8] {
+        &self.data
+    }
+}
+
+/// A pointer to the output that several threads write disjoint elements of.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: only used to write elements that no other thread reads or writes
+// during the call (each chunk owns its rows); the buffer outlives the call.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// Rows per work chunk: about 8 chunks per thread, a multiple of 4 rows.
+fn chunk_rows(rows: usize, threads: usize) -> usize {
+    let per = rows.div_ceil(threads * 8);
+    per.div_ceil(4).max(1) * 4
 }
 
 /// `out[t][r] = sum_k w[r][k] * x[t][k]` for `n_tok` rows of `x` ([n_tok][cols]);
@@ -94,20 +170,145 @@ pub fn matmul(
 ) {
     assert_eq!(x.len(), n_tok * w.cols, "matmul input shape");
     assert_eq!(out.len(), n_tok * w.rows, "matmul output shape");
-    let fmt = w.act_format(precision);
-    let arb = quant::act_row_bytes(fmt, w.cols);
-    let mut acts = vec![0u8; arb * n_tok];
-    for (t, a) in acts.chunks_exact_mut(arb).enumerate() {
-        quant::quantize_act(fmt, &x[t * w.cols..(t + 1) * w.cols], a);
+    if n_tok == 0 || w.rows == 0 {
+        return;
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let isa = Isa::best();
+        let simd_type = match precision {
+            Precision::Quantized => w.dtype,
+            Precision::Float if w.dtype == GgmlType::F32 => GgmlType::F32,
+            Precision::Float => GgmlType::F16, // no SIMD kernel: the path below
+        };
+        if x86::gemm_fn(isa, simd_type).is_some() {
+            matmul_simd(pool, isa, precision, w, x, n_tok, out);
+            return;
+        }
+    }
+    matmul_scalar(pool, precision, w, x, n_tok, out);
+}
+
+/// Quantizes `n_tok` activation rows into the format `fmt` (standard blocks),
+/// rearranged for the packed kernels when `packed`.
+fn quantize_rows(
+    pool: &Pool,
+    fmt: ActFormat,
+    packed: bool,
+    x: &[f32],
+    cols: usize,
+    n_tok: usize,
+) -> (Vec<u8>, usize) {
+    let arb = quant::act_row_bytes(fmt, cols);
+    #[cfg(target_arch = "x86_64")]
+    let parb = if packed {
+        x86::packed_act_row_bytes(fmt, cols)
+    } else {
+        arb
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let parb = {
+        let _ = packed;
+        arb
+    };
+    let one = |t: usize, dst: &mut [u8], tmp: &mut Vec<u8>| {
+        let xr = &x[t * cols..(t + 1) * cols];
+        if parb == arb && !packed {
+            quant::quantize_act(fmt, xr, dst);
+        } else {
+            tmp.resize(arb, 0);
+            quant::quantize_act(fmt, xr, tmp);
+            #[cfg(target_arch = "x86_64")]
+            x86::pack_act_row(fmt, tmp, dst);
+        }
+    };
+    let mut acts = vec![0u8; parb * n_tok];
+    if n_tok < 8 {
+        let mut tmp = Vec::new();
+        for (t, dst) in acts.chunks_exact_mut(parb).enumerate() {
+            one(t, dst, &mut tmp);
+        }
+    } else {
+        let parts = pool.map_ranges(n_tok, 4, |range| {
+            let mut buf = vec![0u8; range.len() * parb];
+            let mut tmp = Vec::new();
+            for (dst, t) in buf.chunks_exact_mut(parb).zip(range) {
+                one(t, dst, &mut tmp);
+            }
+            buf
+        });
+        let mut at = 0;
+        for p in parts {
+            acts[at..at + p.len()].copy_from_slice(&p);
+            at += p.len();
+        }
+    }
+    (acts, parb)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn matmul_simd(
+    pool: &Pool,
+    isa: Isa,
+    precision: Precision,
+    w: &QMatrix,
+    x: &[f32],
+    n_tok: usize,
+    out: &mut [f32],
+) {
+    let fmt = w.act_format(precision);
+    let packed = precision == Precision::Quantized && w.repacks();
+    let (acts, arb) = quantize_rows(pool, fmt, packed, x, w.cols, n_tok);
+    let wdata: &[u8] = if packed { w.packed_rows(pool) } else { &w.data };
+    let wrb = w.row_bytes();
+    let kernel = if precision == Precision::Quantized {
+        w.dtype
+    } else {
+        GgmlType::F32
+    };
+    let chunk = chunk_rows(w.rows, pool.threads());
+    let n_chunks = w.rows.div_ceil(chunk);
+    let dst = OutPtr(out.as_mut_ptr());
+    let rows = w.rows;
+    pool.for_each_chunk(n_chunks, |c| {
+        let r0 = c * chunk;
+        let r1 = (r0 + chunk).min(rows);
+        let ops = Operands {
+            w: &wdata[r0 * wrb..r1 * wrb],
+            wrb,
+            a: &acts,
+            arb,
+            cols: w.cols,
+        };
+        let d = dst;
+        // SAFETY: `out` has n_tok * rows elements and this chunk writes
+        // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
+        // no other chunk touches them; `out` is borrowed for the whole call.
+        unsafe { x86::gemm(isa, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
+    });
+}
+
+/// The reference path: one `quant::dot` per output element.
+fn matmul_scalar(
+    pool: &Pool,
+    precision: Precision,
+    w: &QMatrix,
+    x: &[f32],
+    n_tok: usize,
+    out: &mut [f32],
+) {
+    let fmt = w.act_format(precision);
+    let (acts, arb) = quantize_rows(pool, fmt, false, x, w.cols, n_tok);
     let dequant = precision == Precision::Float && w.dtype != GgmlType::F32;
-    // Each range of weight rows is computed for every token into its own
-    // buffer ([rows in range][n_tok]) and scattered afterwards.
-    let parts = pool.map_ranges(w.rows, 16, |range| {
-        let mut buf = vec![0f32; range.len() * n_tok];
+    let chunk = chunk_rows(w.rows, pool.threads());
+    let n_chunks = w.rows.div_ceil(chunk);
+    let dst = OutPtr(out.as_mut_ptr());
+    let rows = w.rows;
+    pool.for_each_chunk(n_chunks, |c| {
+        let range = c * chunk..((c + 1) * chunk).min(rows);
         let mut wrow = vec![0f32; if dequant { w.cols } else { 0 }];
         let mut wbytes = vec![0u8; if dequant { w.cols * 4 } else { 0 }];
-        for (i, r) in range.clone().enumerate() {
+        for r in range {
             let row: &[u8] = if dequant {
                 w.dequantize_row(r, &mut wrow);
                 for (b, v) in wbytes.chunks_exact_mut(4).zip(&wrow) {
@@ -119,16 +320,12 @@ pub fn matmul(
             };
             let wt = if dequant { GgmlType::F32 } else { w.dtype };
             for t in 0..n_tok {
-                buf[i * n_tok + t] = quant::dot(wt, row, &acts[t * arb..(t + 1) * arb], w.cols);
+                let v = quant::dot(wt, row, &acts[t * arb..(t + 1) * arb], w.cols);
+                let d = dst;
+                // SAFETY: t * rows + r < n_tok * rows = out.len(); row r
+                // belongs to this chunk only; `out` outlives the call.
+                unsafe { *d.0.add(t * rows + r) = v };
             }
         }
-        (range, buf)
     });
-    for (range, buf) in parts {
-        for (i, r) in range.enumerate() {
-            for t in 0..n_tok {
-                out[t * w.rows + r] = buf[i * n_tok + t];
-            }
-        }
-    }
 }

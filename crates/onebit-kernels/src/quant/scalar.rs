@@ -5,12 +5,20 @@
 //! checked by [`super::dot`]. SIMD kernels are tested against these.
 //!
 //! Within a block every product of codes is summed exactly in i32; the block's
-//! float term (the integer sum times the product of the scales, minus the
-//! min-correction where the format has mins) is then added to a single f32
-//! accumulator, blocks in order. The float formulas follow ggml's portable
-//! `ggml_vec_dot_*` (scale products formed first, e.g. `(dx * dy) * sumi`); for
-//! the K-quants the whole super-block's integer sum is formed before scaling,
-//! as ggml's x86 kernels do, rather than ggml's portable 8-lane float sums.
+//! float term (the integer sum times the product of the scales, plus the
+//! min-correction where the format has mins) is then added to an f32
+//! accumulator. The float formulas follow ggml's portable `ggml_vec_dot_*`
+//! (scale products formed first, e.g. `(dx * dy) * sumi`), never fused.
+//!
+//! Blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1) accumulate into 8 lanes,
+//! block b into lane b % 8, reduced pairwise at the end as the float dots
+//! below. That is the order a 256-bit SIMD kernel computes in when it holds
+//! eight blocks' integer sums in one vector (one block per 32-bit lane), so the
+//! SIMD kernels in `x86/` reproduce these functions bit for bit.
+//!
+//! K-quants form the whole super-block's integer sum before scaling (as ggml's
+//! x86 kernels do), and add the super-blocks' float terms to one accumulator
+//! in order.
 //!
 //! The float (F32/F16/BF16) dots multiply elementwise and add into 8 lanes
 //! (element i into lane i % 8), then reduce the lanes pairwise:
@@ -30,6 +38,13 @@ fn sum_lanes(products: impl Iterator<Item = f32>) -> f32 {
     for (i, p) in products.enumerate() {
         acc[i & 7] += p;
     }
+    reduce8(&acc)
+}
+
+/// The pairwise reduction of 8 lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)),
+/// what a 256 -> 128 -> 64 -> 32-bit halving reduction computes.
+#[inline]
+pub fn reduce8(acc: &[f32; 8]) -> f32 {
     ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 
@@ -83,8 +98,8 @@ fn blocks<'a>(
 pub fn dot_q4_0_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
     use layout::q4_0 as x;
     use layout::q8_0 as y;
-    let mut acc = 0f32;
-    for (bx, by) in blocks(GgmlType::Q4_0, w, 34, act, n) {
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::Q4_0, w, 34, act, n).enumerate() {
         let qx = &bx[x::QS..x::QS + 16];
         let qy = &by[y::QS..y::QS + QK8];
         let mut sumi = 0i32;
@@ -93,17 +108,17 @@ pub fn dot_q4_0_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
             let hi = (qx[j] >> 4) as i32 - 8;
             sumi += lo * qy[j] as i8 as i32 + hi * qy[j + 16] as i8 as i32;
         }
-        acc += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
+        acc[b % 8] += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
     }
-    acc
+    reduce8(&acc)
 }
 
 /// Q4_1 · Q8_1: sum over blocks of (dx * dy) * sum(q * y) + mx * sy.
 pub fn dot_q4_1_q8_1(w: &[u8], act: &[u8], n: usize) -> f32 {
     use layout::q4_1 as x;
     use layout::q8_1 as y;
-    let mut acc = 0f32;
-    for (bx, by) in blocks(GgmlType::Q4_1, w, 36, act, n) {
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::Q4_1, w, 36, act, n).enumerate() {
         let qx = &bx[x::QS..x::QS + 16];
         let qy = &by[y::QS..y::QS + QK8];
         let mut sumi = 0i32;
@@ -113,34 +128,34 @@ pub fn dot_q4_1_q8_1(w: &[u8], act: &[u8], n: usize) -> f32 {
             sumi += lo * qy[j] as i8 as i32 + hi * qy[j + 16] as i8 as i32;
         }
         let scaled = (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
-        acc += scaled + f16_at(bx, x::M) * f16_at(by, y::S);
+        acc[b % 8] += scaled + f16_at(bx, x::M) * f16_at(by, y::S);
     }
-    acc
+    reduce8(&acc)
 }
 
 /// Q5_0 · Q8_0: as Q4_0 with 5-bit codes offset by 16.
 pub fn dot_q5_0_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
     use layout::q5_0 as x;
     use layout::q8_0 as y;
-    let mut acc = 0f32;
-    for (bx, by) in blocks(GgmlType::Q5_0, w, 34, act, n) {
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::Q5_0, w, 34, act, n).enumerate() {
         let qx = q5_codes(u32_at(bx, x::QH), &bx[x::QS..x::QS + 16]);
         let sumi: i32 = qx
             .iter()
             .zip(codes8(&by[y::QS..y::QS + QK8]))
             .map(|(&q, y)| (q as i32 - 16) * y)
             .sum();
-        acc += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
+        acc[b % 8] += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
     }
-    acc
+    reduce8(&acc)
 }
 
 /// Q5_1 · Q8_1: as Q4_1 with 5-bit codes.
 pub fn dot_q5_1_q8_1(w: &[u8], act: &[u8], n: usize) -> f32 {
     use layout::q5_1 as x;
     use layout::q8_1 as y;
-    let mut acc = 0f32;
-    for (bx, by) in blocks(GgmlType::Q5_1, w, 36, act, n) {
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::Q5_1, w, 36, act, n).enumerate() {
         let qx = q5_codes(u32_at(bx, x::QH), &bx[x::QS..x::QS + 16]);
         let sumi: i32 = qx
             .iter()
@@ -148,39 +163,39 @@ pub fn dot_q5_1_q8_1(w: &[u8], act: &[u8], n: usize) -> f32 {
             .map(|(&q, y)| q as i32 * y)
             .sum();
         let scaled = (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
-        acc += scaled + f16_at(bx, x::M) * f16_at(by, y::S);
+        acc[b % 8] += scaled + f16_at(bx, x::M) * f16_at(by, y::S);
     }
-    acc
+    reduce8(&acc)
 }
 
 /// Q8_0 · Q8_0: sum over blocks of (dx * dy) * sum(x * y).
 pub fn dot_q8_0_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
     use layout::q8_0 as x;
     use layout::q8_0 as y;
-    let mut acc = 0f32;
-    for (bx, by) in blocks(GgmlType::Q8_0, w, 34, act, n) {
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::Q8_0, w, 34, act, n).enumerate() {
         let sumi: i32 = codes8(&bx[x::QS..x::QS + QK8])
             .zip(codes8(&by[y::QS..y::QS + QK8]))
             .map(|(a, b)| a * b)
             .sum();
-        acc += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
+        acc[b % 8] += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
     }
-    acc
+    reduce8(&acc)
 }
 
 /// Q8_1 weights · Q8_0 activations (Q8_1's `s` is not needed).
 pub fn dot_q8_1_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
     use layout::q8_0 as y;
     use layout::q8_1 as x;
-    let mut acc = 0f32;
-    for (bx, by) in blocks(GgmlType::Q8_1, w, 34, act, n) {
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::Q8_1, w, 34, act, n).enumerate() {
         let sumi: i32 = codes8(&bx[x::QS..x::QS + QK8])
             .zip(codes8(&by[y::QS..y::QS + QK8]))
             .map(|(a, b)| a * b)
             .sum();
-        acc += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
+        acc[b % 8] += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
     }
-    acc
+    reduce8(&acc)
 }
 
 // ---------------------------------------------------------------------------

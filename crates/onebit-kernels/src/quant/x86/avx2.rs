@@ -1,0 +1,59 @@
+//! AVX2 + FMA + F16C kernels. No VNNI: `u8 x i8` dot products are
+//! `vpmaddubsw` (pairs into i16) then `vpmaddwd` with ones; callers keep every
+//! pair sum below 2^15 (codes <= 63 times activations <= 127, or the Q8_0 sign
+//! trick |w| * sign(y, w), at most 128 * 127 * 2).
+
+use core::arch::x86_64::*;
+
+/// Tile shape: 16 vector registers fit 4 rows x 2 tokens of accumulators.
+const TR: usize = 4;
+const TT: usize = 2;
+
+/// AVX2 has no unsigned-offset trick for Q8_0 (it would overflow i16).
+const Q8_BIAS: bool = false;
+
+/// acc + per 32-bit lane, the sum of four products u8 x i8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dp(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    let p = _mm256_maddubs_epi16(u, s);
+    _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+}
+
+/// acc + per 32-bit lane, the sum of two products i16 x i16.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dp16(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}
+
+/// Q8_0 weights prepared for [`q8_pair`]: (|w|, w).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q8_prep(w: __m256i) -> (__m256i, __m256i) {
+    (_mm256_abs_epi8(w), w)
+}
+
+/// acc + per lane the sum of four w x y (i8 x i8), as |w| x sign(y, w).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q8_pair(acc: __m256i, w: (__m256i, __m256i), y: __m256i) -> __m256i {
+    dp(acc, w.0, _mm256_sign_epi8(y, w.1))
+}
+
+/// Byte j = 0x10 when bit j of `m` is set, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn expand_bits(m: u32) -> __m256i {
+    let v = _mm256_set1_epi32(m as i32);
+    let idx = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bytes = _mm256_shuffle_epi8(v, idx);
+    let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bits), bits);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+simd_kernels!("avx2,fma,f16c");

@@ -1,0 +1,589 @@
+//! The kernel bodies, written once over a level's primitives and instantiated
+//! by `avx2.rs` and `avx512.rs` with their `#[target_feature]` set.
+//!
+//! Every function here is an `unsafe fn` with the level's target features:
+//! callers must run on a CPU with those features (the dispatcher checks them
+//! once, see [`super::Isa::supported`]) and pass in-bounds pointers as
+//! [`super::GemmFn`] describes. Reads are unaligned loads within the operand
+//! slices; the only writes are the `out` elements of the tile.
+
+/// Runs `$tile::<R, T, ...>` over nrows x ntok in TR x TT tiles and
+/// 1-row / 1-token edges.
+macro_rules! drive {
+    ($tile:ident, $ops:expr, $nrows:expr, $ntok:expr, $out:expr, $os:expr $(, $g:expr)*) => {{
+        let (ops, nrows, ntok, out, os) = ($ops, $nrows, $ntok, $out, $os);
+        let mut r = 0;
+        while r + TR <= nrows {
+            let mut t = 0;
+            while t + TT <= ntok {
+                $tile::<TR, TT $(, $g)*>(ops, r, t, out, os);
+                t += TT;
+            }
+            while t < ntok {
+                $tile::<TR, 1 $(, $g)*>(ops, r, t, out, os);
+                t += 1;
+            }
+            r += TR;
+        }
+        while r < nrows {
+            let mut t = 0;
+            while t + TT <= ntok {
+                $tile::<1, TT $(, $g)*>(ops, r, t, out, os);
+                t += TT;
+            }
+            while t < ntok {
+                $tile::<1, 1 $(, $g)*>(ops, r, t, out, os);
+                t += 1;
+            }
+            r += 1;
+        }
+    }};
+}
+
+/// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
+/// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
+/// `q8_pair(acc, prepped, y)`, `expand_bits(u32)`, the constant `Q8_BIAS`
+/// (whether `q8_pair` sums (w + 128) * y), and the tile shape `TR` x `TT`.
+macro_rules! simd_kernels {
+    ($feat:literal) => {
+        use onebit_formats::GgmlType;
+
+        use super::{GemmFn, Operands};
+        use crate::quant::scalar::reduce8;
+
+        /// This level's kernel for weight type `t`, if it has one.
+        pub fn gemm_fn(t: GgmlType) -> Option<GemmFn> {
+            let f: GemmFn = match t {
+                GgmlType::Q4_0 => gemm_q4::<0>,
+                GgmlType::Q4_1 => gemm_q4::<1>,
+                GgmlType::Q5_0 => gemm_q4::<2>,
+                GgmlType::Q8_0 => gemm_q8_0,
+                GgmlType::Q4K => gemm_q4_k,
+                GgmlType::Q6K => gemm_q6_k,
+                GgmlType::F32 => gemm_f32,
+                _ => return None,
+            };
+            Some(f)
+        }
+
+        /// Sum of the eight i32 lanes (exact up to i32 wrap, which the
+        /// formats' ranges rule out).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn hsum_i32(v: __m256i) -> i32 {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+            _mm_cvtsi128_si32(s)
+        }
+
+        /// The f16 at `p` as f32 (exact).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn f16v(p: *const u8) -> f32 {
+            let bits = (p as *const u16).read_unaligned();
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn ld(p: *const u8) -> __m256i {
+            _mm256_loadu_si256(p as *const __m256i)
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn row_ptrs<const N: usize>(
+            base: *const u8,
+            first: usize,
+            stride: usize,
+        ) -> [*const u8; N] {
+            let mut p = [base; N];
+            for (i, p) in p.iter_mut().enumerate() {
+                *p = base.add((first + i) * stride);
+            }
+            p
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn write_tile<const R: usize, const T: usize>(
+            lanes: &[[[f32; 8]; T]; R],
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            for (i, row) in lanes.iter().enumerate() {
+                for (j, l) in row.iter().enumerate() {
+                    *out.add((t0 + j) * os + r0 + i) = reduce8(l);
+                }
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // Q4_0 (K = 0), Q4_1 (K = 1), Q5_0 (K = 2), packed rows.
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q4<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            drive!(tile_q4, ops, nrows, ntok, out, os, K);
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q4<const R: usize, const T: usize, const K: u8>(
+            ops: &Operands,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nb = ops.cols / 32;
+            let ng = nb / 8;
+            // Packed weight group bytes and code offset; packed activation
+            // group bytes and code offset (after d[8], and s[8] for Q8_1).
+            let (wgb, wqo) = match K {
+                0 => (144, 16),
+                1 => (160, 32),
+                _ => (176, 48),
+            };
+            let (agb, aqo) = if K == 1 { (320, 64) } else { (288, 32) };
+            let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let m4 = _mm256_set1_epi8(0x0F);
+            let off = _mm256_set1_epi8(if K == 2 { 16 } else { 8 });
+            let zero = _mm256_setzero_si256();
+            let mut facc = [[_mm256_setzero_ps(); T]; R];
+            for g in 0..ng {
+                let mut acc = [[zero; T]; R];
+                let mut ys = [zero; T];
+                for k in 0..4 {
+                    let mut ylo = [zero; T];
+                    let mut yhi = [zero; T];
+                    for j in 0..T {
+                        ylo[j] = ld(ap[j].add(g * agb + aqo + 32 * k));
+                        yhi[j] = ld(ap[j].add(g * agb + aqo + 32 * (k + 4)));
+                        if K != 1 {
+                            // off * (sum of each block's codes), per lane.
+                            ys[j] = dp(ys[j], off, ylo[j]);
+                            ys[j] = dp(ys[j], off, yhi[j]);
+                        }
+                    }
+                    for i in 0..R {
+                        let v = ld(wp[i].add(g * wgb + wqo + 32 * k));
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if K == 2 {
+                            let hb = wp[i].add(g * wgb + 16);
+                            lo = _mm256_or_si256(
+                                lo,
+                                expand_bits((hb.add(4 * k) as *const u32).read_unaligned()),
+                            );
+                            hi = _mm256_or_si256(
+                                hi,
+                                expand_bits((hb.add(4 * (k + 4)) as *const u32).read_unaligned()),
+                            );
+                        }
+                        for j in 0..T {
+                            acc[i][j] = dp(acc[i][j], lo, ylo[j]);
+                            acc[i][j] = dp(acc[i][j], hi, yhi[j]);
+                        }
+                    }
+                }
+                let mut dy = [_mm256_setzero_ps(); T];
+                let mut sy = [_mm256_setzero_ps(); T];
+                for j in 0..T {
+                    dy[j] = _mm256_loadu_ps(ap[j].add(g * agb) as *const f32);
+                    if K == 1 {
+                        sy[j] = _mm256_loadu_ps(ap[j].add(g * agb + 32) as *const f32);
+                    }
+                }
+                for i in 0..R {
+                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(g * wgb) as *const __m128i));
+                    let mx = if K == 1 {
+                        _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(g * wgb + 16) as *const __m128i))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    for j in 0..T {
+                        let isum = if K == 1 {
+                            acc[i][j]
+                        } else {
+                            _mm256_sub_epi32(acc[i][j], ys[j])
+                        };
+                        // (dx * dy) * sumi [+ m * s], as the scalar reference.
+                        let mut term =
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(isum));
+                        if K == 1 {
+                            term = _mm256_add_ps(term, _mm256_mul_ps(mx, sy[j]));
+                        }
+                        facc[i][j] = _mm256_add_ps(facc[i][j], term);
+                    }
+                }
+            }
+            let mut lanes = [[[0f32; 8]; T]; R];
+            for i in 0..R {
+                for j in 0..T {
+                    _mm256_storeu_ps(lanes[i][j].as_mut_ptr(), facc[i][j]);
+                }
+            }
+            // The last nb % 8 blocks, standard layout, block b into lane b.
+            let (wbb, wqs) = match K {
+                0 => (18, 2),
+                1 => (20, 4),
+                _ => (22, 6),
+            };
+            let (abb, aqs) = if K == 1 { (36, 4) } else { (34, 2) };
+            let m4h = _mm_set1_epi8(0x0F);
+            for b in 0..nb % 8 {
+                let mut yv = [zero; T];
+                let mut dyv = [0f32; T];
+                let mut syv = [0f32; T];
+                let mut ysv = [0i32; T];
+                for j in 0..T {
+                    let blk = ap[j].add(ng * agb + b * abb);
+                    yv[j] = ld(blk.add(aqs));
+                    dyv[j] = f16v(blk);
+                    if K == 1 {
+                        syv[j] = f16v(blk.add(2));
+                    } else {
+                        ysv[j] = hsum_i32(dp(zero, off, yv[j]));
+                    }
+                }
+                for i in 0..R {
+                    let blk = wp[i].add(ng * wgb + b * wbb);
+                    let q = _mm_loadu_si128(blk.add(wqs) as *const __m128i);
+                    let lo = _mm_and_si128(q, m4h);
+                    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4h);
+                    let mut codes = _mm256_set_m128i(hi, lo);
+                    if K == 2 {
+                        codes = _mm256_or_si256(
+                            codes,
+                            expand_bits((blk.add(2) as *const u32).read_unaligned()),
+                        );
+                    }
+                    let dx = f16v(blk);
+                    for j in 0..T {
+                        let sumi = hsum_i32(dp(zero, codes, yv[j])) - ysv[j];
+                        let mut term = (dx * dyv[j]) * sumi as f32;
+                        if K == 1 {
+                            term += f16v(blk.add(2)) * syv[j];
+                        }
+                        lanes[i][j][b] += term;
+                    }
+                }
+            }
+            write_tile(&lanes, r0, t0, out, os);
+        }
+
+        // -------------------------------------------------------------------
+        // Q8_0, packed rows.
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q8_0(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            drive!(tile_q8_0, ops, nrows, ntok, out, os);
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q8_0<const R: usize, const T: usize>(
+            ops: &Operands,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nb = ops.cols / 32;
+            let ng = nb / 8;
+            let (wgb, agb) = (272, 288);
+            let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let bias = _mm256_set1_epi8(-128);
+            let mut facc = [[_mm256_setzero_ps(); T]; R];
+            for g in 0..ng {
+                let mut acc = [[zero; T]; R];
+                let mut ys = [zero; T];
+                for k in 0..8 {
+                    let mut y = [zero; T];
+                    for j in 0..T {
+                        y[j] = ld(ap[j].add(g * agb + 32 + 32 * k));
+                        if Q8_BIAS {
+                            ys[j] = dp(ys[j], bias, y[j]);
+                        }
+                    }
+                    for i in 0..R {
+                        let w = q8_prep(ld(wp[i].add(g * wgb + 16 + 32 * k)));
+                        for j in 0..T {
+                            acc[i][j] = q8_pair(acc[i][j], w, y[j]);
+                        }
+                    }
+                }
+                let mut dy = [_mm256_setzero_ps(); T];
+                for j in 0..T {
+                    dy[j] = _mm256_loadu_ps(ap[j].add(g * agb) as *const f32);
+                }
+                for i in 0..R {
+                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(g * wgb) as *const __m128i));
+                    for j in 0..T {
+                        let isum = if Q8_BIAS {
+                            _mm256_sub_epi32(acc[i][j], ys[j])
+                        } else {
+                            acc[i][j]
+                        };
+                        let term =
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(isum));
+                        facc[i][j] = _mm256_add_ps(facc[i][j], term);
+                    }
+                }
+            }
+            let mut lanes = [[[0f32; 8]; T]; R];
+            for i in 0..R {
+                for j in 0..T {
+                    _mm256_storeu_ps(lanes[i][j].as_mut_ptr(), facc[i][j]);
+                }
+            }
+            for b in 0..nb % 8 {
+                let mut yv = [zero; T];
+                let mut ysv = [zero; T];
+                let mut dyv = [0f32; T];
+                for j in 0..T {
+                    let blk = ap[j].add(ng * agb + b * 34);
+                    yv[j] = ld(blk.add(2));
+                    dyv[j] = f16v(blk);
+                    if Q8_BIAS {
+                        ysv[j] = dp(zero, bias, yv[j]);
+                    }
+                }
+                for i in 0..R {
+                    let blk = wp[i].add(ng * wgb + b * 34);
+                    let w = q8_prep(ld(blk.add(2)));
+                    let dx = f16v(blk);
+                    for j in 0..T {
+                        let v = _mm256_sub_epi32(q8_pair(zero, w, yv[j]), ysv[j]);
+                        lanes[i][j][b] += (dx * dyv[j]) * hsum_i32(v) as f32;
+                    }
+                }
+            }
+            write_tile(&lanes, r0, t0, out, os);
+        }
+
+        // -------------------------------------------------------------------
+        // Q4_K · Q8_K, standard layout.
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q4_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            drive!(tile_q4_k, ops, nrows, ntok, out, os);
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q4_k<const R: usize, const T: usize>(
+            ops: &Operands,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nsb = ops.cols / 256;
+            let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [[0f32; T]; R];
+            for s in 0..nsb {
+                let mut ya = [ap[0]; T];
+                let mut dy = [0f32; T];
+                let mut bs = [zero; T];
+                for j in 0..T {
+                    ya[j] = ap[j].add(s * 292);
+                    dy[j] = (ya[j] as *const f32).read_unaligned();
+                    bs[j] = ld(ya[j].add(260));
+                }
+                for i in 0..R {
+                    let bx = wp[i].add(s * 144);
+                    let packed = core::slice::from_raw_parts(bx.add(4), 12);
+                    let mut sc = [0i16; 8];
+                    let mut mins = [0u8; 16];
+                    for sub in 0..8 {
+                        let (a, m) = onebit_formats::blocks::k4_scale_min(packed, sub);
+                        sc[sub] = a as i16;
+                        mins[2 * sub] = m;
+                        mins[2 * sub + 1] = m;
+                    }
+                    let mdup =
+                        _mm256_cvtepu8_epi16(_mm_loadu_si128(mins.as_ptr() as *const __m128i));
+                    let mut sv = [zero; T];
+                    for c in 0..4 {
+                        let v = ld(bx.add(16 + 32 * c));
+                        let lo = _mm256_and_si256(v, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        let slo = _mm256_set1_epi16(sc[2 * c]);
+                        let shi = _mm256_set1_epi16(sc[2 * c + 1]);
+                        for j in 0..T {
+                            let p = _mm256_maddubs_epi16(lo, ld(ya[j].add(4 + 64 * c)));
+                            sv[j] = dp16(sv[j], p, slo);
+                            let p = _mm256_maddubs_epi16(hi, ld(ya[j].add(4 + 64 * c + 32)));
+                            sv[j] = dp16(sv[j], p, shi);
+                        }
+                    }
+                    let dx = f16v(bx);
+                    let dmx = f16v(bx.add(2));
+                    for j in 0..T {
+                        let isum = hsum_i32(sv[j]);
+                        let summ = hsum_i32(_mm256_madd_epi16(bs[j], mdup));
+                        let d = dx * dy[j];
+                        let dmin = dmx * dy[j];
+                        acc[i][j] += d * isum as f32 - dmin * summ as f32;
+                    }
+                }
+            }
+            for i in 0..R {
+                for j in 0..T {
+                    *out.add((t0 + j) * os + r0 + i) = acc[i][j];
+                }
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // Q6_K · Q8_K, standard layout.
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q6_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            drive!(tile_q6_k, ops, nrows, ntok, out, os);
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q6_k<const R: usize, const T: usize>(
+            ops: &Operands,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nsb = ops.cols / 256;
+            let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m3 = _mm256_set1_epi8(3);
+            let mut acc = [[0f32; T]; R];
+            for s in 0..nsb {
+                let mut ya = [ap[0]; T];
+                let mut dy = [0f32; T];
+                let mut bs = [zero; T];
+                for j in 0..T {
+                    ya[j] = ap[j].add(s * 292);
+                    dy[j] = (ya[j] as *const f32).read_unaligned();
+                    bs[j] = ld(ya[j].add(260));
+                }
+                for i in 0..R {
+                    let bx = wp[i].add(s * 210);
+                    let scp = bx.add(192) as *const i8;
+                    let sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
+                    let mut sv = [zero; T];
+                    for h in 0..2 {
+                        let q1 = ld(bx.add(64 * h));
+                        let q2 = ld(bx.add(64 * h + 32));
+                        let qh = ld(bx.add(128 + 32 * h));
+                        let top = |shift: i32| -> __m256i {
+                            let b = match shift {
+                                0 => qh,
+                                2 => _mm256_srli_epi16(qh, 2),
+                                4 => _mm256_srli_epi16(qh, 4),
+                                _ => _mm256_srli_epi16(qh, 6),
+                            };
+                            _mm256_slli_epi16(_mm256_and_si256(b, m3), 4)
+                        };
+                        let codes = [
+                            _mm256_or_si256(_mm256_and_si256(q1, m4), top(0)),
+                            _mm256_or_si256(_mm256_and_si256(q2, m4), top(2)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4), top(4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 4), m4), top(6)),
+                        ];
+                        for (k, code) in codes.iter().enumerate() {
+                            let sa = *scp.add(8 * h + 2 * k) as i16;
+                            let sb = *scp.add(8 * h + 2 * k + 1) as i16;
+                            let scv = _mm256_set_m128i(_mm_set1_epi16(sb), _mm_set1_epi16(sa));
+                            for j in 0..T {
+                                let p = _mm256_maddubs_epi16(
+                                    *code,
+                                    ld(ya[j].add(4 + 128 * h + 32 * k)),
+                                );
+                                sv[j] = dp16(sv[j], p, scv);
+                            }
+                        }
+                    }
+                    let d = f16v(bx.add(208));
+                    for j in 0..T {
+                        let isum =
+                            hsum_i32(sv[j]) - 32 * hsum_i32(_mm256_madd_epi16(bs[j], sc_all));
+                        acc[i][j] += (d * dy[j]) * isum as f32;
+                    }
+                }
+            }
+            for i in 0..R {
+                for j in 0..T {
+                    *out.add((t0 + j) * os + r0 + i) = acc[i][j];
+                }
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // F32 · F32: element i into lane i % 8, mul then add, as the reference.
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_f32(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            drive!(tile_f32, ops, nrows, ntok, out, os);
+        }
+
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_f32<const R: usize, const T: usize>(
+            ops: &Operands,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let n = ops.cols;
+            let n8 = n / 8 * 8;
+            let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            let mut e = 0;
+            while e < n8 {
+                let mut x = [_mm256_setzero_ps(); T];
+                for j in 0..T {
+                    x[j] = _mm256_loadu_ps((ap[j] as *const f32).add(e));
+                }
+                for i in 0..R {
+                    let w = _mm256_loadu_ps((wp[i] as *const f32).add(e));
+                    for j in 0..T {
+                        acc[i][j] = _mm256_add_ps(acc[i][j], _mm256_mul_ps(w, x[j]));
+                    }
+                }
+                e += 8;
+            }
+            let mut lanes = [[[0f32; 8]; T]; R];
+            for i in 0..R {
+                for j in 0..T {
+                    _mm256_storeu_ps(lanes[i][j].as_mut_ptr(), acc[i][j]);
+                    for e in n8..n {
+                        let w = (wp[i] as *const f32).add(e).read_unaligned();
+                        let x = (ap[j] as *const f32).add(e).read_unaligned();
+                        lanes[i][j][e - n8] += w * x;
+                    }
+                }
+            }
+            write_tile(&lanes, r0, t0, out, os);
+        }
+    };
+}
