@@ -6,6 +6,7 @@ pub mod families;
 pub mod forward;
 pub mod load;
 mod mixers;
+pub mod pack;
 pub mod sampler;
 pub mod semantics;
 pub mod state;

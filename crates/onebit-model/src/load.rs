@@ -8,18 +8,22 @@ use onebit_formats::gguf::Gguf;
 use crate::error::{ModelError, Result};
 use crate::families;
 use crate::forward::{ExecConfig, Model};
+use crate::pack::Pack;
 use crate::semantics::Semantics;
 use crate::weights::{self, TensorSource};
 
 /// The container a model path names.
 pub enum Container {
     Gguf(Gguf),
+    /// A FastFlowLM pack directory.
+    Pack(Box<Pack>),
 }
 
 impl Container {
     pub fn tensors(&self) -> &dyn TensorSource {
         match self {
             Container::Gguf(g) => g,
+            Container::Pack(p) => p.as_ref(),
         }
     }
 }
@@ -32,9 +36,20 @@ pub struct Opened {
 
 pub fn open(path: &Path) -> Result<Opened> {
     if path.is_dir() {
-        return Err(ModelError::Unsupported {
-            path: path.to_path_buf(),
-            what: "is a directory; FastFlowLM pack directories are not readable yet (give a .gguf file)".into(),
+        if !Pack::is_pack(path) {
+            return Err(ModelError::Unsupported {
+                path: path.to_path_buf(),
+                what: format!(
+                    "is a directory without {}; a model path is a .gguf file or a FastFlowLM pack directory",
+                    crate::pack::WEIGHTS
+                ),
+            });
+        }
+        let pack = Pack::open(path)?;
+        let sem = pack.semantics()?;
+        return Ok(Opened {
+            container: Container::Pack(Box::new(pack)),
+            sem,
         });
     }
     let gguf = Gguf::open(path)?;

@@ -305,6 +305,17 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
     };
     // A declared q/k norm without its tensors would silently run unnormalised.
     let (q_norm, k_norm) = if sem.qk_norm.value != QkNorm::None {
+        for t in ["attn_q_norm.weight", "attn_k_norm.weight"] {
+            if !l.has(&n(t)) {
+                return Err(l.err(
+                    &n(t),
+                    format!(
+                        "is absent, but q/k RMSNorm is declared ({}) for this attention layer",
+                        sem.qk_norm.source
+                    ),
+                ));
+            }
+        }
         (
             Some(l.norm(&n("attn_q_norm.weight"), d.head_dim_k)?),
             Some(l.norm(&n("attn_k_norm.weight"), d.head_dim_k)?),

@@ -235,8 +235,27 @@ fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) ->
 
 fn inspect(a: ModelArgs) -> Result<()> {
     let opened = load::open(&a.model)?;
-    print!("{}", opened.sem);
-    let Container::Gguf(g) = &opened.container;
+    for l in open::semantics_lines(&opened) {
+        println!("[semantics] {l}");
+    }
+    let g = match &opened.container {
+        Container::Gguf(g) => g,
+        Container::Pack(p) => {
+            println!(
+                "[file] {} FastFlowLM pack ({} family table), {} tensors",
+                a.model.display(),
+                p.family.arch,
+                p.tensors.len() + p.unmapped.len()
+            );
+            if let Some((_, src)) = p.chat_template() {
+                println!("[file] chat template from {src}");
+            }
+            for l in p.census() {
+                println!("[tensors] {l}");
+            }
+            return Ok(());
+        }
+    };
     println!(
         "[file] {} GGUF v{}, {} tensors, {} metadata keys",
         a.model.display(),

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use onebit_model::load::{self, Container, Opened};
+use onebit_model::pack::{self, Pack, TokenRef};
 use onebit_model::{ExecConfig, Model};
-use onebit_text::Tokenizer;
+use onebit_text::{SpecialTokens, Tokenizer};
 
 pub struct Loaded {
     pub model: Model,
@@ -18,7 +19,7 @@ pub struct Loaded {
 pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     let t = Instant::now();
     let opened = load::open(path)?;
-    for l in opened.sem.lines() {
+    for l in semantics_lines(&opened) {
         eprintln!("[semantics] {l}");
     }
     let model = opened.load(exec)?;
@@ -31,12 +32,107 @@ pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     Ok(Loaded { model, opened })
 }
 
+/// The `[semantics]` lines: the model's rules, and for a pack the BOS/EOS
+/// facts with the file and key each came from.
+pub fn semantics_lines(opened: &Opened) -> Vec<String> {
+    let mut v = opened.sem.lines();
+    if let Container::Pack(p) = &opened.container {
+        let f = p.special_facts();
+        let show = |t: &Option<TokenRef>| match t {
+            Some(TokenRef::Id(i)) => format!("id {i}"),
+            Some(TokenRef::Text(s)) => format!("{s:?}"),
+            None => "none".into(),
+        };
+        v.push(format!("bos: {}  <- {}", show(&f.bos.value), f.bos.source));
+        v.push(format!(
+            "add bos: {}  <- {}",
+            f.add_bos.value.map_or(
+                "not stated (tokenizer.json post-processor decides)".into(),
+                |b| b.to_string()
+            ),
+            f.add_bos.source
+        ));
+        let eos: Vec<String> = f.eos.value.iter().map(|t| show(&Some(t.clone()))).collect();
+        v.push(format!("eos: [{}]  <- {}", eos.join(", "), f.eos.source));
+    }
+    v
+}
+
 /// The tokenizer a container carries.
 pub fn tokenizer(opened: &Opened) -> Result<Tokenizer> {
     match &opened.container {
         Container::Gguf(g) => Tokenizer::from_gguf(g)
             .with_context(|| format!("{}: cannot build the tokenizer", g.path().display())),
+        Container::Pack(p) => pack_tokenizer(p),
     }
+}
+
+/// A pack's tokenizer: tokenizer.json, with the BOS/EOS facts its JSON files
+/// state (config.json first, then tokenizer_config.json; every eos id of
+/// config.json and generation_config.json).
+fn pack_tokenizer(p: &Pack) -> Result<Tokenizer> {
+    let path = p.dir().join(pack::TOKENIZER);
+    let inner = tokenizers::Tokenizer::from_file(&path)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read the tokenizer: {e}", path.display()))?;
+    let facts = p.special_facts();
+    let resolve = |t: &TokenRef, what: &str| -> Result<u32> {
+        match t {
+            TokenRef::Id(i) => Ok(*i),
+            TokenRef::Text(s) => inner.token_to_id(s).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: {what} {s:?} is not a token of {}",
+                    p.dir().display(),
+                    path.display()
+                )
+            }),
+        }
+    };
+    let bos = facts
+        .bos
+        .value
+        .as_ref()
+        .map(|t| resolve(t, &facts.bos.source))
+        .transpose()?;
+    let add_bos = match facts.add_bos.value {
+        Some(b) => b,
+        // Not stated: whether tokenizer.json's post-processor adds it.
+        None => bos.is_some_and(|b| {
+            inner
+                .encode("", true)
+                .is_ok_and(|e| e.get_ids().first() == Some(&b))
+        }),
+    };
+    let eos = facts
+        .eos
+        .value
+        .iter()
+        .map(|t| resolve(t, "eos token"))
+        .collect::<Result<Vec<u32>>>()?;
+    let eot = [
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+    ]
+    .iter()
+    .find_map(|n| inner.token_to_id(n));
+    let mut eog = eos.clone();
+    eog.extend(eot);
+    let special = SpecialTokens {
+        bos,
+        bos_token: bos.and_then(|b| inner.id_to_token(b)),
+        eos_token: eos.first().and_then(|&e| inner.id_to_token(e)),
+        eos,
+        add_bos,
+        add_eos: false,
+        unk: None,
+        pad: None,
+        eot,
+        eom: None,
+        eog,
+    };
+    Ok(Tokenizer::from_parts(inner, special))
 }
 
 /// Every end-of-generation id the tokenizer knows (EOS, EOT, turn ends).

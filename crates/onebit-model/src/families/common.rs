@@ -122,7 +122,14 @@ pub fn base(
         ),
         attn_softcap: Sourced::new(None, format!("{family}: none")),
         final_softcap: Sourced::new(None, format!("{family}: none")),
-        qk_norm: Sourced::new(QkNorm::None, format!("{family}: no q/k norm")),
+        // A stated use_qk_norm decides for every family; the family file
+        // replaces this with its own default where it normalises q/k.
+        qk_norm: qk_norm(
+            d,
+            false,
+            QkNorm::BeforeRope,
+            &format!("{family}: no q/k norm"),
+        )?,
         norm_eps: Sourced::new(eps as f32, d.src(k::NORM_EPS)),
         norm_form: Sourced::new(NormForm::Plain, format!("{family}: RMSNorm x/rms * w")),
         sandwich_norms: Sourced::new(false, format!("{family}: none")),

@@ -1,0 +1,421 @@
+//! FastFlowLM packs: a directory with `model.q4nx` (safetensors of tiled
+//! weights), the model's HF `config.json`, `tokenizer.json`,
+//! `tokenizer_config.json` and, where present, `generation_config.json` and
+//! `chat_template.jinja`.
+//!
+//! The reader maps the pack's HF-style names to the GGUF names the loader
+//! asks for (`names`), and repacks each tiled tensor at open into the ggml
+//! block type the kernels already run: asymmetric Q4 tiles into Q4_1 blocks,
+//! symmetric ones into Q4_0, Q8 tiles into Q8_0 (bf16 scales become f16,
+//! exact at or above 2^-17). BF16/F16/F32 tensors are used in place
+//! (memory-mapped). The kernels never read tiles.
+
+pub mod config;
+pub mod names;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, TILE_BYTES};
+use onebit_formats::safetensors::{SafeTensors, StDtype, StTensor};
+use onebit_formats::{ByteView, GgmlType};
+use serde_json::Value as Json;
+
+use crate::error::{ModelError, Result};
+use crate::families::decls::Decls;
+use crate::families::Family;
+use crate::semantics::Semantics;
+use crate::weights::{RawTensor, TensorSource};
+
+pub use config::{SpecialFacts, TokenRef};
+
+/// How a tensor is stored in the pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Form {
+    Plain(&'static str),
+    Q4(&'static str),
+    Q8,
+}
+
+impl std::fmt::Display for Form {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Form::Plain(d) => write!(f, "{d}"),
+            Form::Q4(k) => write!(f, "I8 Q4 tiles, {k}"),
+            Form::Q8 => write!(f, "I8 Q8 tiles"),
+        }
+    }
+}
+
+/// One tensor of a pack, as read and as handed to the loader.
+pub struct PackTensor {
+    pub pack_name: String,
+    pub gguf_name: String,
+    pub form: Form,
+    pub stored_shape: Vec<u64>,
+    pub stored_bytes: usize,
+    pub raw: RawTensor,
+    /// Scales/minimums that f16 could not hold exactly when repacked.
+    pub inexact_scales: usize,
+}
+
+/// An open pack.
+pub struct Pack {
+    dir: PathBuf,
+    weights_path: PathBuf,
+    /// config.json as written.
+    pub config: Json,
+    /// The text model's declarations ([`config::text_root`]).
+    pub text: Json,
+    pub tokenizer_config: Option<Json>,
+    pub generation_config: Option<Json>,
+    pub family: &'static Family,
+    pub tensors: Vec<PackTensor>,
+    index: HashMap<String, usize>,
+    /// Pack tensors the family's name table does not name (e.g. a vision tower).
+    pub unmapped: Vec<String>,
+}
+
+pub const WEIGHTS: &str = "model.q4nx";
+pub const CONFIG: &str = "config.json";
+pub const TOKENIZER: &str = "tokenizer.json";
+pub const TOKENIZER_CONFIG: &str = "tokenizer_config.json";
+pub const GENERATION_CONFIG: &str = "generation_config.json";
+pub const CHAT_TEMPLATE: &str = "chat_template.jinja";
+
+fn read_json(path: &Path, required: bool) -> Result<Option<Json>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(ModelError::Unsupported {
+                path: path.to_path_buf(),
+                what: format!("cannot read: {e}"),
+            })
+        }
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| ModelError::Unsupported {
+            path: path.to_path_buf(),
+            what: format!("is not valid JSON: {e}"),
+        })
+}
+
+impl Pack {
+    /// Whether `dir` looks like a pack (holds `model.q4nx`).
+    pub fn is_pack(dir: &Path) -> bool {
+        dir.join(WEIGHTS).is_file()
+    }
+
+    pub fn open(dir: &Path) -> Result<Pack> {
+        let config_path = dir.join(CONFIG);
+        let config = read_json(&config_path, true)?.expect("required");
+        let family = config::family_of(&config).ok_or_else(|| ModelError::Unsupported {
+            path: config_path.clone(),
+            what: format!(
+                "names {}, not a family onebit runs (supported: {})",
+                config::declared_names(&config),
+                crate::families::FAMILIES
+                    .iter()
+                    .flat_map(|f| f.hf_names.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })?;
+        let rows = names::table(family.arch).ok_or_else(|| ModelError::Unsupported {
+            path: config_path.clone(),
+            what: format!(
+                "family {} has no pack tensor-name table (packs of llama, qwen2, qwen3, gemma3, lfm2 and hunyuan-dense are read)",
+                family.arch
+            ),
+        })?;
+        let text = config::text_root(&config);
+        let tokenizer_config = read_json(&dir.join(TOKENIZER_CONFIG), false)?;
+        let generation_config = read_json(&dir.join(GENERATION_CONFIG), false)?;
+        let weights_path = dir.join(WEIGHTS);
+        let st = SafeTensors::open(&weights_path)?;
+
+        let hidden = text
+            .get("hidden_size")
+            .and_then(Json::as_u64)
+            .ok_or_else(|| ModelError::Key {
+                path: config_path.clone(),
+                key: "hidden_size".into(),
+                what: "is required to read the tiled matrices' shapes".into(),
+            })? as usize;
+
+        let mut unmapped = Vec::new();
+        let mut by_gguf: BTreeMap<String, &StTensor> = BTreeMap::new();
+        for t in &st.tensors {
+            match names::to_gguf(&rows, &t.name) {
+                Some(g) => {
+                    by_gguf.insert(g, t);
+                }
+                None => unmapped.push(t.name.clone()),
+            }
+        }
+        // Tiled matrices do not state their logical shape. K is the hidden
+        // size for every matrix reading the residual stream; the attention
+        // output and the down projection read what q and gate produce.
+        let n_of = |done: &[PackTensor], g: &str| {
+            done.iter()
+                .find(|t| t.gguf_name == g)
+                .map(|t| t.raw.dims[1] as usize)
+        };
+        let second_pass =
+            |g: &str| g.ends_with("attn_output.weight") || g.ends_with("ffn_down.weight");
+        let mut tensors: Vec<PackTensor> = Vec::new();
+        for pass in [false, true] {
+            for (g, t) in by_gguf.iter().filter(|(g, _)| second_pass(g) == pass) {
+                let tiled = matches!(t.dtype, StDtype::I8 | StDtype::U8);
+                let (hint, k_cols) = if !tiled {
+                    (KHint::None, None)
+                } else if pass {
+                    let partner = if g.ends_with("attn_output.weight") {
+                        g.replace("attn_output.weight", "attn_q.weight")
+                    } else {
+                        g.replace("ffn_down.weight", "ffn_gate.weight")
+                    };
+                    let up = partner.replace("ffn_gate", "ffn_up");
+                    let k = n_of(&tensors, &partner)
+                        .or(n_of(&tensors, &up))
+                        .ok_or_else(|| {
+                            st.tensor_error(
+                                &t.name,
+                                format!(
+                                    "its input width comes from `{}`, which the pack lacks",
+                                    names::to_pack(&rows, &partner).unwrap_or(partner)
+                                ),
+                            )
+                        })?;
+                    (KHint::Rows(hidden), Some(k))
+                } else {
+                    (KHint::Cols(hidden), Some(hidden))
+                };
+                tensors.push(read_tensor(&st, t, g, hint, k_cols)?);
+            }
+        }
+        let index = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.gguf_name.clone(), i))
+            .collect();
+        Ok(Pack {
+            dir: dir.to_path_buf(),
+            weights_path,
+            config,
+            text,
+            tokenizer_config,
+            generation_config,
+            family,
+            tensors,
+            index,
+            unmapped,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn by_gguf(&self, name: &str) -> Option<&PackTensor> {
+        self.index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// Semantics from config.json by the family's own rules.
+    pub fn semantics(&self) -> Result<Semantics> {
+        let dims = |name: &str| self.by_gguf(name).map(|t| t.raw.dims.clone());
+        let d = Decls::config(&self.text, &self.dir.join(CONFIG), self.family.arch, &dims);
+        (self.family.semantics)(&d)
+    }
+
+    /// BOS/EOS facts from the pack's JSON files.
+    pub fn special_facts(&self) -> SpecialFacts {
+        config::special_facts(
+            &self.text,
+            self.tokenizer_config.as_ref(),
+            self.generation_config.as_ref(),
+        )
+    }
+
+    /// The chat template: `chat_template.jinja`, else tokenizer_config.json's.
+    pub fn chat_template(&self) -> Option<(String, String)> {
+        let p = self.dir.join(CHAT_TEMPLATE);
+        if let Ok(t) = std::fs::read_to_string(&p) {
+            return Some((t, CHAT_TEMPLATE.into()));
+        }
+        self.tokenizer_config
+            .as_ref()?
+            .get("chat_template")?
+            .as_str()
+            .map(|t| (t.to_string(), format!("{TOKENIZER_CONFIG} chat_template")))
+    }
+
+    /// Census lines: tensors by stored dtype and tile kind.
+    pub fn census(&self) -> Vec<String> {
+        let mut by: BTreeMap<Form, (usize, usize, usize)> = BTreeMap::new();
+        for t in &self.tensors {
+            let e = by.entry(t.form).or_default();
+            e.0 += 1;
+            e.1 += t.stored_bytes;
+            e.2 += t.inexact_scales;
+        }
+        let mut out: Vec<String> = by
+            .into_iter()
+            .map(|(f, (n, b, inexact))| {
+                let mut s = format!("{f}: {n} tensors, {:.1} MiB", b as f64 / (1 << 20) as f64);
+                if inexact > 0 {
+                    s += &format!(", {inexact} scales rounded bf16 -> f16");
+                }
+                s
+            })
+            .collect();
+        if !self.unmapped.is_empty() {
+            out.push(format!(
+                "not used (no name in the {} table): {} tensors, e.g. {}",
+                self.family.arch,
+                self.unmapped.len(),
+                self.unmapped[0]
+            ));
+        }
+        out
+    }
+}
+
+impl TensorSource for Pack {
+    fn path(&self) -> &Path {
+        &self.weights_path
+    }
+    fn tensor(&self, name: &str) -> Option<RawTensor> {
+        self.by_gguf(name).map(|t| t.raw.clone())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum KHint {
+    None,
+    /// The matrix's input width K is known.
+    Cols(usize),
+    /// Its output count N is known.
+    Rows(usize),
+}
+
+/// Reads one pack tensor into a loader-ready tensor. `shape_hint` says which
+/// logical dimension is known for tiled tensors; `k_cols` is K when known.
+fn read_tensor(
+    st: &SafeTensors,
+    t: &StTensor,
+    gguf: &str,
+    shape_hint: KHint,
+    k_cols: Option<usize>,
+) -> Result<PackTensor> {
+    let err = |what: String| ModelError::from(st.tensor_error(&t.name, what));
+    let bytes = st.bytes(t);
+    let plain = |dtype: GgmlType, name: &'static str| -> Result<PackTensor> {
+        // Row-major shape, outermost first; ggml dims are the reverse.
+        // Size-1 dimensions of higher-rank tensors (conv taps [C, 1, L]) are dropped.
+        let mut dims: Vec<u64> = t.shape.iter().rev().copied().collect();
+        if dims.len() > 2 {
+            dims.retain(|&d| d != 1);
+        }
+        Ok(PackTensor {
+            pack_name: t.name.clone(),
+            gguf_name: gguf.to_string(),
+            form: Form::Plain(name),
+            stored_shape: t.shape.clone(),
+            stored_bytes: t.len,
+            raw: RawTensor {
+                dtype,
+                dims,
+                bytes: bytes.clone(),
+            },
+            inexact_scales: 0,
+        })
+    };
+    match t.dtype {
+        StDtype::BF16 => return plain(GgmlType::BF16, "BF16"),
+        StDtype::F16 => return plain(GgmlType::F16, "F16"),
+        StDtype::F32 => return plain(GgmlType::F32, "F32"),
+        StDtype::I8 | StDtype::U8 => {}
+    }
+    let tiled =
+        |n: usize, k: usize, form: Form, dtype: GgmlType, data: Vec<u8>, inexact| PackTensor {
+            pack_name: t.name.clone(),
+            gguf_name: gguf.to_string(),
+            form,
+            stored_shape: t.shape.clone(),
+            stored_bytes: t.len,
+            raw: RawTensor {
+                dtype,
+                dims: vec![k as u64, n as u64],
+                bytes: ByteView::from_vec(data),
+            },
+            inexact_scales: inexact,
+        };
+    match t.shape.as_slice() {
+        // Q8 tiles: [N/32, Kp/128, 5120].
+        &[nb, kb, w] if w as usize == TILE_BYTES => {
+            let n = nb as usize * q4nx::ROWS;
+            let kp = kb as usize * q4nx::Q8_COLS;
+            let k = k_cols.unwrap_or(kp);
+            if k > kp || k.div_ceil(q4nx::Q8_COLS) * q4nx::Q8_COLS != kp {
+                return Err(err(format!(
+                    "Q8 tiles hold {kp} columns, which does not pad input width {k}"
+                )));
+            }
+            let s = Q8Shape::new(n, k).map_err(|e| err(e.0))?;
+            let (data, inexact) = q4nx::q8_to_q8_0(&bytes, s).map_err(|e| err(e.0))?;
+            Ok(tiled(n, k, Form::Q8, GgmlType::Q8_0, data, inexact))
+        }
+        &[n_tiles, w] if w as usize == TILE_BYTES => {
+            let n_tiles = n_tiles as usize;
+            let (n, k) = match shape_hint {
+                KHint::Cols(k) => {
+                    let tpr = k.div_ceil(q4nx::COLS);
+                    if n_tiles % tpr != 0 {
+                        return Err(err(format!(
+                            "{n_tiles} tiles are not whole tile rows of input width {k} ({tpr} tiles each)"
+                        )));
+                    }
+                    (n_tiles / tpr * q4nx::ROWS, k)
+                }
+                KHint::Rows(n) => {
+                    let k = k_cols.ok_or_else(|| err("input width unknown".into()))?;
+                    let tpr = k.div_ceil(q4nx::COLS);
+                    if n_tiles != n / q4nx::ROWS * tpr {
+                        return Err(err(format!(
+                            "{n_tiles} tiles, but {n} rows by {k} columns take {}",
+                            n / q4nx::ROWS * tpr
+                        )));
+                    }
+                    (n, k)
+                }
+                KHint::None => return Err(err("a tiled tensor where a vector was expected".into())),
+            };
+            let s = Q4Shape::new(n, k).map_err(|e| err(e.0))?;
+            let (dtype, data, inexact) = q4nx::to_ggml(&bytes, s).map_err(|e| err(e.0))?;
+            let kind = if dtype == GgmlType::Q4_0 {
+                Q4Kind::Symmetric
+            } else {
+                Q4Kind::Asymmetric
+            };
+            Ok(tiled(n, k, Form::Q4(kind.name()), dtype, data, inexact))
+        }
+        [_, w] if *w as usize == q4nx::QUARTER_TILE_BYTES => Err(err(format!(
+            "rows of {} bytes are FastFlowLM's quarter tile (16 x 128 blocks), which onebit does not read; re-import the model from GGUF with `onebit import`",
+            q4nx::QUARTER_TILE_BYTES
+        ))),
+        [_, w] if *w as usize == q4nx::SYM_CHUNK_BYTES => Err(err(format!(
+            "rows of {} bytes are FastFlowLM's symmetric chunk, which onebit does not read",
+            q4nx::SYM_CHUNK_BYTES
+        ))),
+        other => Err(err(format!(
+            "{} tensor of shape {other:?} is not a tiled form onebit reads ([tiles, 5120] Q4 or [N/32, Kp/128, 5120] Q8)",
+            t.dtype.name()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,426 @@
+//! Semantics rules from config.json snippets, read the way a pack is read:
+//! family by model_type/architectures, the text root, `Decls::config`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value as Json};
+
+use super::config::{family_of, text_root};
+use crate::families::decls::Decls;
+use crate::semantics::*;
+use crate::weights::{self, RawTensor, TensorSource};
+use onebit_formats::{ByteView, GgmlType};
+
+/// Semantics of a config snippet; `tensors` are the GGUF names the
+/// container holds (dims unused by these rules).
+fn sem_with(config: Json, tensors: &[&str]) -> Result<Semantics, String> {
+    let fam = family_of(&config).ok_or("no family")?;
+    let text = text_root(&config);
+    let names: Vec<String> = tensors.iter().map(|s| s.to_string()).collect();
+    let dims = |n: &str| names.iter().any(|x| x == n).then(Vec::new);
+    let d = Decls::config(&text, Path::new("pack/config.json"), fam.arch, &dims);
+    (fam.semantics)(&d).map_err(|e| e.to_string())
+}
+
+fn sem(config: Json) -> Semantics {
+    sem_with(config, &["output.weight"]).unwrap()
+}
+
+/// A config with the sizes every family needs, merged with `extra`.
+fn cfg(model_type: &str, extra: Json) -> Json {
+    let mut c = json!({
+        "model_type": model_type,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 100,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn full_at(s: &Semantics) -> Vec<usize> {
+    s.layer_kinds
+        .value
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == LayerKind::Full)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[test]
+fn gemma3_34_layers_pattern_6_full_exactly_at_5_11_17_23_29() {
+    let s = sem(cfg(
+        "gemma3_text",
+        json!({"num_hidden_layers": 34, "sliding_window": 1024, "sliding_window_pattern": 6}),
+    ));
+    assert_eq!(full_at(&s), vec![5, 11, 17, 23, 29]);
+    assert!(s
+        .layer_kinds
+        .source
+        .contains("config.json sliding_window_pattern"));
+    assert_eq!(s.layer_kinds.value[0], LayerKind::Sliding);
+}
+
+#[test]
+fn layer_types_list_decides_over_the_pattern() {
+    let types = [
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+    ];
+    let s = sem(cfg(
+        "gemma3_text",
+        json!({"sliding_window": 512, "sliding_window_pattern": 6, "layer_types": types}),
+    ));
+    assert_eq!(full_at(&s), vec![0, 3]);
+    assert_eq!(s.layer_kinds.source, "config.json layer_types");
+    // LFM2: conv / full_attention.
+    let s = sem(cfg(
+        "lfm2",
+        json!({"conv_L_cache": 3, "norm_eps": 1e-5,
+               "layer_types": ["conv", "conv", "full_attention", "conv"]}),
+    ));
+    assert_eq!(
+        s.layer_kinds.value,
+        vec![
+            LayerKind::ShortConv,
+            LayerKind::ShortConv,
+            LayerKind::Full,
+            LayerKind::ShortConv
+        ]
+    );
+}
+
+#[test]
+fn rope_local_base_freq_stated_absent_and_never_zero() {
+    let g = |extra: Json| {
+        let mut e = json!({"sliding_window": 512, "sliding_window_pattern": 2});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        sem_with(cfg("gemma3_text", e), &[])
+    };
+    let s = g(json!({"rope_local_base_freq": 20000.0})).unwrap();
+    assert_eq!(s.rope_sliding.value.base, 20000.0);
+    assert!(s
+        .rope_sliding
+        .source
+        .contains("config.json rope_local_base_freq"));
+    assert_eq!(s.rope_full.value.base, 1e6);
+    // Absent: gemma3 takes 10000 (HF's default), not the model's base.
+    let s = g(json!({})).unwrap();
+    assert_eq!(s.rope_sliding.value.base, 10000.0);
+    assert!(s.rope_sliding.source.contains("default"));
+    // Zero is refused by name.
+    let e = g(json!({"rope_local_base_freq": 0.0})).unwrap_err();
+    assert!(e.contains("rope_local_base_freq"), "{e}");
+    // Other families: the model's base on every layer.
+    let s = sem(cfg("qwen3", json!({})));
+    assert_eq!(s.rope_sliding.value.base, 1e6);
+    assert_eq!(s.rope_full.value.base, 1e6);
+}
+
+#[test]
+fn rope_scaling_linear_full_layers_only_for_gemma3_every_layer_otherwise() {
+    let lin = json!({"rope_type": "linear", "factor": 8.0});
+    for local in [json!(10000.0), Json::Null] {
+        let s = sem(cfg(
+            "gemma3_text",
+            json!({"sliding_window": 512, "sliding_window_pattern": 2,
+                   "rope_scaling": lin, "rope_local_base_freq": local}),
+        ));
+        assert_eq!(
+            s.rope_full.value.scaling,
+            RopeScaling::Linear { factor: 8.0 }
+        );
+        assert_eq!(s.rope_full.value.freq_scale(), 0.125);
+        // HF's Gemma3 rotates sliding layers unscaled with their own base.
+        assert_eq!(s.rope_sliding.value.scaling, RopeScaling::None);
+    }
+    let s = sem(cfg(
+        "llama",
+        json!({"rope_scaling": {"type": "linear", "factor": 4.0}}),
+    ));
+    assert_eq!(
+        s.rope_full.value.scaling,
+        RopeScaling::Linear { factor: 4.0 }
+    );
+    assert_eq!(
+        s.rope_sliding.value.scaling,
+        RopeScaling::Linear { factor: 4.0 }
+    );
+    for bad in [
+        json!({"rope_type": "linear"}),
+        json!({"rope_type": "linear", "factor": 0.0}),
+    ] {
+        let e = sem_with(cfg("llama", json!({"rope_scaling": bad})), &[]).unwrap_err();
+        assert!(
+            e.contains("rope_scaling.factor") && e.contains("positive factor"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn rope_scaling_llama3_and_yarn_refused_by_name() {
+    for ty in ["llama3", "yarn"] {
+        let e = sem_with(
+            cfg(
+                "llama",
+                json!({"rope_scaling": {"rope_type": ty, "factor": 8.0}}),
+            ),
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            e.contains(ty) && e.contains("rope_scaling.rope_type"),
+            "{e}"
+        );
+        assert!(e.contains("not implemented"), "{e}");
+    }
+}
+
+fn hunyuan(extra: Json) -> Json {
+    cfg(
+        "hunyuan_v1_dense",
+        json!({"head_dim": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
+               "hidden_size": 256, "rope_theta": 10000.0}),
+    )
+    .as_object()
+    .unwrap()
+    .iter()
+    .chain(extra.as_object().unwrap())
+    .map(|(k, v)| (k.clone(), v.clone()))
+    .collect::<serde_json::Map<_, _>>()
+    .into()
+}
+
+#[test]
+fn hunyuan_dynamic_alpha_applies_to_the_raw_rope_theta_of_a_pack() {
+    // A pack's config states the raw rope_theta; alpha applies:
+    // 10000 * 1000^(128/126) = 11,158,839.9.
+    let s = sem(hunyuan(
+        json!({"rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}),
+    ));
+    assert!(
+        (s.rope_full.value.base - 11_158_839.9).abs() < 0.1,
+        "{}",
+        s.rope_full.value.base
+    );
+    assert_eq!(s.rope_sliding.value.base, s.rope_full.value.base);
+    assert!(s.rope_full.source.contains("rope_scaling.alpha"));
+    let e = sem_with(hunyuan(json!({"rope_scaling": {"type": "dynamic"}})), &[]).unwrap_err();
+    assert!(e.contains("alpha"), "{e}");
+}
+
+#[test]
+fn hunyuan_qk_norm_after_rope_by_model_type_or_architectures() {
+    let s = sem(hunyuan(json!({})));
+    assert_eq!(s.qk_norm.value, QkNorm::AfterRope);
+    let mut c = hunyuan(json!({"architectures": ["HunYuanDenseV1ForCausalLM"]}));
+    c.as_object_mut().unwrap().remove("model_type");
+    let s = sem(c);
+    assert_eq!(s.family, "hunyuan-dense");
+    assert_eq!(s.qk_norm.value, QkNorm::AfterRope);
+    let s = sem(hunyuan(json!({"use_qk_norm": true})));
+    assert_eq!(s.qk_norm.value, QkNorm::AfterRope);
+    assert_eq!(s.qk_norm.source, "config.json use_qk_norm");
+}
+
+#[test]
+fn query_pre_attn_scalar_sets_the_attention_scale() {
+    let s = sem(cfg(
+        "gemma3_text",
+        json!({"head_dim": 16, "query_pre_attn_scalar": 256}),
+    ));
+    assert_eq!(s.attn_scale.value, 1.0 / 16.0);
+    assert!(s.attn_scale.source.contains("query_pre_attn_scalar"));
+    let s = sem(cfg("gemma3_text", json!({"head_dim": 16})));
+    assert_eq!(s.attn_scale.value, 0.25);
+}
+
+#[test]
+fn use_qk_norm_true_false_null_and_nested() {
+    // Stated true on a family without q/k norm: normalises.
+    let s = sem(cfg("llama", json!({"use_qk_norm": true})));
+    assert_eq!(s.qk_norm.value, QkNorm::BeforeRope);
+    assert_eq!(s.qk_norm.source, "config.json use_qk_norm");
+    // Stated false on a family with it: does not.
+    let s = sem(cfg("qwen3", json!({"use_qk_norm": false})));
+    assert_eq!(s.qk_norm.value, QkNorm::None);
+    // null states nothing: the family table.
+    let s = sem(cfg("qwen3", json!({"use_qk_norm": null})));
+    assert_eq!(s.qk_norm.value, QkNorm::BeforeRope);
+    assert!(s.qk_norm.source.starts_with("qwen3"));
+    let s = sem(cfg("llama", json!({"use_qk_norm": null})));
+    assert_eq!(s.qk_norm.value, QkNorm::None);
+    // Nested under another component's config: not read.
+    let s = sem(cfg(
+        "llama",
+        json!({"vision_config": {"use_qk_norm": true}}),
+    ));
+    assert_eq!(s.qk_norm.value, QkNorm::None);
+    let s = sem(cfg(
+        "qwen3",
+        json!({"vision_config": {"use_qk_norm": false}}),
+    ));
+    assert_eq!(s.qk_norm.value, QkNorm::BeforeRope);
+    // A multimodal config: the text model's own statement decides, and
+    // overrides one at the outer top level.
+    let mm = json!({
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "use_qk_norm": true,
+        "vision_config": {"use_qk_norm": true},
+        "text_config": cfg("gemma3_text", json!({"use_qk_norm": false})),
+    });
+    assert_eq!(sem(mm).qk_norm.value, QkNorm::None);
+}
+
+#[test]
+fn norm_eps_from_rms_norm_eps_or_norm_eps() {
+    let s = sem(cfg("llama", json!({"rms_norm_eps": 1e-5})));
+    assert_eq!(s.norm_eps.value, 1e-5);
+    let mut c = cfg(
+        "lfm2",
+        json!({"conv_L_cache": 3, "norm_eps": 2e-5, "layer_types": ["conv", "conv", "full_attention", "conv"]}),
+    );
+    c.as_object_mut().unwrap().remove("rms_norm_eps");
+    let s = sem(c);
+    assert_eq!(s.norm_eps.value, 2e-5);
+    assert_eq!(s.norm_eps.source, "config.json norm_eps");
+}
+
+#[test]
+fn container_rules_of_a_pack() {
+    // Gemma3: norms stored as 1 + w (plain form), embedding stored pre-scaled.
+    let s = sem(cfg("gemma3_text", json!({})));
+    assert_eq!(s.norm_form.value, NormForm::Plain);
+    assert_eq!(s.embed_scale.value, None);
+    assert!(s.embed_scale.source.contains("pre-scaled"));
+    // Llama: q/k rows un-permuted by the converter: halves RoPE.
+    let s = sem(cfg("llama", json!({})));
+    assert_eq!(s.rope_full.value.style, RopeStyle::Halves);
+    // Tied output only when the pack has no lm_head.
+    assert!(!s.tied_output.value);
+    assert!(
+        sem_with(cfg("llama", json!({})), &[])
+            .unwrap()
+            .tied_output
+            .value
+    );
+}
+
+/// An in-memory container of zero F32 tensors.
+struct Mem(HashMap<String, RawTensor>, PathBuf);
+
+impl TensorSource for Mem {
+    fn path(&self) -> &Path {
+        &self.1
+    }
+    fn tensor(&self, name: &str) -> Option<RawTensor> {
+        self.0.get(name).cloned()
+    }
+}
+
+fn mem(tensors: &[(String, Vec<u64>)]) -> Mem {
+    Mem(
+        tensors
+            .iter()
+            .map(|(n, dims)| {
+                let len = dims.iter().product::<u64>() as usize * 4;
+                (
+                    n.clone(),
+                    RawTensor {
+                        dtype: GgmlType::F32,
+                        dims: dims.clone(),
+                        bytes: ByteView::from_vec(vec![0; len]),
+                    },
+                )
+            })
+            .collect(),
+        PathBuf::from("pack/model.q4nx"),
+    )
+}
+
+/// Tensors of a 64-wide model with the given layer kinds.
+fn model_tensors(kinds: &[LayerKind], qk_norm: &[bool]) -> Vec<(String, Vec<u64>)> {
+    let mut v = vec![
+        ("token_embd.weight".to_string(), vec![64, 100]),
+        ("output.weight".into(), vec![64, 100]),
+        ("output_norm.weight".into(), vec![64]),
+        ("token_embd_norm.weight".into(), vec![64]),
+    ];
+    for (i, k) in kinds.iter().enumerate() {
+        let mut t = |s: &str, d: Vec<u64>| v.push((format!("blk.{i}.{s}"), d));
+        t("attn_norm.weight", vec![64]);
+        t("ffn_norm.weight", vec![64]);
+        t("ffn_gate.weight", vec![64, 128]);
+        t("ffn_up.weight", vec![64, 128]);
+        t("ffn_down.weight", vec![128, 64]);
+        match k {
+            LayerKind::ShortConv => {
+                t("shortconv.in_proj.weight", vec![64, 192]);
+                t("shortconv.out_proj.weight", vec![64, 64]);
+                t("shortconv.conv.weight", vec![3, 64]);
+            }
+            _ => {
+                t("attn_q.weight", vec![64, 64]);
+                t("attn_k.weight", vec![64, 32]);
+                t("attn_v.weight", vec![64, 32]);
+                t("attn_output.weight", vec![64, 64]);
+                if qk_norm[i] {
+                    t("attn_q_norm.weight", vec![16]);
+                    t("attn_k_norm.weight", vec![16]);
+                }
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn declared_qk_norm_without_q_norm_is_refused_at_load_naming_the_key() {
+    let kinds = [LayerKind::Full; 4];
+    let s = sem(cfg("llama", json!({"use_qk_norm": true})));
+    let src = mem(&model_tensors(&kinds, &[true, true, false, true]));
+    let e = weights::load(&src, &s).err().expect("refused").to_string();
+    assert!(
+        e.contains("blk.2.attn_q_norm.weight") && e.contains("config.json use_qk_norm"),
+        "{e}"
+    );
+    // Stated false: the same container loads.
+    let s = sem(cfg("llama", json!({"use_qk_norm": false})));
+    assert!(weights::load(&src, &s).is_ok());
+}
+
+#[test]
+fn conv_layers_are_exempt_from_the_q_norm_check() {
+    use LayerKind::*;
+    let c = cfg(
+        "lfm2",
+        json!({"conv_L_cache": 3, "norm_eps": 1e-5,
+               "layer_types": ["conv", "conv", "full_attention", "conv"]}),
+    );
+    let s = sem_with(c.clone(), &["output.weight"]).unwrap();
+    assert_ne!(s.qk_norm.value, QkNorm::None);
+    let kinds = [ShortConv, ShortConv, Full, ShortConv];
+    let ok = mem(&model_tensors(&kinds, &[false, false, true, false]));
+    weights::load(&ok, &s).map_err(|e| e.to_string()).unwrap();
+    let missing = mem(&model_tensors(&kinds, &[false; 4]));
+    let e = weights::load(&missing, &s).err().unwrap().to_string();
+    assert!(
+        e.contains("blk.2.attn_q_norm.weight") && e.contains("lfm2"),
+        "{e}"
+    );
+}
