@@ -1,0 +1,68 @@
+//! Matmul kernel speed on random weights: best-of-N time per call (robust on
+//! a shared machine), as weight GB/s and int8 GMAC/s.
+//!
+//! cargo run --release -p onebit-kernels --example kernels -- [threads=1] [isa: scalar|avx2|avx512]
+
+use std::time::Instant;
+
+use onebit_formats::{ByteView, GgmlType};
+use onebit_kernels::{matmul, Pool, Precision, QMatrix};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let threads: usize = args.get(1).map_or(1, |s| s.parse().unwrap());
+    if let Some(isa) = args.get(2) {
+        std::env::set_var("ONEBIT_ISA", isa);
+    }
+    println!(
+        "isa {:?}, {threads} threads",
+        onebit_kernels::quant::x86::Isa::best()
+    );
+    let pool = Pool::new(threads);
+    let cases = [
+        (GgmlType::Q4_1, 1536, 576, "SmolLM2 ffn up"),
+        (GgmlType::Q4_1, 576, 1536, "SmolLM2 ffn down"),
+        (GgmlType::Q8_0, 49152, 576, "SmolLM2 output"),
+        (GgmlType::Q5_0, 2048, 640, "Gemma ffn up"),
+        (GgmlType::Q6K, 640, 2048, "Gemma ffn down"),
+        (GgmlType::Q4K, 640, 1024, "Gemma attn out"),
+        (GgmlType::Q8_0, 262144, 640, "Gemma output"),
+    ];
+    let mut seed = 1u64;
+    for (t, rows, cols, what) in cases {
+        let bytes = t.row_bytes(cols as u64).unwrap() as usize * rows;
+        let mut data: Vec<u8> = (0..bytes)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (seed >> 56) as u8
+            })
+            .collect();
+        // Sane f16 scales: overwrite every block's first 2 bytes (and Q6_K's d).
+        let bb = t.block_bytes();
+        for b in data.chunks_exact_mut(bb) {
+            let at = if t == GgmlType::Q6K { 208 } else { 0 };
+            b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+        let w = QMatrix::new(t, rows, cols, ByteView::from_vec(data)).unwrap();
+        w.prepare(&pool);
+        for n_tok in [1, 64] {
+            let x: Vec<f32> = (0..n_tok * cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let mut out = vec![0f32; n_tok * rows];
+            let reps = if n_tok == 1 { 30 } else { 5 };
+            let mut best = f64::MAX;
+            for _ in 0..reps {
+                let t0 = Instant::now();
+                matmul(&pool, Precision::Quantized, &w, &x, n_tok, &mut out);
+                best = best.min(t0.elapsed().as_secs_f64());
+            }
+            println!(
+                "{what:16} {t:5} {rows:6}x{cols:5} n={n_tok:3}: {:8.1} us  {:6.1} GB/s  {:6.1} GMAC/s",
+                best * 1e6,
+                bytes as f64 / best / 1e9,
+                (rows * cols * n_tok) as f64 / best / 1e9
+            );
+        }
+    }
+}
