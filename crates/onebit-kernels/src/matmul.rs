@@ -134,7 +134,9 @@ impl QMatrix {
                 }
                 out
             });
-            parts.concat()
+            let mut all = parts.concat();
+            all.resize(all.len() + x86::PAD, 0);
+            all
         })
     }
 
@@ -222,10 +224,12 @@ fn quantize_rows(
             x86::pack_act_row(fmt, tmp, dst);
         }
     };
-    let mut acts = vec![0u8; parb * n_tok];
+    // Packed rows are read in whole vectors, past the last row's end.
+    let pad = if packed { 64 } else { 0 };
+    let mut acts = vec![0u8; parb * n_tok + pad];
     if n_tok < 8 {
         let mut tmp = Vec::new();
-        for (t, dst) in acts.chunks_exact_mut(parb).enumerate() {
+        for (t, dst) in acts.chunks_exact_mut(parb).take(n_tok).enumerate() {
             one(t, dst, &mut tmp);
         }
     } else {
@@ -274,7 +278,8 @@ fn matmul_simd(
         let r0 = c * chunk;
         let r1 = (r0 + chunk).min(rows);
         let ops = Operands {
-            w: &wdata[r0 * wrb..r1 * wrb],
+            // To the end: packed kernels read up to PAD bytes past row r1.
+            w: &wdata[r0 * wrb..],
             wrb,
             a: &acts,
             arb,

@@ -15,6 +15,7 @@ use onebit_model::sampler::{Sampler, SamplerConfig};
 use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
 
+mod bench;
 mod open;
 use open::{load_model, Loaded};
 
@@ -61,23 +62,28 @@ enum Cmd {
         #[command(flatten)]
         model: ModelArgs,
     },
+    /// Measure prompt processing and decode speed.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
-struct ModelArgs {
-    /// A .gguf file.
+pub struct ModelArgs {
+    /// A .gguf file or a pack directory.
     #[arg(long)]
-    model: PathBuf,
+    pub model: PathBuf,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
-    threads: usize,
+    pub threads: usize,
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
-    f32_activations: bool,
+    pub f32_activations: bool,
+    /// Context limit in tokens (0 = the model's trained context).
+    #[arg(long, default_value_t = 0)]
+    pub ctx: usize,
 }
 
 impl ModelArgs {
-    fn exec(&self) -> ExecConfig {
+    pub fn exec(&self) -> ExecConfig {
         ExecConfig {
             threads: self.threads,
             precision: if self.f32_activations {
@@ -85,7 +91,7 @@ impl ModelArgs {
             } else {
                 Precision::Quantized
             },
-            max_context: 0,
+            max_context: self.ctx,
         }
     }
 }
@@ -128,6 +134,7 @@ fn main() -> ExitCode {
             sequential,
         } => logits(model, &ids, &out, sequential),
         Cmd::Inspect { model } => inspect(model),
+        Cmd::Bench(a) => bench::bench(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

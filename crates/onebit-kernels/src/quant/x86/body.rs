@@ -135,6 +135,14 @@ macro_rules! simd_kernels {
             drive!(tile_q4, ops, nrows, ntok, out, os, K);
         }
 
+        /// Lanes below `n` all ones, the others zero.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn lane_mask(n: usize) -> __m256 {
+            let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), idx))
+        }
+
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn tile_q4<const R: usize, const T: usize, const K: u8>(
@@ -145,30 +153,36 @@ macro_rules! simd_kernels {
             os: usize,
         ) {
             let nb = ops.cols / 32;
-            let ng = nb / 8;
-            // Packed weight group bytes and code offset; packed activation
-            // group bytes and code offset (after d[8], and s[8] for Q8_1).
-            let (wgb, wqo) = match K {
-                0 => (144, 16),
-                1 => (160, 32),
-                _ => (176, 48),
+            let wbb = match K {
+                0 => 18,
+                1 => 20,
+                _ => 22,
             };
-            let (agb, aqo) = if K == 1 { (320, 64) } else { (288, 32) };
+            let abb = if K == 1 { 40 } else { 36 };
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let m4 = _mm256_set1_epi8(0x0F);
             let off = _mm256_set1_epi8(if K == 2 { 16 } else { 8 });
             let zero = _mm256_setzero_si256();
             let mut facc = [[_mm256_setzero_ps(); T]; R];
-            for g in 0..ng {
+            for g in 0..nb.div_ceil(8) {
+                let n = (nb - 8 * g).min(8);
+                // Offsets in this group: weight codes, activation codes.
+                let wqo = match K {
+                    0 => 2 * n,
+                    1 => 4 * n,
+                    _ => 6 * n,
+                };
+                let aqo = if K == 1 { 8 * n } else { 4 * n };
+                let (wg, ag) = (g * 8 * wbb, g * 8 * abb);
                 let mut acc = [[zero; T]; R];
                 let mut ys = [zero; T];
                 for k in 0..4 {
                     let mut ylo = [zero; T];
                     let mut yhi = [zero; T];
                     for j in 0..T {
-                        ylo[j] = ld(ap[j].add(g * agb + aqo + 32 * k));
-                        yhi[j] = ld(ap[j].add(g * agb + aqo + 32 * (k + 4)));
+                        ylo[j] = ld(ap[j].add(ag + aqo + 4 * n * k));
+                        yhi[j] = ld(ap[j].add(ag + aqo + 4 * n * (k + 4)));
                         if K != 1 {
                             // off * (sum of each block's codes), per lane.
                             ys[j] = dp(ys[j], off, ylo[j]);
@@ -176,19 +190,18 @@ macro_rules! simd_kernels {
                         }
                     }
                     for i in 0..R {
-                        let v = ld(wp[i].add(g * wgb + wqo + 32 * k));
+                        let v = ld(wp[i].add(wg + wqo + 4 * n * k));
                         let mut lo = _mm256_and_si256(v, m4);
                         let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                         if K == 2 {
-                            let hb = wp[i].add(g * wgb + 16);
-                            lo = _mm256_or_si256(
-                                lo,
-                                expand_bits((hb.add(4 * k) as *const u32).read_unaligned()),
-                            );
-                            hi = _mm256_or_si256(
-                                hi,
-                                expand_bits((hb.add(4 * (k + 4)) as *const u32).read_unaligned()),
-                            );
+                            let hb = wp[i].add(wg + 2 * n);
+                            let bits = |kk: usize| {
+                                let at = 4 * n * kk;
+                                let w = (hb.add(at / 8) as *const u64).read_unaligned() >> (at % 8);
+                                w as u32 & (((1u64 << (4 * n)) - 1) as u32)
+                            };
+                            lo = _mm256_or_si256(lo, expand_bits(bits(k)));
+                            hi = _mm256_or_si256(hi, expand_bits(bits(k + 4)));
                         }
                         for j in 0..T {
                             acc[i][j] = dp(acc[i][j], lo, ylo[j]);
@@ -199,15 +212,16 @@ macro_rules! simd_kernels {
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];
                 for j in 0..T {
-                    dy[j] = _mm256_loadu_ps(ap[j].add(g * agb) as *const f32);
+                    dy[j] = _mm256_loadu_ps(ap[j].add(ag) as *const f32);
                     if K == 1 {
-                        sy[j] = _mm256_loadu_ps(ap[j].add(g * agb + 32) as *const f32);
+                        sy[j] = _mm256_loadu_ps(ap[j].add(ag + 4 * n) as *const f32);
                     }
                 }
+                let mask = lane_mask(n);
                 for i in 0..R {
-                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(g * wgb) as *const __m128i));
+                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg) as *const __m128i));
                     let mx = if K == 1 {
-                        _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(g * wgb + 16) as *const __m128i))
+                        _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg + 2 * n) as *const __m128i))
                     } else {
                         _mm256_setzero_ps()
                     };
@@ -223,60 +237,30 @@ macro_rules! simd_kernels {
                         if K == 1 {
                             term = _mm256_add_ps(term, _mm256_mul_ps(mx, sy[j]));
                         }
+                        if n < 8 {
+                            term = _mm256_and_ps(term, mask);
+                        }
                         facc[i][j] = _mm256_add_ps(facc[i][j], term);
                     }
                 }
             }
+            write_facc(&facc, r0, t0, out, os);
+        }
+
+        /// Reduces each accumulator's 8 lanes (as `reduce8`) into its output.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn write_facc<const R: usize, const T: usize>(
+            facc: &[[__m256; T]; R],
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
             let mut lanes = [[[0f32; 8]; T]; R];
             for i in 0..R {
                 for j in 0..T {
                     _mm256_storeu_ps(lanes[i][j].as_mut_ptr(), facc[i][j]);
-                }
-            }
-            // The last nb % 8 blocks, standard layout, block b into lane b.
-            let (wbb, wqs) = match K {
-                0 => (18, 2),
-                1 => (20, 4),
-                _ => (22, 6),
-            };
-            let (abb, aqs) = if K == 1 { (36, 4) } else { (34, 2) };
-            let m4h = _mm_set1_epi8(0x0F);
-            for b in 0..nb % 8 {
-                let mut yv = [zero; T];
-                let mut dyv = [0f32; T];
-                let mut syv = [0f32; T];
-                let mut ysv = [0i32; T];
-                for j in 0..T {
-                    let blk = ap[j].add(ng * agb + b * abb);
-                    yv[j] = ld(blk.add(aqs));
-                    dyv[j] = f16v(blk);
-                    if K == 1 {
-                        syv[j] = f16v(blk.add(2));
-                    } else {
-                        ysv[j] = hsum_i32(dp(zero, off, yv[j]));
-                    }
-                }
-                for i in 0..R {
-                    let blk = wp[i].add(ng * wgb + b * wbb);
-                    let q = _mm_loadu_si128(blk.add(wqs) as *const __m128i);
-                    let lo = _mm_and_si128(q, m4h);
-                    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4h);
-                    let mut codes = _mm256_set_m128i(hi, lo);
-                    if K == 2 {
-                        codes = _mm256_or_si256(
-                            codes,
-                            expand_bits((blk.add(2) as *const u32).read_unaligned()),
-                        );
-                    }
-                    let dx = f16v(blk);
-                    for j in 0..T {
-                        let sumi = hsum_i32(dp(zero, codes, yv[j])) - ysv[j];
-                        let mut term = (dx * dyv[j]) * sumi as f32;
-                        if K == 1 {
-                            term += f16v(blk.add(2)) * syv[j];
-                        }
-                        lanes[i][j][b] += term;
-                    }
                 }
             }
             write_tile(&lanes, r0, t0, out, os);
@@ -300,26 +284,26 @@ macro_rules! simd_kernels {
             os: usize,
         ) {
             let nb = ops.cols / 32;
-            let ng = nb / 8;
-            let (wgb, agb) = (272, 288);
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
             let bias = _mm256_set1_epi8(-128);
             let mut facc = [[_mm256_setzero_ps(); T]; R];
-            for g in 0..ng {
+            for g in 0..nb.div_ceil(8) {
+                let n = (nb - 8 * g).min(8);
+                let (wg, ag) = (g * 8 * 34, g * 8 * 36);
                 let mut acc = [[zero; T]; R];
                 let mut ys = [zero; T];
                 for k in 0..8 {
                     let mut y = [zero; T];
                     for j in 0..T {
-                        y[j] = ld(ap[j].add(g * agb + 32 + 32 * k));
+                        y[j] = ld(ap[j].add(ag + 4 * n + 4 * n * k));
                         if Q8_BIAS {
                             ys[j] = dp(ys[j], bias, y[j]);
                         }
                     }
                     for i in 0..R {
-                        let w = q8_prep(ld(wp[i].add(g * wgb + 16 + 32 * k)));
+                        let w = q8_prep(ld(wp[i].add(wg + 2 * n + 4 * n * k)));
                         for j in 0..T {
                             acc[i][j] = q8_pair(acc[i][j], w, y[j]);
                         }
@@ -327,51 +311,27 @@ macro_rules! simd_kernels {
                 }
                 let mut dy = [_mm256_setzero_ps(); T];
                 for j in 0..T {
-                    dy[j] = _mm256_loadu_ps(ap[j].add(g * agb) as *const f32);
+                    dy[j] = _mm256_loadu_ps(ap[j].add(ag) as *const f32);
                 }
+                let mask = lane_mask(n);
                 for i in 0..R {
-                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(g * wgb) as *const __m128i));
+                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg) as *const __m128i));
                     for j in 0..T {
                         let isum = if Q8_BIAS {
                             _mm256_sub_epi32(acc[i][j], ys[j])
                         } else {
                             acc[i][j]
                         };
-                        let term =
+                        let mut term =
                             _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(isum));
+                        if n < 8 {
+                            term = _mm256_and_ps(term, mask);
+                        }
                         facc[i][j] = _mm256_add_ps(facc[i][j], term);
                     }
                 }
             }
-            let mut lanes = [[[0f32; 8]; T]; R];
-            for i in 0..R {
-                for j in 0..T {
-                    _mm256_storeu_ps(lanes[i][j].as_mut_ptr(), facc[i][j]);
-                }
-            }
-            for b in 0..nb % 8 {
-                let mut yv = [zero; T];
-                let mut ysv = [zero; T];
-                let mut dyv = [0f32; T];
-                for j in 0..T {
-                    let blk = ap[j].add(ng * agb + b * 34);
-                    yv[j] = ld(blk.add(2));
-                    dyv[j] = f16v(blk);
-                    if Q8_BIAS {
-                        ysv[j] = dp(zero, bias, yv[j]);
-                    }
-                }
-                for i in 0..R {
-                    let blk = wp[i].add(ng * wgb + b * 34);
-                    let w = q8_prep(ld(blk.add(2)));
-                    let dx = f16v(blk);
-                    for j in 0..T {
-                        let v = _mm256_sub_epi32(q8_pair(zero, w, yv[j]), ysv[j]);
-                        lanes[i][j][b] += (dx * dyv[j]) * hsum_i32(v) as f32;
-                    }
-                }
-            }
-            write_tile(&lanes, r0, t0, out, os);
+            write_facc(&facc, r0, t0, out, os);
         }
 
         // -------------------------------------------------------------------

@@ -19,23 +19,26 @@
 //! # Packed layout (blocks of 32)
 //!
 //! To get one block per lane without a horizontal reduction, Q4_0, Q4_1, Q5_0
-//! and Q8_0 weight rows are repacked at load in groups of 8 blocks; each group
-//! is as many bytes as the 8 blocks it replaces, and the last `nb % 8` blocks
-//! of a row stay as they are, so a packed matrix is exactly as big as the
-//! original. In a group, the 32-byte code vector k (k = 0..8) holds, in its
-//! lane l, elements 4k..4k+4 of block l:
+//! and Q8_0 weight rows are repacked at load in groups of n = 8 blocks (the
+//! last group of a row has n = nb % 8 when that is not 0); a group is as many
+//! bytes as the blocks it replaces, so a packed matrix is as big as the
+//! original (plus [`PAD`] bytes). In a group, code vector k (4n bytes at
+//! codes + 4n * k) holds in its lane l elements 4k..4k+4 of block l:
 //!
 //! | type | group layout (bytes) |
 //! |---|---|
-//! | Q4_0 | d[8] f16 (16), qs (128): vector k' (0..4) = bytes 4k'..4k'+4 of each block's qs; low nibbles are code vector k', high nibbles vector k'+4 |
-//! | Q4_1 | d[8] (16), m[8] (16), qs (128) as Q4_0 |
-//! | Q5_0 | d[8] (16), fifth bits (32): u32 k has bit 4l+i = bit 4k+i of block l's qh, qs (128) as Q4_0 |
-//! | Q8_0 | d[8] (16), qs (256): vector k = bytes 4k..4k+4 of each block's codes |
+//! | Q4_0 | d[n] f16, qs: vector k' (0..4) = bytes 4k'..4k'+4 of each block's qs; low nibbles are code vector k', high nibbles vector k'+4 |
+//! | Q4_1 | d[n], m[n], qs as Q4_0 |
+//! | Q5_0 | d[n], fifth bits (4n bytes): bit 4n*k + 4l + i = bit 4k+i of block l's qh, qs as Q4_0 |
+//! | Q8_0 | d[n], qs: vector k = bytes 4k..4k+4 of each block's codes |
+//!
+//! Kernels load whole 32-byte vectors; in a partial group the lanes past n
+//! read the next bytes (or the padding) and their float terms are masked to
+//! +0.0 before they are added (a lane is never -0.0, so it is unchanged).
 //!
 //! Activations for those kernels are quantized as usual (Q8_0/Q8_1) and then
-//! rearranged per row the same way: per group, d[8] as f32 (32 bytes), for Q8_1
-//! s[8] as f32 (32), then the 256 code bytes in the order above; the last
-//! `nb % 8` blocks stay standard.
+//! rearranged per row the same way: per group, d[n] as f32, for Q8_1 s[n] as
+//! f32, then the code vectors.
 //!
 //! K-quants (Q4_K, Q6_K) read the standard layouts; their integer sums are
 //! reduced once per 256-element super-block.
@@ -113,13 +116,18 @@ pub fn packs(t: GgmlType) -> bool {
     )
 }
 
-/// Byte offsets in a packed weight group: (scales, mins or fifth bits, codes, group bytes).
-const fn wgroup(t: GgmlType) -> (usize, usize, usize, usize) {
+/// Bytes every packed buffer (weights, activations) carries past its last
+/// row: kernels load whole 32-byte vectors from partial groups.
+pub const PAD: usize = 64;
+
+/// Offsets in a packed weight group of `n` blocks: (mins or fifth bits, codes).
+/// Code vector k starts at codes + 4n * k.
+const fn wgroup(t: GgmlType, n: usize) -> (usize, usize) {
     match t {
-        GgmlType::Q4_0 => (0, 16, 16, 144),
-        GgmlType::Q4_1 => (0, 16, 32, 160),
-        GgmlType::Q5_0 => (0, 16, 48, 176),
-        _ => (0, 16, 16, 272), // Q8_0
+        GgmlType::Q4_0 => (2 * n, 2 * n),
+        GgmlType::Q4_1 => (2 * n, 4 * n),
+        GgmlType::Q5_0 => (2 * n, 6 * n),
+        _ => (2 * n, 2 * n), // Q8_0
     }
 }
 
@@ -129,103 +137,97 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
     assert_eq!(row.len(), out.len());
     let bb = t.block_bytes();
     let nb = row.len() / bb;
-    let ng = nb / 8;
-    let (_, mo, qo, gb) = wgroup(t);
-    for g in 0..ng {
-        let src = &row[g * 8 * bb..(g + 1) * 8 * bb];
-        let dst = &mut out[g * gb..(g + 1) * gb];
+    for g in 0..nb.div_ceil(8) {
+        let n = (nb - 8 * g).min(8);
+        let src = &row[g * 8 * bb..(g * 8 + n) * bb];
+        let dst = &mut out[g * 8 * bb..(g * 8 + n) * bb];
         let blk = |l: usize| &src[l * bb..(l + 1) * bb];
-        for l in 0..8 {
+        let (mo, qo) = wgroup(t, n);
+        for l in 0..n {
             dst[2 * l..2 * l + 2].copy_from_slice(&blk(l)[0..2]);
         }
-        match t {
-            GgmlType::Q8_0 => {
-                for k in 0..8 {
-                    for l in 0..8 {
-                        let at = qo + 32 * k + 4 * l;
-                        dst[at..at + 4].copy_from_slice(&blk(l)[2 + 4 * k..2 + 4 * k + 4]);
-                    }
-                }
+        let (qs_at, nvec) = match t {
+            GgmlType::Q4_0 => (2, 4),
+            GgmlType::Q4_1 => (4, 4),
+            GgmlType::Q5_0 => (6, 4),
+            _ => (2, 8),
+        };
+        for k in 0..nvec {
+            for l in 0..n {
+                let at = qo + 4 * n * k + 4 * l;
+                dst[at..at + 4].copy_from_slice(&blk(l)[qs_at + 4 * k..qs_at + 4 * k + 4]);
             }
-            _ => {
-                let qs_at = match t {
-                    GgmlType::Q4_0 => 2,
-                    GgmlType::Q4_1 => 4,
-                    _ => 6,
-                };
-                for k in 0..4 {
-                    for l in 0..8 {
-                        let at = qo + 32 * k + 4 * l;
-                        dst[at..at + 4].copy_from_slice(&blk(l)[qs_at + 4 * k..qs_at + 4 * k + 4]);
-                    }
-                }
-                if t == GgmlType::Q4_1 {
-                    for l in 0..8 {
-                        dst[mo + 2 * l..mo + 2 * l + 2].copy_from_slice(&blk(l)[2..4]);
-                    }
-                }
-                if t == GgmlType::Q5_0 {
-                    for k in 0..8 {
-                        let mut m = 0u32;
-                        for l in 0..8 {
-                            let qh = u32::from_le_bytes(blk(l)[2..6].try_into().unwrap());
-                            m |= ((qh >> (4 * k)) & 0xF) << (4 * l);
+        }
+        if t == GgmlType::Q4_1 {
+            for l in 0..n {
+                dst[mo + 2 * l..mo + 2 * l + 2].copy_from_slice(&blk(l)[2..4]);
+            }
+        }
+        if t == GgmlType::Q5_0 {
+            // Bit 4n*k + 4l + i of the fifth-bit area = bit 4k + i of block l's qh.
+            dst[mo..mo + 4 * n].fill(0);
+            for k in 0..8 {
+                for l in 0..n {
+                    let qh = u32::from_le_bytes(blk(l)[2..6].try_into().unwrap());
+                    for i in 0..4 {
+                        if (qh >> (4 * k + i)) & 1 != 0 {
+                            let bit = 4 * n * k + 4 * l + i;
+                            dst[mo + bit / 8] |= 1 << (bit % 8);
                         }
-                        dst[mo + 4 * k..mo + 4 * k + 4].copy_from_slice(&m.to_le_bytes());
                     }
                 }
             }
         }
     }
-    out[ng * gb..].copy_from_slice(&row[ng * 8 * bb..]);
 }
 
-/// Bytes of a packed activation group of 8 blocks.
-const fn agroup(fmt: ActFormat) -> usize {
+/// Bytes one block takes in a packed activation row: d as f32, (s as f32), codes.
+const fn act_block(fmt: ActFormat) -> usize {
     match fmt {
-        ActFormat::Q8_1 => 320,
-        _ => 288,
+        ActFormat::Q8_1 => 40,
+        _ => 36,
     }
 }
 
 /// Bytes of one packed activation row of `n` elements (Q8_0 or Q8_1).
 pub fn packed_act_row_bytes(fmt: ActFormat, n: usize) -> usize {
-    let nb = n / 32;
-    (nb / 8) * agroup(fmt) + (nb % 8) * fmt.block_bytes()
+    n / 32 * act_block(fmt)
 }
 
-/// Rearranges one standard Q8_0/Q8_1 activation row into the packed layout.
+/// Rearranges one standard Q8_0/Q8_1 activation row into the packed layout:
+/// per group of n <= 8 blocks, d[n] as f32, for Q8_1 s[n] as f32, then code
+/// vector k (k = 0..8) at 4n * k holding bytes 4k..4k+4 of each block's codes.
 pub fn pack_act_row(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
     let bb = fmt.block_bytes();
     let nb = row.len() / bb;
-    let ng = nb / 8;
-    let gb = agroup(fmt);
-    assert_eq!(out.len(), ng * gb + (nb % 8) * bb);
+    let pb = act_block(fmt);
+    assert_eq!(out.len(), nb * pb);
     let qs = if fmt == ActFormat::Q8_1 { 4 } else { 2 };
-    let codes = if fmt == ActFormat::Q8_1 { 64 } else { 32 };
-    for g in 0..ng {
-        let src = &row[g * 8 * bb..(g + 1) * 8 * bb];
-        let dst = &mut out[g * gb..(g + 1) * gb];
-        for l in 0..8 {
+    for g in 0..nb.div_ceil(8) {
+        let n = (nb - 8 * g).min(8);
+        let src = &row[g * 8 * bb..(g * 8 + n) * bb];
+        let dst = &mut out[g * 8 * pb..(g * 8 + n) * pb];
+        let codes = if fmt == ActFormat::Q8_1 { 8 * n } else { 4 * n };
+        for l in 0..n {
             let b = &src[l * bb..(l + 1) * bb];
             let d = onebit_formats::blocks::f16_at(b, 0);
             dst[4 * l..4 * l + 4].copy_from_slice(&d.to_le_bytes());
             if fmt == ActFormat::Q8_1 {
                 let s = onebit_formats::blocks::f16_at(b, 2);
-                dst[32 + 4 * l..32 + 4 * l + 4].copy_from_slice(&s.to_le_bytes());
+                dst[4 * n + 4 * l..4 * n + 4 * l + 4].copy_from_slice(&s.to_le_bytes());
             }
             for k in 0..8 {
-                let at = codes + 32 * k + 4 * l;
+                let at = codes + 4 * n * k + 4 * l;
                 dst[at..at + 4].copy_from_slice(&b[qs + 4 * k..qs + 4 * k + 4]);
             }
         }
     }
-    out[ng * gb..].copy_from_slice(&row[ng * 8 * bb..]);
 }
 
 /// Operands of one kernel call: `nrows` weight rows of `wrb` bytes (packed
 /// when [`packs`] says so) and `ntok` activation rows of `arb` bytes (packed
-/// likewise), rows of `cols` elements.
+/// likewise), rows of `cols` elements. For packed types both slices extend
+/// [`PAD`] bytes past their last row.
 #[derive(Clone, Copy)]
 pub struct Operands<'a> {
     pub w: &'a [u8],
@@ -270,7 +272,8 @@ pub unsafe fn gemm(
 ) {
     let f = gemm_fn(isa, t).expect("no SIMD kernel for this type at this level");
     assert!(isa.supported(), "{isa:?} is not supported by this CPU");
-    assert!(ops.w.len() >= nrows * ops.wrb && ops.a.len() >= ntok * ops.arb);
+    let pad = if packs(t) { PAD } else { 0 };
+    assert!(ops.w.len() >= nrows * ops.wrb + pad && ops.a.len() >= ntok * ops.arb + pad);
     assert_eq!(Some(ops.wrb as u64), t.row_bytes(ops.cols as u64));
     // SAFETY: the level is supported (checked above), the operand lengths are
     // checked above, and the caller vouches for `out`.

@@ -1,0 +1,124 @@
+//! `onebit bench`: prompt processing and decode speed, as llama-bench
+//! measures them (a prompt of N synthetic tokens in one batch; then G tokens
+//! decoded one at a time), repeated R times; min and median reported.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use onebit_model::sampler::argmax;
+use onebit_model::Logits;
+
+use crate::open::{load_model, Loaded};
+use crate::ModelArgs;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    #[arg(long, default_value_t = 64)]
+    pub gen_tokens: usize,
+    #[arg(long, default_value_t = 3)]
+    pub repetitions: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Run {
+    prompt_tps: f64,
+    decode_tps: f64,
+    ttft_ms: f64,
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    if a.prompt_tokens == 0 || a.repetitions == 0 {
+        bail!("--prompt-tokens and --repetitions must be at least 1");
+    }
+    let Loaded { model, .. } = load_model(&a.model.model, &a.model.exec())?;
+    let n_vocab = model.sem.dims.n_vocab as u64;
+    if a.prompt_tokens + a.gen_tokens > model.max_context() {
+        bail!(
+            "{} prompt + {} generated tokens exceed the context limit {}",
+            a.prompt_tokens,
+            a.gen_tokens,
+            model.max_context()
+        );
+    }
+    // Synthetic prompt ids from a fixed LCG: the same prompt every run.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let prompt: Vec<u32> = (0..a.prompt_tokens)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) % n_vocab) as u32
+        })
+        .collect();
+
+    let mut runs = Vec::with_capacity(a.repetitions);
+    for rep in 0..a.repetitions {
+        let mut st = model.new_state();
+        let t0 = Instant::now();
+        let logits = model.forward(&mut st, &prompt, Logits::Last)?;
+        let mut next = argmax(&logits);
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for _ in 0..a.gen_tokens {
+            let l = model.forward(&mut st, &[next], Logits::Last)?;
+            next = argmax(&l);
+        }
+        let decode = t1.elapsed().as_secs_f64();
+        let r = Run {
+            prompt_tps: a.prompt_tokens as f64 / prefill,
+            decode_tps: if a.gen_tokens > 0 { a.gen_tokens as f64 / decode } else { 0.0 },
+            ttft_ms: prefill * 1e3,
+        };
+        eprintln!(
+            "[bench] run {}/{}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
+            rep + 1,
+            a.repetitions,
+            a.prompt_tokens,
+            r.prompt_tps,
+            a.gen_tokens,
+            r.decode_tps,
+            r.ttft_ms
+        );
+        runs.push(r);
+    }
+    let stat = |f: fn(&Run) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        (v[0], median, v[n - 1])
+    };
+    let (pp_min, pp_med, pp_max) = stat(|r| r.prompt_tps);
+    let (tg_min, tg_med, tg_max) = stat(|r| r.decode_tps);
+    let (tt_min, tt_med, _) = stat(|r| r.ttft_ms);
+    if a.json {
+        let o = serde_json::json!({
+            "model": a.model.model.display().to_string(),
+            "prompt_tokens": a.prompt_tokens,
+            "gen_tokens": a.gen_tokens,
+            "threads": model.threads(),
+            "repetitions": a.repetitions,
+            "prompt_tps": pp_med,
+            "prompt_tps_min": pp_min,
+            "prompt_tps_max": pp_max,
+            "decode_tps": tg_med,
+            "decode_tps_min": tg_min,
+            "decode_tps_max": tg_max,
+            "ttft_ms": tt_med,
+            "ttft_ms_min": tt_min,
+        });
+        println!("{o}");
+    } else {
+        println!("| test | median tok/s | min | max |");
+        println!("|---|---|---|---|");
+        println!("| pp{} | {pp_med:.1} | {pp_min:.1} | {pp_max:.1} |", a.prompt_tokens);
+        println!("| tg{} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |", a.gen_tokens);
+        println!("time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads)", model.threads());
+    }
+    Ok(())
+}
