@@ -85,6 +85,7 @@ pub enum ChatError {
 /// A compiled chat template with its special tokens.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     tokens: TemplateTokens,
     limits: ChatLimits,
 }
@@ -135,9 +136,15 @@ impl ChatTemplate {
             .map_err(|e| ChatError::Compile(describe(&e)))?;
         Ok(ChatTemplate {
             env,
+            source: source.to_string(),
             tokens,
             limits,
         })
+    }
+
+    /// The template as given.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders a conversation. `messages` is a JSON array of message objects

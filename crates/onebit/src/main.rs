@@ -18,6 +18,7 @@ use onebit_text::StreamDecoder;
 mod bench;
 mod open;
 use open::{load_model, Loaded};
+mod serve;
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +35,8 @@ struct Cli {
 enum Cmd {
     /// Generate a continuation of a prompt; prints only the generated text.
     Run(RunArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
     /// Print the token ids of a text as one JSON array.
     Tokenize {
         #[command(flatten)]
@@ -105,6 +108,9 @@ struct RunArgs {
     /// Apply the model's chat template to the prompt as one user message.
     #[arg(long)]
     chat: bool,
+    /// A Jinja chat template to use instead of the model's (implies --chat).
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
     /// 0 = greedy.
@@ -122,6 +128,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
+        Cmd::Serve(a) => serve::serve(a),
         Cmd::Tokenize {
             model,
             text,
@@ -146,15 +153,25 @@ fn main() -> ExitCode {
 }
 
 fn run(a: RunArgs) -> Result<()> {
-    if a.chat {
-        bail!("--chat needs chat templates, which this build does not render yet; pass the formatted prompt instead");
-    }
     if a.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     let tok = open::tokenizer(&opened)?;
-    let ids = tok.encode(&a.prompt, true)?;
+    let ids = if a.chat || a.chat_template.is_some() {
+        let (template, _) = open::load_chat_template(&opened, &tok, a.chat_template.as_deref())?
+            .with_context(|| {
+                format!(
+                    "{} has no chat template; pass one with --chat-template FILE",
+                    a.model.model.display()
+                )
+            })?;
+        let messages = serde_json::json!([{"role": "user", "content": a.prompt}]);
+        // As transformers: the template writes any BOS itself.
+        tok.encode(&template.render(&messages, true, None)?, false)?
+    } else {
+        tok.encode(&a.prompt, true)?
+    };
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
     }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use onebit_model::load::{self, Container, Opened};
 use onebit_model::pack::{self, Pack, TokenRef};
 use onebit_model::{ExecConfig, Model};
-use onebit_text::{SpecialTokens, Tokenizer};
+use onebit_text::{ChatTemplate, SpecialTokens, TemplateTokens, Tokenizer};
 
 pub struct Loaded {
     pub model: Model,
@@ -146,4 +146,40 @@ pub fn stop_ids(tok: &Tokenizer) -> Vec<u32> {
     s.sort_unstable();
     s.dedup();
     s
+}
+
+/// The chat template a container carries and where it came from: a pack's
+/// `chat_template.jinja`, else its `tokenizer_config.json` `chat_template`; a
+/// GGUF file's `tokenizer.chat_template`. None when the model states none.
+pub fn chat_template(opened: &Opened) -> Option<(String, String)> {
+    match &opened.container {
+        Container::Gguf(g) => g
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.as_str())
+            .map(|t| (t.to_string(), "GGUF tokenizer.chat_template".into())),
+        Container::Pack(p) => p.chat_template(),
+    }
+}
+
+/// The compiled chat template: `file` when given, else the model's own.
+/// None when neither exists (chat is then refused by whoever needs it).
+pub fn load_chat_template(
+    opened: &Opened,
+    tok: &Tokenizer,
+    file: Option<&Path>,
+) -> Result<Option<(ChatTemplate, String)>> {
+    let (src, from) = match file {
+        Some(f) => (
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read the chat template {}", f.display()))?,
+            f.display().to_string(),
+        ),
+        None => match chat_template(opened) {
+            Some(t) => t,
+            None => return Ok(None),
+        },
+    };
+    let t = ChatTemplate::new(&src, TemplateTokens::from_tokenizer(tok))
+        .with_context(|| format!("chat template from {from}"))?;
+    Ok(Some((t, from)))
 }

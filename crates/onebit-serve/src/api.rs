@@ -1,0 +1,599 @@
+//! Requests as OpenAI defines them, checked field by field: every problem is
+//! a 4xx in OpenAI's error shape naming the parameter at fault.
+
+use serde_json::{json, Map, Value};
+
+/// An error answer: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn invalid(param: impl Into<Option<&'static str>>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 400,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: param.into().map(str::to_string),
+            code: None,
+        }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    pub fn status(mut self, status: u16) -> ApiError {
+        self.status = status;
+        self
+    }
+
+    pub fn server(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 500,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+        }
+    }
+
+    pub fn body(&self) -> String {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+        .to_string()
+    }
+}
+
+/// What to generate from.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// Chat messages, normalised: `role` is one the templates know, `content`
+    /// a string (text parts joined) or null.
+    Chat(Value),
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub prompt: Prompt,
+    pub max_tokens: Option<usize>,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: usize,
+    pub seed: Option<u64>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Some(k): return logprobs with the k most likely alternatives.
+    pub logprobs: Option<usize>,
+    pub n: usize,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Extra template arguments (`chat_template_kwargs`, as vLLM and llama.cpp take them).
+    pub template_kwargs: Option<Map<String, Value>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Chat,
+    Completions,
+}
+
+pub const MAX_TOP_LOGPROBS: usize = 20;
+pub const MAX_STOPS: usize = 16;
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A field, absent and null alike meaning "not given".
+fn field<'a>(o: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    o.get(name).filter(|v| !v.is_null())
+}
+
+fn number(
+    o: &Map<String, Value>,
+    name: &'static str,
+    lo: f64,
+    hi: f64,
+) -> Result<Option<f64>, ApiError> {
+    match field(o, name) {
+        None => Ok(None),
+        Some(Value::Number(n)) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if !(lo..=hi).contains(&x) {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be between {lo} and {hi}; got {x}"),
+                ));
+            }
+            Ok(Some(x))
+        }
+        Some(v) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be a number; got {}", type_name(v)),
+        )),
+    }
+}
+
+fn integer(
+    o: &Map<String, Value>,
+    name: &'static str,
+    lo: i64,
+    hi: i64,
+) -> Result<Option<i64>, ApiError> {
+    match field(o, name) {
+        None => Ok(None),
+        Some(Value::Number(n)) => {
+            let Some(x) = n.as_i64().or_else(|| n.as_u64().map(|_| i64::MAX)) else {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be an integer; got {n}"),
+                ));
+            };
+            if x < lo || x > hi {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be between {lo} and {hi}; got {x}"),
+                ));
+            }
+            Ok(Some(x))
+        }
+        Some(v) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be an integer; got {}", type_name(v)),
+        )),
+    }
+}
+
+fn boolean(o: &Map<String, Value>, name: &'static str) -> Result<Option<bool>, ApiError> {
+    match field(o, name) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(ApiError::invalid(
+            name,
+            format!("`{name}` must be a boolean; got {}", type_name(v)),
+        )),
+    }
+}
+
+/// Limits the server imposes on requests.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_n: usize,
+}
+
+/// Parses and checks a request body.
+pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(o) = v else {
+        return Err(ApiError::invalid(
+            None,
+            format!("the body must be a JSON object; got {}", type_name(&v)),
+        ));
+    };
+
+    let prompt = match ep {
+        Endpoint::Chat => Prompt::Chat(messages(&o)?),
+        Endpoint::Completions => completion_prompt(&o)?,
+    };
+
+    let max_tokens = match integer(&o, "max_completion_tokens", i64::MIN, i64::MAX)? {
+        Some(x) => Some(("max_completion_tokens", x)),
+        None => integer(&o, "max_tokens", i64::MIN, i64::MAX)?.map(|x| ("max_tokens", x)),
+    };
+    let max_tokens = match max_tokens {
+        Some((name, x)) if x < 1 => {
+            return Err(ApiError::invalid(
+                if name == "max_tokens" {
+                    "max_tokens"
+                } else {
+                    "max_completion_tokens"
+                },
+                format!("`{name}` must be at least 1; got {x}"),
+            ))
+        }
+        Some((_, x)) => Some(x as usize),
+        None => None,
+    };
+
+    let temperature = number(&o, "temperature", 0.0, 2.0)?.unwrap_or(1.0) as f32;
+    let top_p = number(&o, "top_p", 0.0, 1.0)?.unwrap_or(1.0) as f32;
+    if top_p <= 0.0 {
+        return Err(ApiError::invalid("top_p", "`top_p` must be greater than 0"));
+    }
+    let top_k = integer(&o, "top_k", -1, i64::from(u32::MAX))?
+        .unwrap_or(0)
+        .max(0) as usize;
+    let seed = match field(&o, "seed") {
+        None => None,
+        Some(Value::Number(n)) => Some(
+            n.as_i64()
+                .map(|x| x as u64)
+                .or_else(|| n.as_u64())
+                .ok_or_else(|| ApiError::invalid("seed", "`seed` must be an integer"))?,
+        ),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "seed",
+                format!("`seed` must be an integer; got {}", type_name(v)),
+            ))
+        }
+    };
+
+    let stop = match field(&o, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => {
+            if a.len() > MAX_STOPS {
+                return Err(ApiError::invalid(
+                    "stop",
+                    format!("at most {MAX_STOPS} stop strings; got {}", a.len()),
+                ));
+            }
+            a.iter()
+                .map(|s| {
+                    s.as_str().map(str::to_string).ok_or_else(|| {
+                        ApiError::invalid("stop", "`stop` must be a string or a list of strings")
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "stop",
+                format!(
+                    "`stop` must be a string or a list of strings; got {}",
+                    type_name(v)
+                ),
+            ))
+        }
+    };
+
+    let stream = boolean(&o, "stream")?.unwrap_or(false);
+    let include_usage = match field(&o, "stream_options") {
+        None => false,
+        Some(Value::Object(so)) => boolean(so, "include_usage")
+            .map_err(|e| ApiError {
+                param: Some("stream_options.include_usage".into()),
+                ..e
+            })?
+            .unwrap_or(false),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                format!("`stream_options` must be an object; got {}", type_name(v)),
+            ))
+        }
+    };
+
+    let logprobs = match ep {
+        Endpoint::Chat => {
+            let on = boolean(&o, "logprobs")?.unwrap_or(false);
+            let top = integer(&o, "top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
+            if top.is_some() && !on {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    "`top_logprobs` needs `logprobs` set to true",
+                ));
+            }
+            on.then_some(top.unwrap_or(0) as usize)
+        }
+        Endpoint::Completions => {
+            integer(&o, "logprobs", 0, MAX_TOP_LOGPROBS as i64)?.map(|k| k as usize)
+        }
+    };
+
+    let n = integer(&o, "n", 1, i64::MAX)?.unwrap_or(1) as usize;
+    if n > limits.max_n {
+        return Err(ApiError::invalid(
+            "n",
+            format!(
+                "`n` must be at most {} on this server; got {n}",
+                limits.max_n
+            ),
+        ));
+    }
+    let presence_penalty = number(&o, "presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32;
+    let frequency_penalty = number(&o, "frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32;
+
+    if ep == Endpoint::Completions && boolean(&o, "echo")?.unwrap_or(false) {
+        return Err(ApiError::invalid("echo", "`echo` is not supported"));
+    }
+    if let Some(bo) = field(&o, "best_of") {
+        if bo.as_i64() != Some(1) && bo.as_i64() != Some(n as i64) {
+            return Err(ApiError::invalid(
+                "best_of",
+                "`best_of` other than `n` is not supported",
+            ));
+        }
+    }
+    let template_kwargs = match field(&o, "chat_template_kwargs") {
+        None => None,
+        Some(Value::Object(m)) => Some(m.clone()),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                format!(
+                    "`chat_template_kwargs` must be an object; got {}",
+                    type_name(v)
+                ),
+            ))
+        }
+    };
+
+    Ok(Request {
+        prompt,
+        max_tokens,
+        temperature,
+        top_p,
+        top_k,
+        seed,
+        stop,
+        stream,
+        include_usage,
+        logprobs,
+        n,
+        presence_penalty,
+        frequency_penalty,
+        template_kwargs,
+    })
+}
+
+fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+    let list = match o.get("messages") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("messages", "`messages` is required"))
+        }
+        Some(Value::Array(a)) => a,
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("`messages` must be an array; got {}", type_name(v)),
+            ))
+        }
+    };
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "`messages` must not be empty",
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let Value::Object(m) = m else {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("messages[{i}] must be an object; got {}", type_name(m)),
+            ));
+        };
+        let role = match m.get("role") {
+            Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.as_str(),
+            Some(Value::String(r)) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!(
+                        "messages[{i}].role {r:?} is not one of {}",
+                        ROLES.join(", ")
+                    ),
+                ))
+            }
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("messages[{i}].role must be a string; got {}", type_name(v)),
+                ))
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("messages[{i}] has no `role`"),
+                ))
+            }
+        };
+        let content = match m.get("content") {
+            None | Some(Value::Null) if role == "assistant" => Value::Null,
+            None | Some(Value::Null) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("messages[{i}] ({role}) has no `content`"),
+                ))
+            }
+            Some(Value::String(s)) => Value::String(s.clone()),
+            Some(Value::Array(parts)) => {
+                let mut texts = Vec::new();
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                        (Some("text"), Some(Value::String(t))) => texts.push(t.as_str()),
+                        (Some("text"), _) => {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!("messages[{i}].content[{j}] has no string `text`"),
+                            ))
+                        }
+                        (Some(other), _) => {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!("messages[{i}].content[{j}] is of type {other:?}; this model takes text only"),
+                            ))
+                        }
+                        (None, _) => {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!("messages[{i}].content[{j}] has no `type`"),
+                            ))
+                        }
+                    }
+                }
+                Value::String(texts.join("\n"))
+            }
+            Some(v) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!(
+                        "messages[{i}].content must be a string or a list of content parts; got {}",
+                        type_name(v)
+                    ),
+                ))
+            }
+        };
+        // Keep what else the message carries (name, tool_calls, tool_call_id, ...).
+        let mut nm = m.clone();
+        // `developer` is OpenAI's newer name for `system`; templates know `system`.
+        nm.insert(
+            "role".into(),
+            Value::String(if role == "developer" { "system" } else { role }.into()),
+        );
+        nm.insert("content".into(), content);
+        out.push(Value::Object(nm));
+    }
+    Ok(Value::Array(out))
+}
+
+fn completion_prompt(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
+    let bad = |what: String| ApiError::invalid("prompt", what);
+    match o.get("prompt") {
+        None | Some(Value::Null) => Err(bad("`prompt` is required".into())),
+        Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
+        Some(Value::Array(a)) => {
+            if a.is_empty() {
+                return Err(bad("`prompt` must not be empty".into()));
+            }
+            if a.iter().all(Value::is_number) {
+                return tokens(a).map(Prompt::Tokens);
+            }
+            if a.len() > 1 {
+                return Err(bad(
+                    "one prompt per request: send a string, or a list of one string or of token ids".into(),
+                ));
+            }
+            match &a[0] {
+                Value::String(s) => Ok(Prompt::Text(s.clone())),
+                Value::Array(t) if !t.is_empty() => tokens(t).map(Prompt::Tokens),
+                v => Err(bad(format!("`prompt` list holds {}", type_name(v)))),
+            }
+        }
+        Some(v) => Err(bad(format!(
+            "`prompt` must be a string or a list; got {}",
+            type_name(v)
+        ))),
+    }
+}
+
+fn tokens(a: &[Value]) -> Result<Vec<u32>, ApiError> {
+    a.iter()
+        .map(|t| {
+            t.as_u64()
+                .filter(|&x| x <= u64::from(u32::MAX))
+                .map(|x| x as u32)
+                .ok_or_else(|| {
+                    ApiError::invalid("prompt", "token ids must be non-negative integers")
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits { max_n: 4 };
+
+    fn chat(body: &str) -> Result<Request, ApiError> {
+        parse(body.as_bytes(), Endpoint::Chat, L)
+    }
+
+    #[test]
+    fn good_request_with_defaults_and_unknown_fields() {
+        let r = chat(r#"{"model":"x","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"user","content":"hi"}],"whatever":{"a":1},"stop":"\n","max_completion_tokens":5,"max_tokens":9}"#).unwrap();
+        let Prompt::Chat(m) = &r.prompt else { panic!() };
+        assert_eq!(m[0]["role"], "system");
+        assert_eq!(m[0]["content"], "a\nb");
+        assert_eq!(r.max_tokens, Some(5));
+        assert_eq!(r.stop, ["\n"]);
+        assert_eq!((r.n, r.temperature, r.logprobs), (1, 1.0, None));
+    }
+
+    #[test]
+    fn bad_requests_name_their_parameter() {
+        for (body, param) in [
+            ("{", None),
+            ("[]", None),
+            (r#"{"messages":[]}"#, Some("messages")),
+            (r#"{"messages":"hi"}"#, Some("messages")),
+            (
+                r#"{"messages":[{"role":"wizard","content":"x"}]}"#,
+                Some("messages"),
+            ),
+            (r#"{"messages":[{"role":"user"}]}"#, Some("messages")),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                Some("messages"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":0}"#,
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":"5"}"#,
+                Some("max_tokens"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+                Some("temperature"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"n":5}"#,
+                Some("n"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stop":[1]}"#,
+                Some("stop"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#,
+                Some("top_logprobs"),
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
+                Some("stream"),
+            ),
+        ] {
+            let e = chat(body).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), param, "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn completion_prompts() {
+        let p = |b: &str| parse(b.as_bytes(), Endpoint::Completions, L).map(|r| r.prompt);
+        assert!(matches!(p(r#"{"prompt":"a"}"#), Ok(Prompt::Text(s)) if s == "a"));
+        assert!(matches!(p(r#"{"prompt":["a"]}"#), Ok(Prompt::Text(_))));
+        assert!(matches!(p(r#"{"prompt":[1,2]}"#), Ok(Prompt::Tokens(t)) if t == [1, 2]));
+        assert!(p(r#"{"prompt":["a","b"]}"#).is_err());
+        assert!(p(r#"{"prompt":[-1]}"#).is_err());
+        assert!(p(r#"{}"#).is_err());
+    }
+}

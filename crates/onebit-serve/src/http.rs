@@ -1,0 +1,681 @@
+//! Routes, request handling and the OpenAI response shapes (whole and SSE).
+
+use std::convert::Infallible;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use onebit_model::sampler::SamplerConfig;
+use onebit_text::{ChatError, ChatTemplate, StreamDecoder, Tokenizer};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
+use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
+use crate::metrics::Metrics;
+use crate::text::{tidy_reasoning, Split, StopMatcher, ThinkSplitter};
+
+pub struct App {
+    pub engine: Engine,
+    pub tok: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub model_name: String,
+    pub n_vocab: usize,
+    pub ctx: usize,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+    pub started: u64,
+}
+
+pub fn router(app: Arc<App>, max_body: usize) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .with_state(app)
+}
+
+fn json_response(status: u16, body: String) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = json_response(self.status, self.body());
+        if self.status == 503 {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        r
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    static N: AtomicU64 = AtomicU64::new(0);
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::invalid(None, "no such endpoint").status(404)
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.engine.alive() {
+        json_response(200, json!({"status": "ok"}).to_string())
+    } else {
+        json_response(
+            503,
+            json!({"status": "error", "message": "the engine has stopped"}).to_string(),
+        )
+    }
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    json_response(
+        200,
+        json!({"object": "list", "data": [{
+            "id": app.model_name,
+            "object": "model",
+            "created": app.started,
+            "owned_by": "onebit",
+            "context_length": app.ctx,
+        }]})
+        .to_string(),
+    )
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let mut r = Response::new(Body::from(app.metrics.render()));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    Metrics::add(&app.metrics.requests_chat, 1);
+    respond(&app, generate(app.clone(), Endpoint::Chat, body).await)
+}
+
+async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    Metrics::add(&app.metrics.requests_completions, 1);
+    respond(
+        &app,
+        generate(app.clone(), Endpoint::Completions, body).await,
+    )
+}
+
+fn respond(app: &App, r: Result<Response, ApiError>) -> Response {
+    match r {
+        Ok(r) => r,
+        Err(e) => {
+            Metrics::add(&app.metrics.requests_failed, 1);
+            e.into_response()
+        }
+    }
+}
+
+/// A request ready to run: its prompt ids and what shapes the output.
+struct Prepared {
+    req: Request,
+    ids: Arc<Vec<u32>>,
+    /// The template knows `<think>`: split a reasoning block off.
+    think: bool,
+    /// The rendered prompt ends inside an open `<think>` block.
+    think_open: bool,
+}
+
+fn prepare(
+    app: &App,
+    ep: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Prepared, ApiError> {
+    let body = body.map_err(|r| {
+        ApiError::invalid(None, format!("cannot read the body: {}", r.body_text()))
+            .status(r.status().as_u16())
+    })?;
+    let req = api::parse(&body, ep, app.limits)?;
+    let (ids, think, think_open) = match &req.prompt {
+        Prompt::Chat(messages) => {
+            let t = app.template.as_ref().ok_or_else(|| {
+                ApiError::invalid(
+                    "messages",
+                    format!("model {} has no chat template, so it cannot take chat requests; start the server with --chat-template FILE, or use /v1/completions", app.model_name),
+                )
+                .with_code("no_chat_template")
+            })?;
+            let text = t
+                .render(messages, true, req.template_kwargs.as_ref())
+                .map_err(|e| match e {
+                    ChatError::Raised(m) => ApiError::invalid(
+                        "messages",
+                        format!("the chat template refused the conversation: {m}"),
+                    ),
+                    other => ApiError::invalid("messages", other.to_string()),
+                })?;
+            let ids = app
+                .tok
+                .encode(&text, false)
+                .map_err(|e| ApiError::server(format!("tokenizing the prompt: {e}")))?;
+            let think = t.source().contains("<think>");
+            let open = think && {
+                let tail = text.trim_end();
+                tail.rfind("<think>") > tail.rfind("</think>")
+            };
+            (ids, think, open)
+        }
+        Prompt::Text(s) => (
+            app.tok.encode(s, true).map_err(|e| {
+                ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}"))
+            })?,
+            false,
+            false,
+        ),
+        Prompt::Tokens(t) => {
+            if let Some(bad) = t.iter().find(|&&id| id as usize >= app.n_vocab) {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!(
+                        "token id {bad} is outside the vocabulary ({} tokens)",
+                        app.n_vocab
+                    ),
+                ));
+            }
+            (t.clone(), false, false)
+        }
+    };
+    if ids.is_empty() {
+        return Err(ApiError::invalid("prompt", "the prompt has no tokens"));
+    }
+    if ids.len() >= app.ctx {
+        return Err(ApiError::invalid(
+            if ep == Endpoint::Chat { "messages" } else { "prompt" },
+            format!(
+                "the prompt has {} tokens, but this server's context holds {} (prompt plus at least one generated token)",
+                ids.len(),
+                app.ctx
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    Ok(Prepared {
+        req,
+        ids: Arc::new(ids),
+        think,
+        think_open,
+    })
+}
+
+async fn generate(
+    app: Arc<App>,
+    ep: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let p = prepare(&app, ep, body)?;
+    let req = &p.req;
+    let room = app.ctx - p.ids.len();
+    let max_new = req.max_tokens.map_or(room, |m| m.min(room));
+    let base_seed = req.seed.unwrap_or_else(random_u64);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let submitted = Instant::now();
+    let cancels: Vec<Arc<AtomicBool>> = (0..req.n)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let jobs = (0..req.n)
+        .map(|i| Job {
+            prompt: p.ids.clone(),
+            params: GenParams {
+                max_new,
+                sampler: SamplerConfig {
+                    temperature: req.temperature,
+                    top_k: req.top_k,
+                    top_p: req.top_p,
+                    seed: base_seed.wrapping_add(i as u64),
+                },
+                presence_penalty: req.presence_penalty,
+                frequency_penalty: req.frequency_penalty,
+                logprobs: req.logprobs,
+            },
+            index: i,
+            tx: tx.clone(),
+            cancel: cancels[i].clone(),
+            submitted,
+        })
+        .collect();
+    drop(tx);
+    if app.engine.submit(jobs).is_err() {
+        Metrics::add(&app.metrics.requests_rejected_full, 1);
+        return Err(ApiError {
+            status: 503,
+            message: "the server is busy: its request queue is full; retry shortly".into(),
+            kind: "server_error",
+            param: None,
+            code: Some("queue_full"),
+        });
+    }
+    let run = Run {
+        rx,
+        cancels,
+        stops: req.stop.clone(),
+        think: p.think,
+        think_open: p.think_open,
+        logprobs: req.logprobs.is_some(),
+    };
+    let meta = Meta {
+        id: format!(
+            "{}-{:016x}",
+            if ep == Endpoint::Chat {
+                "chatcmpl"
+            } else {
+                "cmpl"
+            },
+            random_u64()
+        ),
+        created: unix_now(),
+        model: app.model_name.clone(),
+        ep,
+        prompt_tokens: p.ids.len(),
+        include_usage: req.include_usage,
+    };
+    if req.stream {
+        Ok(stream_response(app, run, meta))
+    } else {
+        whole_response(&app, run, meta).await
+    }
+}
+
+struct Run {
+    rx: mpsc::UnboundedReceiver<Event>,
+    cancels: Vec<Arc<AtomicBool>>,
+    stops: Vec<String>,
+    think: bool,
+    think_open: bool,
+    logprobs: bool,
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    ep: Endpoint,
+    prompt_tokens: usize,
+    include_usage: bool,
+}
+
+/// One generated token as logprobs report it.
+struct LpEntry {
+    id: u32,
+    lp: TokenLogprob,
+}
+
+/// What happened to one choice since the last report.
+enum Update {
+    Delta {
+        index: usize,
+        split: Split,
+        logprobs: Vec<LpEntry>,
+    },
+    Finished {
+        index: usize,
+        finish: Finish,
+    },
+}
+
+struct Choice<'t> {
+    dec: StreamDecoder<'t>,
+    stop: StopMatcher,
+    think: ThinkSplitter,
+    tokens: usize,
+    cached: usize,
+    finish: Option<Finish>,
+}
+
+/// Turns engine events into per-choice text updates; returns per choice
+/// (completion tokens, cached tokens, finish).
+async fn drive(
+    tok: &Tokenizer,
+    mut run: Run,
+    n: usize,
+    mut emit: impl FnMut(Update) -> bool,
+) -> Result<Vec<(usize, usize, Finish)>, ApiError> {
+    let mut choices: Vec<Choice> = (0..n)
+        .map(|_| Choice {
+            dec: StreamDecoder::with_skip_special(tok, true),
+            stop: StopMatcher::new(run.stops.clone()),
+            think: ThinkSplitter::new(run.think, run.think_open),
+            tokens: 0,
+            cached: 0,
+            finish: None,
+        })
+        .collect();
+    while choices.iter().any(|c| c.finish.is_none()) {
+        let Some(ev) = run.rx.recv().await else {
+            return Err(ApiError::server(
+                "the engine stopped before finishing the request",
+            ));
+        };
+        let (index, piece, lp, end) = match ev {
+            Event::Started { index, cached } => {
+                choices[index].cached = cached;
+                continue;
+            }
+            Event::Failed { message, .. } => return Err(ApiError::server(message)),
+            Event::Token { index, id, logprob } => {
+                let c = &mut choices[index];
+                if c.finish.is_some() {
+                    continue; // already ended by a stop string
+                }
+                c.tokens += 1;
+                let piece = c
+                    .dec
+                    .push(id)
+                    .map_err(|e| ApiError::server(format!("detokenizing: {e}")))?;
+                (index, piece, logprob.map(|lp| LpEntry { id, lp }), None)
+            }
+            Event::Done { index, finish } => {
+                let c = &mut choices[index];
+                if c.finish.is_some() {
+                    continue;
+                }
+                (index, c.dec.finish(), None, Some(finish))
+            }
+        };
+        let c = &mut choices[index];
+        let mut text = c.stop.push(&piece);
+        let mut end = end;
+        if c.stop.stopped {
+            run.cancels[index].store(true, Ordering::Relaxed);
+            end = Some(Finish::Stop);
+        } else if end.is_some() {
+            text.push_str(&c.stop.finish());
+        }
+        let mut split = c.think.push(&text);
+        if end.is_some() {
+            let rest = c.think.finish();
+            split.reasoning.push_str(&rest.reasoning);
+            split.content.push_str(&rest.content);
+        }
+        let logprobs: Vec<LpEntry> = lp.into_iter().filter(|_| run.logprobs).collect();
+        if (!split.is_empty() || !logprobs.is_empty())
+            && !emit(Update::Delta {
+                index,
+                split,
+                logprobs,
+            })
+        {
+            break;
+        }
+        if let Some(finish) = end {
+            c.finish = Some(finish);
+            if !emit(Update::Finished { index, finish }) {
+                break;
+            }
+        }
+    }
+    Ok(choices
+        .iter()
+        .map(|c| (c.tokens, c.cached, c.finish.unwrap_or(Finish::Stop)))
+        .collect())
+}
+
+fn usage(prompt_tokens: usize, per_choice: &[(usize, usize, Finish)]) -> Value {
+    let completion: usize = per_choice.iter().map(|c| c.0).sum();
+    let cached = per_choice.first().map_or(0, |c| c.1);
+    json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+fn token_text(tok: &Tokenizer, id: u32) -> String {
+    tok.decode(&[id], false).unwrap_or_default()
+}
+
+fn chat_logprob_entries(tok: &Tokenizer, entries: &[LpEntry]) -> Value {
+    let one = |id: u32, lp: f32| {
+        let t = token_text(tok, id);
+        json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
+    };
+    Value::Array(
+        entries
+            .iter()
+            .map(|e| {
+                let mut v = one(e.id, e.lp.logprob);
+                v["top_logprobs"] =
+                    Value::Array(e.lp.top.iter().map(|&(i, l)| one(i, l)).collect());
+                v
+            })
+            .collect(),
+    )
+}
+
+/// The legacy completions logprobs object for a run of tokens.
+fn completion_logprobs(tok: &Tokenizer, entries: &[LpEntry], offset0: usize) -> Value {
+    let mut offset = offset0;
+    let mut tokens = Vec::new();
+    let mut lps = Vec::new();
+    let mut tops = Vec::new();
+    let mut offsets = Vec::new();
+    for e in entries {
+        let t = token_text(tok, e.id);
+        offsets.push(offset);
+        offset += t.len();
+        tokens.push(Value::String(t));
+        lps.push(json!(e.lp.logprob));
+        let mut m = serde_json::Map::new();
+        for &(i, l) in &e.lp.top {
+            m.insert(token_text(tok, i), json!(l));
+        }
+        tops.push(Value::Object(m));
+    }
+    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
+#[derive(Default)]
+struct Acc {
+    content: String,
+    reasoning: String,
+    logprobs: Vec<LpEntry>,
+    finish: Option<Finish>,
+}
+
+async fn whole_response(app: &App, run: Run, meta: Meta) -> Result<Response, ApiError> {
+    let n = run.cancels.len();
+    let mut acc: Vec<Acc> = (0..n).map(|_| Acc::default()).collect();
+    let per = drive(&app.tok, run, n, |u| {
+        match u {
+            Update::Delta {
+                index,
+                split,
+                logprobs,
+            } => {
+                let a = &mut acc[index];
+                a.content.push_str(&split.content);
+                a.reasoning.push_str(&split.reasoning);
+                a.logprobs.extend(logprobs);
+            }
+            Update::Finished { index, finish } => acc[index].finish = Some(finish),
+        }
+        true
+    })
+    .await?;
+    let want_lp = acc.iter().any(|a| !a.logprobs.is_empty());
+    let choices: Vec<Value> = acc
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let finish = a.finish.unwrap_or(per[i].2).as_str();
+            match meta.ep {
+                Endpoint::Chat => {
+                    let mut msg = json!({"role": "assistant", "content": a.content});
+                    if !a.reasoning.is_empty() {
+                        msg["reasoning_content"] = json!(tidy_reasoning(&a.reasoning));
+                    }
+                    json!({
+                        "index": i,
+                        "message": msg,
+                        "logprobs": if want_lp { json!({"content": chat_logprob_entries(&app.tok, &a.logprobs)}) } else { Value::Null },
+                        "finish_reason": finish,
+                    })
+                }
+                Endpoint::Completions => json!({
+                    "index": i,
+                    "text": a.content,
+                    "logprobs": if want_lp { completion_logprobs(&app.tok, &a.logprobs, 0) } else { Value::Null },
+                    "finish_reason": finish,
+                }),
+            }
+        })
+        .collect();
+    let body = json!({
+        "id": meta.id,
+        "object": if meta.ep == Endpoint::Chat { "chat.completion" } else { "text_completion" },
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": "onebit",
+        "choices": choices,
+        "usage": usage(meta.prompt_tokens, &per),
+    });
+    Ok(json_response(200, body.to_string()))
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
+    tokio::spawn(async move {
+        let n = run.cancels.len();
+        let chat = meta.ep == Endpoint::Chat;
+        let chunk = |choice: Value| {
+            let mut v = json!({
+                "id": meta.id,
+                "object": if chat { "chat.completion.chunk" } else { "text_completion" },
+                "created": meta.created,
+                "model": meta.model,
+                "system_fingerprint": "onebit",
+                "choices": [choice],
+            });
+            if meta.include_usage {
+                v["usage"] = Value::Null;
+            }
+            sse(&v)
+        };
+        if chat {
+            for i in 0..n {
+                let c = json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
+                if out_tx.send(chunk(c)).is_err() {
+                    return;
+                }
+            }
+        }
+        let mut offsets = vec![0usize; n];
+        let tok = app.tok.clone();
+        let result = drive(&tok, run, n, |u| {
+            let c = match u {
+                Update::Delta {
+                    index,
+                    split,
+                    logprobs,
+                } => {
+                    let lp = (!logprobs.is_empty()).then_some(&logprobs);
+                    if chat {
+                        let mut delta = serde_json::Map::new();
+                        if !split.reasoning.is_empty() {
+                            delta.insert("reasoning_content".into(), json!(split.reasoning));
+                        }
+                        if !split.content.is_empty() || split.reasoning.is_empty() {
+                            delta.insert("content".into(), json!(split.content));
+                        }
+                        json!({
+                            "index": index,
+                            "delta": delta,
+                            "logprobs": lp.map_or(Value::Null, |l| json!({"content": chat_logprob_entries(&tok, l)})),
+                            "finish_reason": null,
+                        })
+                    } else {
+                        let v = json!({
+                            "index": index,
+                            "text": split.content,
+                            "logprobs": lp.map_or(Value::Null, |l| completion_logprobs(&tok, l, offsets[index])),
+                            "finish_reason": null,
+                        });
+                        offsets[index] += split.content.len();
+                        v
+                    }
+                }
+                Update::Finished { index, finish } => {
+                    if chat {
+                        json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": finish.as_str()})
+                    } else {
+                        json!({"index": index, "text": "", "logprobs": null, "finish_reason": finish.as_str()})
+                    }
+                }
+            };
+            out_tx.send(chunk(c)).is_ok()
+        })
+        .await;
+        match result {
+            Ok(per) => {
+                if meta.include_usage {
+                    let v = json!({
+                        "id": meta.id,
+                        "object": if chat { "chat.completion.chunk" } else { "text_completion" },
+                        "created": meta.created,
+                        "model": meta.model,
+                        "system_fingerprint": "onebit",
+                        "choices": [],
+                        "usage": usage(meta.prompt_tokens, &per),
+                    });
+                    let _ = out_tx.send(sse(&v));
+                }
+            }
+            Err(e) => {
+                Metrics::add(&app.metrics.requests_failed, 1);
+                let _ = out_tx.send(sse(&serde_json::from_str(&e.body()).unwrap_or(Value::Null)));
+            }
+        }
+        let _ = out_tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+    });
+    let body = futures_util::stream::unfold(out_rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    let mut r = Response::new(Body::from_stream(body));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}

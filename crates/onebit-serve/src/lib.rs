@@ -1,0 +1,164 @@
+//! `onebit serve`: an OpenAI-compatible HTTP server over one loaded model.
+//!
+//! The binary hands over a loaded [`Model`], its [`Tokenizer`], chat template
+//! and stop ids; this crate knows nothing of file formats. One engine thread
+//! owns the model and batches every active sequence into each forward
+//! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime)
+//! parses and checks requests ([`api`]), renders templates, tokenizes, and
+//! turns the engine's tokens into OpenAI's response shapes ([`http`], [`text`]).
+
+pub mod api;
+pub mod cache;
+pub mod engine;
+pub mod http;
+pub mod metrics;
+pub mod text;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use onebit_model::Model;
+use onebit_text::{ChatTemplate, Tokenizer};
+
+use crate::engine::{Engine, EngineConfig};
+use crate::metrics::Metrics;
+
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub host: String,
+    /// 0 picks a free port (the startup line says which).
+    pub port: u16,
+    /// The name `/v1/models` lists and responses carry.
+    pub model_name: String,
+    /// One line about the model for the startup line.
+    pub summary: String,
+    /// Sequences decoded together at most.
+    pub max_seqs: usize,
+    /// Sequences waiting for a slot at most; beyond, 503.
+    pub max_queue: usize,
+    /// Largest `n` a request may ask for.
+    pub max_n: usize,
+    pub prefix_cache: bool,
+    pub cache_bytes: usize,
+    pub max_body_bytes: usize,
+    pub prefill_chunk: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            model_name: "model".into(),
+            summary: String::new(),
+            max_seqs: 8,
+            max_queue: 64,
+            max_n: 8,
+            prefix_cache: true,
+            cache_bytes: 1 << 30,
+            max_body_bytes: 4 << 20,
+            prefill_chunk: 512,
+        }
+    }
+}
+
+/// Serves until SIGINT or SIGTERM, then lets running requests finish.
+pub fn serve(
+    cfg: ServeConfig,
+    model: Model,
+    tok: Tokenizer,
+    template: Option<ChatTemplate>,
+    stops: Vec<u32>,
+) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run(cfg, model, tok, template, stops))
+}
+
+async fn run(
+    cfg: ServeConfig,
+    model: Model,
+    tok: Tokenizer,
+    template: Option<ChatTemplate>,
+    stops: Vec<u32>,
+) -> Result<()> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local: SocketAddr = listener.local_addr()?;
+    let metrics = Arc::new(Metrics::default());
+    let ctx = model.max_context();
+    let n_vocab = model.sem.dims.n_vocab;
+    let engine = Engine::start(
+        model,
+        stops,
+        EngineConfig {
+            max_seqs: cfg.max_seqs.max(1),
+            max_queue: cfg.max_queue,
+            prefill_chunk: cfg.prefill_chunk,
+            prefix_cache: cfg.prefix_cache,
+            cache_bytes: cfg.cache_bytes,
+        },
+        metrics.clone(),
+    );
+    let has_template = template.is_some();
+    let app = Arc::new(http::App {
+        engine,
+        tok: Arc::new(tok),
+        template,
+        model_name: cfg.model_name.clone(),
+        n_vocab,
+        ctx,
+        limits: api::Limits { max_n: cfg.max_n },
+        metrics,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    eprintln!(
+        "[serve] {} ({}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
+        cfg.model_name,
+        cfg.summary,
+        cfg.max_seqs,
+        cfg.max_queue,
+        if cfg.prefix_cache { "on" } else { "off" },
+        if has_template { "yes" } else { "none (chat requests answer 400)" },
+    );
+    axum::serve(listener, http::router(app.clone(), cfg.max_body_bytes))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("the HTTP server failed")?;
+    eprintln!("[serve] shutting down: finishing running requests");
+    let app2 = app.clone();
+    tokio::task::spawn_blocking(move || app2.engine.shutdown())
+        .await
+        .ok();
+    eprintln!("[serve] stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("[serve] signal received");
+}

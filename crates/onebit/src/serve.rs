@@ -1,0 +1,98 @@
+//! `onebit serve`: load the model, its tokenizer, chat template and stop ids,
+//! and hand them to `onebit-serve`.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use onebit_kernels::Precision;
+use onebit_model::ExecConfig;
+use onebit_serve::ServeConfig;
+
+use crate::open::{self, load_model, Loaded};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A .gguf file or a pack directory.
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port; the startup line names it.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// A Jinja chat template to use instead of the model's.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<PathBuf>,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Requests (sequences) waiting for a slot at most; beyond, 503.
+    #[arg(long, default_value_t = 64)]
+    max_queue: usize,
+    /// Sequences decoded together in one forward at most.
+    #[arg(long, default_value_t = 8)]
+    max_seqs: usize,
+    /// Context limit per sequence in tokens (0 = the model's trained context).
+    #[arg(long, default_value_t = 0)]
+    ctx: usize,
+    /// Do not reuse the states of earlier requests that share a prefix.
+    #[arg(long)]
+    no_prefix_cache: bool,
+    /// Memory the prefix cache may hold, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    cache_mib: usize,
+    /// Largest `n` (choices per request) accepted.
+    #[arg(long, default_value_t = 8)]
+    max_n: usize,
+    /// Keep activations in f32 and dequantize weights (the slow reference path).
+    #[arg(long)]
+    f32_activations: bool,
+}
+
+pub fn serve(a: ServeArgs) -> Result<()> {
+    let exec = ExecConfig {
+        threads: a.threads,
+        precision: if a.f32_activations {
+            Precision::Float
+        } else {
+            Precision::Quantized
+        },
+        max_context: a.ctx,
+    };
+    let Loaded { model, opened } = load_model(&a.model, &exec)?;
+    let tok = open::tokenizer(&opened)?;
+    let template = match open::load_chat_template(&opened, &tok, a.chat_template.as_deref())? {
+        Some((t, from)) => {
+            eprintln!("[serve] chat template from {from}");
+            Some(t)
+        }
+        None => {
+            eprintln!(
+                "[serve] {} has no chat template: chat requests will be refused (pass --chat-template FILE)",
+                a.model.display()
+            );
+            None
+        }
+    };
+    let stops = open::stop_ids(&tok);
+    let name = a
+        .model
+        .file_name()
+        .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
+        .unwrap_or_else(|| a.model.display().to_string());
+    let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
+    let cfg = ServeConfig {
+        host: a.host,
+        port: a.port,
+        model_name: name,
+        summary,
+        max_seqs: a.max_seqs.max(1),
+        max_queue: a.max_queue,
+        max_n: a.max_n.max(1),
+        prefix_cache: !a.no_prefix_cache,
+        cache_bytes: a.cache_mib << 20,
+        ..ServeConfig::default()
+    };
+    onebit_serve::serve(cfg, model, tok, template, stops)
+}
