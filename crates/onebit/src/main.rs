@@ -16,6 +16,7 @@ use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
 
 mod bench;
+mod import;
 mod open;
 use open::{load_model, Loaded};
 mod serve;
@@ -64,6 +65,15 @@ enum Cmd {
     Inspect {
         #[command(flatten)]
         model: ModelArgs,
+    },
+    /// Convert a GGUF file into a FastFlowLM pack directory.
+    Import(import::ImportArgs),
+    /// Teacher-forced top-1 accuracy and perplexity over a text file.
+    Eval {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        text: PathBuf,
     },
     /// Measure prompt processing and decode speed.
     Bench(bench::BenchArgs),
@@ -141,6 +151,8 @@ fn main() -> ExitCode {
             sequential,
         } => logits(model, &ids, &out, sequential),
         Cmd::Inspect { model } => inspect(model),
+        Cmd::Import(a) => import::import(a),
+        Cmd::Eval { model, text } => eval(model, &text),
         Cmd::Bench(a) => bench::bench(a),
     };
     match r {
@@ -253,6 +265,32 @@ fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) ->
         ids.len(),
         model.sem.dims.n_vocab,
         out.display()
+    );
+    Ok(())
+}
+
+fn eval(a: ModelArgs, text: &std::path::Path) -> Result<()> {
+    let body = std::fs::read_to_string(text)
+        .with_context(|| format!("cannot read {}", text.display()))?;
+    let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    let tok = open::tokenizer(&opened)?;
+    let ids = tok.encode(&body, true)?;
+    let r = import::eval(&model, &ids)?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "model": a.model.display().to_string(),
+            "predicted": r.tokens,
+            "correct": r.correct,
+            "top1": r.top1(),
+            "perplexity": r.perplexity(),
+        })
+    );
+    eprintln!(
+        "[eval] {} predictions, top-1 {:.2} %, perplexity {:.3}",
+        r.tokens,
+        100.0 * r.top1(),
+        r.perplexity()
     );
     Ok(())
 }

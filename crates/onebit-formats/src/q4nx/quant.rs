@@ -26,15 +26,14 @@ pub fn quantize(w: &[f32], shape: Q4Shape, kind: Q4Kind) -> Vec<u8> {
         let nib = &mut g.nib[gi * GROUP..(gi + 1) * GROUP];
         match kind {
             Q4Kind::Asymmetric => {
-                let min = x.iter().copied().fold(f32::MAX, f32::min);
-                let max = x.iter().copied().fold(f32::MIN, f32::max);
-                let (m, mb) = round_bf16(min);
-                let (d, db) = round_bf16((max - m) / 15.0);
+                let (m, d) = fit_asymmetric(x);
+                let (m, mb) = round_bf16(m);
+                let (d, db) = round_bf16(d);
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 g.d[gi] = db;
                 g.m[gi] = mb;
                 for (q, &v) in nib.iter_mut().zip(x) {
-                    *q = (((v - m) * id + 0.5) as i32).clamp(0, 15) as u8;
+                    *q = (((v - m) * id).round() as i32).clamp(0, 15) as u8;
                 }
             }
             Q4Kind::Symmetric => {
@@ -58,4 +57,58 @@ pub fn quantize(w: &[f32], shape: Q4Shape, kind: Q4Kind) -> Vec<u8> {
         }
     }
     encode(&g)
+}
+
+/// Squared error of codes round((x - m) / d) against x.
+fn sq_err(x: &[f32], m: f32, d: f32) -> f32 {
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    x.iter()
+        .map(|&v| {
+            let q = ((v - m) * id).round().clamp(0.0, 15.0);
+            let e = q * d + m - v;
+            e * e
+        })
+        .sum()
+}
+
+/// A minimum and scale for one asymmetric group: ggml's reference choice
+/// (min, (max - min) / 15), then (as ggml's `make_qkx2_quants` for K-quants)
+/// a search over slightly different scales, each followed by the
+/// least-squares minimum and scale for its codes; the pair with the smallest
+/// squared error wins. On Gemma 3 270M's matrices this cuts the
+/// re-quantization error by about a tenth against the reference.
+fn fit_asymmetric(x: &[f32]) -> (f32, f32) {
+    let min = x.iter().copied().fold(f32::MAX, f32::min);
+    let max = x.iter().copied().fold(f32::MIN, f32::max);
+    if max <= min {
+        return (min, 0.0);
+    }
+    let (mut best_m, mut best_d) = (min, (max - min) / 15.0);
+    let mut best = sq_err(x, best_m, best_d);
+    for step in 0..=20 {
+        let iscale = (15.0 - 1.0 + 0.1 * step as f32) / (max - min);
+        let (mut sl, mut sl2, mut sxl, mut sx) = (0f32, 0f32, 0f32, 0f32);
+        for &v in x {
+            let l = ((v - min) * iscale).round().clamp(0.0, 15.0);
+            sl += l;
+            sl2 += l * l;
+            sxl += v * l;
+            sx += v;
+        }
+        let n = x.len() as f32;
+        let det = n * sl2 - sl * sl;
+        if det <= 0.0 {
+            continue;
+        }
+        let d = (n * sxl - sx * sl) / det;
+        let m = (sl2 * sx - sl * sxl) / det;
+        if d <= 0.0 {
+            continue;
+        }
+        let e = sq_err(x, m, d);
+        if e < best {
+            (best, best_m, best_d) = (e, m, d);
+        }
+    }
+    (best_m, best_d)
 }

@@ -11,6 +11,7 @@
 //! (memory-mapped). The kernels never read tiles.
 
 pub mod config;
+pub mod import;
 pub mod names;
 
 use std::collections::{BTreeMap, HashMap};

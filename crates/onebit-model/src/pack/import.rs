@@ -1,0 +1,383 @@
+//! GGUF -> FastFlowLM pack weights and config.json, as FastFlowLM's converter
+//! lays them out (names, tiles, family quirks), with two deliberate
+//! differences: Q8_0 matrices are re-quantized to the family's type instead
+//! of being sent through the Q4 packer (which keeps 4 bits of each code), or
+//! kept as Q8 tiles on request; and the tokenizer is written from our GGUF
+//! vocabulary (by the caller, which owns the tokenizer).
+//!
+//! - Q4_0 / Q4_1 matrices are repacked exactly (scales and minimums round to bf16).
+//! - Every other quantized matrix is dequantized and quantized to the family
+//!   default: Q4_1 (asymmetric) for llama, qwen2, qwen3, gemma3; Q4_0
+//!   (symmetric) for lfm2.
+//! - F32 / F16 / BF16 tensors, the embedding, norms and conv taps become BF16.
+//! - llama: q_proj / k_proj rows un-permuted (llama.cpp's converter permuted
+//!   them for adjacent-pair RoPE), so the pack rotates halves.
+//! - gemma3: the embedding stored as BF16 already multiplied by sqrt(hidden).
+//! - `lm_head.weight` written from the embedding when the GGUF has no output.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use half::bf16;
+use onebit_formats::gguf::Gguf;
+use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape};
+use onebit_formats::safetensors::{self, StDtype, StOut};
+use onebit_formats::{blocks, GgmlType};
+use serde_json::{json, Value as Json};
+
+use super::names;
+use crate::error::{ModelError, Result};
+use crate::families;
+use crate::semantics::{LayerKind, RopeScaling, Semantics};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ImportOptions {
+    /// Keep Q8_0 matrices as Q8 tiles (readable by onebit; FastFlowLM's
+    /// runtime reads the family's Q4 type).
+    pub keep_q8: bool,
+}
+
+/// What an import produced, before it is written.
+pub struct Imported {
+    pub tensors: Vec<StOut>,
+    pub config: Json,
+    /// The GGUF's semantics (what the pack's config.json restates).
+    pub sem: Semantics,
+    /// One line per decision worth telling the user.
+    pub notes: Vec<String>,
+}
+
+/// The converter's families: HF model_type, architecture, default Q4 kind.
+fn converter_family(arch: &str) -> Option<(&'static str, &'static str, Q4Kind)> {
+    Some(match arch {
+        "llama" => ("llama", "LlamaForCausalLM", Q4Kind::Asymmetric),
+        "qwen2" => ("qwen2", "Qwen2ForCausalLM", Q4Kind::Asymmetric),
+        "qwen3" => ("qwen3", "Qwen3ForCausalLM", Q4Kind::Asymmetric),
+        "gemma3" => ("gemma3_text", "Gemma3ForCausalLM", Q4Kind::Asymmetric),
+        "lfm2" => ("lfm2", "Lfm2ForCausalLM", Q4Kind::Symmetric),
+        _ => return None,
+    })
+}
+
+/// llama.cpp's permutation of q/k rows, undone: within each head of `hd`
+/// rows, GGUF row `2p + t` is HF row `t * hd/2 + p`.
+fn unpermute_rows(data: &[u8], row_bytes: usize, n_heads: usize) -> Vec<u8> {
+    let rows = data.len() / row_bytes;
+    let hd = rows / n_heads;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..n_heads {
+        for p in 0..hd / 2 {
+            for t in 0..2 {
+                let src = h * hd + 2 * p + t;
+                let dst = h * hd + t * (hd / 2) + p;
+                out[dst * row_bytes..(dst + 1) * row_bytes]
+                    .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
+            }
+        }
+    }
+    out
+}
+
+fn to_bf16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+        .collect()
+}
+
+/// Converts the weights of `g` and derives config.json. `progress(done,
+/// total, name)` is called once per tensor.
+pub fn import(
+    g: &Gguf,
+    opts: ImportOptions,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Imported> {
+    let path = g.path().to_path_buf();
+    let arch = g.str("general.architecture")?.to_string();
+    let (model_type, hf_arch, default_kind) =
+        converter_family(&arch).ok_or_else(|| ModelError::Unsupported {
+            path: path.clone(),
+            what: format!(
+                "general.architecture `{arch}`: the pack converter handles llama, qwen2, qwen3, gemma3 and lfm2"
+            ),
+        })?;
+    let rows = names::table(&arch).expect("converter families have name tables");
+    let sem = families::semantics_from_gguf(g)?;
+    let d = &sem.dims;
+    let mut notes = Vec::new();
+    let terr = |name: &str, what: String| ModelError::Tensor {
+        path: path.clone(),
+        tensor: name.to_string(),
+        what,
+    };
+
+    // The tensors to write, in GGUF order, plus lm_head from the embedding.
+    let mut plan: Vec<(String, String)> = Vec::new();
+    for t in &g.tensors {
+        let pack = names::to_pack(&rows, &t.name).ok_or_else(|| {
+            terr(
+                &t.name,
+                format!("has no name in the {arch} pack table, so it cannot be imported"),
+            )
+        })?;
+        plan.push((t.name.clone(), pack));
+    }
+    if g.tensor("output.weight").is_none() {
+        plan.push(("token_embd.weight".into(), "lm_head.weight".into()));
+        notes
+            .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
+    }
+    let kind_name = |k: Q4Kind| k.ggml().name();
+    let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
+    let mut q8_seen = 0usize;
+    let total = plan.len();
+    let mut tensors = Vec::with_capacity(total);
+    for (done, (gname, pname)) in plan.iter().enumerate() {
+        progress(done, total, pname);
+        let info = g.tensor(gname).expect("planned from the file");
+        let bytes = g.tensor_bytes(info);
+        let is_embd_row_table = gname == "token_embd.weight" && pname != "lm_head.weight";
+        let is_matrix =
+            info.dims.len() == 2 && !is_embd_row_table && !gname.ends_with("shortconv.conv.weight");
+        // llama: q/k rows back in HF order.
+        let permute_heads = if arch == "llama" && gname.ends_with("attn_q.weight") {
+            Some(d.n_head)
+        } else if arch == "llama" && gname.ends_with("attn_k.weight") {
+            Some(d.n_head_kv)
+        } else {
+            None
+        };
+        if !is_matrix {
+            // Kept unquantized: BF16 with the HF shape (reversed ggml dims).
+            let n = info.n_elements() as usize;
+            let mut v = vec![0f32; n];
+            blocks::dequantize(info.dtype, &bytes, &mut v)
+                .map_err(|e| terr(gname, e.to_string()))?;
+            if is_embd_row_table && arch == "gemma3" {
+                let s = (d.n_embd as f32).sqrt();
+                v.iter_mut().for_each(|x| *x *= s);
+                notes.push(format!(
+                    "gemma3: {pname} stored as BF16 pre-scaled by sqrt({}) = {s}",
+                    d.n_embd
+                ));
+            }
+            tensors.push(StOut {
+                name: pname.clone(),
+                dtype: StDtype::BF16,
+                shape: info.dims.iter().rev().copied().collect(),
+                data: to_bf16_bytes(&v),
+            });
+            continue;
+        }
+        let (k, n) = (info.dims[0] as usize, info.dims[1] as usize);
+        let row_bytes = info.dtype.row_bytes(k as u64).ok_or_else(|| {
+            terr(
+                gname,
+                format!("row of {k} is not whole {} blocks", info.dtype),
+            )
+        })? as usize;
+        let data: Vec<u8> = match permute_heads {
+            Some(h) => {
+                if n % h != 0 || (n / h) % 2 != 0 {
+                    return Err(terr(
+                        gname,
+                        format!("{n} rows do not split into {h} heads of even size"),
+                    ));
+                }
+                unpermute_rows(&bytes, row_bytes, h)
+            }
+            None => bytes.to_vec(),
+        };
+        let out = match info.dtype {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                let mut v = vec![0f32; n * k];
+                blocks::dequantize(info.dtype, &data, &mut v)
+                    .map_err(|e| terr(gname, e.to_string()))?;
+                StOut {
+                    name: pname.clone(),
+                    dtype: StDtype::BF16,
+                    shape: vec![n as u64, k as u64],
+                    data: to_bf16_bytes(&v),
+                }
+            }
+            dt @ (GgmlType::Q4_0 | GgmlType::Q4_1) => {
+                let s = Q4Shape::new(n, k).map_err(|e| terr(gname, e.0))?;
+                StOut {
+                    name: pname.clone(),
+                    dtype: StDtype::I8,
+                    shape: s.stored_shape(),
+                    data: q4nx::from_ggml(dt, &data, s).map_err(|e| terr(gname, e.0))?,
+                }
+            }
+            GgmlType::Q8_0 if opts.keep_q8 => {
+                q8_seen += 1;
+                let s = Q8Shape::new(n, k).map_err(|e| terr(gname, e.0))?;
+                StOut {
+                    name: pname.clone(),
+                    dtype: StDtype::I8,
+                    shape: s.stored_shape(),
+                    data: q4nx::q8_from_q8_0(&data, s).map_err(|e| terr(gname, e.0))?,
+                }
+            }
+            dt => {
+                if dt == GgmlType::Q8_0 {
+                    q8_seen += 1;
+                }
+                *requantized.entry(dt.name().to_string()).or_default() += 1;
+                let s = Q4Shape::new(n, k).map_err(|e| terr(gname, e.0))?;
+                // 32-row bands: tiles are in row-major block order, so the
+                // bands' tiles concatenate into the tensor's.
+                let band = Q4Shape::new(q4nx::ROWS, k).expect("checked above");
+                let mut tiles = Vec::with_capacity(s.bytes());
+                let mut v = vec![0f32; q4nx::ROWS * k];
+                for rows in data.chunks_exact(row_bytes * q4nx::ROWS) {
+                    blocks::dequantize(dt, rows, &mut v).map_err(|e| terr(gname, e.to_string()))?;
+                    tiles.extend(q4nx::quantize(&v, band, default_kind));
+                }
+                let out = StOut {
+                    name: pname.clone(),
+                    dtype: StDtype::I8,
+                    shape: s.stored_shape(),
+                    data: tiles,
+                };
+                if default_kind == Q4Kind::Symmetric
+                    && q4nx::tensor_kind(&out.data).ok() != Some(Q4Kind::Symmetric)
+                {
+                    return Err(terr(
+                        gname,
+                        "quantized symmetric, but no scale came out negative, so a reader would take it for asymmetric".into(),
+                    ));
+                }
+                out
+            }
+        };
+        tensors.push(out);
+    }
+    progress(total, total, "done");
+    for (dt, count) in &requantized {
+        notes.push(format!(
+            "{count} {dt} matrices re-quantized to {} (the {arch} default)",
+            kind_name(default_kind)
+        ));
+    }
+    if q8_seen > 0 {
+        notes.push(if opts.keep_q8 {
+            format!("{q8_seen} Q8_0 matrices kept as Q8 tiles (--keep-q8)")
+        } else {
+            format!(
+                "{q8_seen} Q8_0 matrices re-quantized to {}: FastFlowLM's converter sends Q8_0 through its Q4 packer, which keeps only 4 bits of each code (--keep-q8 keeps Q8 tiles)",
+                kind_name(default_kind)
+            )
+        });
+    }
+    let config = config_json(g, &sem, model_type, hf_arch)?;
+    Ok(Imported {
+        tensors,
+        config,
+        sem,
+        notes,
+    })
+}
+
+/// config.json in HF form, restating the GGUF's semantics.
+pub fn config_json(g: &Gguf, sem: &Semantics, model_type: &str, hf_arch: &str) -> Result<Json> {
+    let d = &sem.dims;
+    let mut c = json!({
+        "architectures": [hf_arch],
+        "model_type": model_type,
+        "hidden_size": d.n_embd,
+        "intermediate_size": d.n_ff,
+        "num_hidden_layers": d.n_layer,
+        "num_attention_heads": d.n_head,
+        "num_key_value_heads": d.n_head_kv,
+        "head_dim": d.head_dim_k,
+        "vocab_size": d.n_vocab,
+        "rope_theta": sem.rope_full.value.base,
+        "tie_word_embeddings": sem.tied_output.value,
+        "torch_dtype": "bfloat16",
+    });
+    let eps_key = if sem.family == "lfm2" {
+        "norm_eps"
+    } else {
+        "rms_norm_eps"
+    };
+    // The f32 epsilon as its shortest decimal (1e-6, not 9.99999997e-7).
+    c[eps_key] = json!(sem
+        .norm_eps
+        .value
+        .to_string()
+        .parse::<f64>()
+        .unwrap_or(sem.norm_eps.value as f64));
+    if d.n_ctx_train > 0 {
+        c["max_position_embeddings"] = json!(d.n_ctx_train);
+    }
+    if let Some(b) = g.u64_opt("tokenizer.ggml.bos_token_id")? {
+        c["bos_token_id"] = json!(b);
+    }
+    if let Some(e) = g.u64_opt("tokenizer.ggml.eos_token_id")? {
+        c["eos_token_id"] = json!(e);
+    }
+    if let RopeScaling::Linear { factor } = sem.rope_full.value.scaling {
+        c["rope_scaling"] = json!({"rope_type": "linear", "factor": factor});
+    }
+    let kinds = &sem.layer_kinds.value;
+    match sem.family {
+        "gemma3" => {
+            c["layer_types"] = json!(kinds
+                .iter()
+                .map(|k| match k {
+                    LayerKind::Sliding => "sliding_attention",
+                    _ => "full_attention",
+                })
+                .collect::<Vec<_>>());
+            if let Some(w) = sem.sliding_window.value {
+                c["sliding_window"] = json!(w);
+            }
+            c["rope_local_base_freq"] = json!(sem.rope_sliding.value.base);
+            let s = sem.attn_scale.value as f64;
+            let q = 1.0 / (s * s);
+            c["query_pre_attn_scalar"] = json!(if (q - q.round()).abs() < 1e-3 {
+                q.round()
+            } else {
+                q
+            });
+            if let Some(cap) = sem.final_softcap.value {
+                c["final_logit_softcapping"] = json!(cap);
+            }
+            if let Some(cap) = sem.attn_softcap.value {
+                c["attn_logit_softcapping"] = json!(cap);
+            }
+        }
+        "lfm2" => {
+            c["layer_types"] = json!(kinds
+                .iter()
+                .map(|k| match k {
+                    LayerKind::ShortConv => "conv",
+                    _ => "full_attention",
+                })
+                .collect::<Vec<_>>());
+            c["conv_L_cache"] = json!(sem.short_conv.as_ref().map(|s| s.value));
+            c["block_auto_adjust_ff_dim"] = json!(false);
+        }
+        _ => {}
+    }
+    Ok(c)
+}
+
+/// Writes `model.q4nx` and `config.json` into `dir` (created if needed).
+pub fn write(dir: &Path, imp: &Imported) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::Unsupported {
+        path: dir.to_path_buf(),
+        what: format!("cannot create the pack directory: {e}"),
+    })?;
+    let meta = BTreeMap::from([("format".to_string(), "q4nx".to_string())]);
+    safetensors::write(&dir.join(super::WEIGHTS), &imp.tensors, &meta)?;
+    let cfg = dir.join(super::CONFIG);
+    std::fs::write(
+        &cfg,
+        serde_json::to_string_pretty(&imp.config).expect("JSON serializes") + "\n",
+    )
+    .map_err(|e| ModelError::Unsupported {
+        path: cfg,
+        what: format!("cannot write: {e}"),
+    })
+}

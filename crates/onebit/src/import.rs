@@ -1,0 +1,165 @@
+//! `onebit import`: a GGUF file becomes a FastFlowLM pack directory
+//! (model.q4nx, config.json, tokenizer.json, tokenizer_config.json,
+//! generation_config.json), and `onebit eval`: teacher-forced top-1 accuracy
+//! and perplexity of a model over a text.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use onebit_formats::gguf::Gguf;
+use onebit_model::pack::{self, import as imp};
+use onebit_model::{Logits, Model};
+use onebit_text::{TextError, Tokenizer};
+use serde_json::json;
+
+#[derive(Args)]
+pub struct ImportArgs {
+    /// The .gguf file to convert.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The pack directory to write (created if needed).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keep Q8_0 matrices as Q8 tiles instead of re-quantizing them to the
+    /// family's 4-bit type (more faithful; FastFlowLM's runtime reads only the latter).
+    #[arg(long)]
+    pub keep_q8: bool,
+}
+
+pub fn import(a: ImportArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let g = Gguf::open(&a.model)?;
+    let bar = ProgressBar::new(1);
+    bar.set_style(
+        ProgressStyle::with_template("[import] {bar:40} {pos}/{len} {msg}")
+            .expect("valid template"),
+    );
+    let imported = imp::import(
+        &g,
+        imp::ImportOptions { keep_q8: a.keep_q8 },
+        &mut |done, total, name| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(name.to_string());
+        },
+    )?;
+    bar.finish_and_clear();
+    for n in &imported.notes {
+        eprintln!("[import] {n}");
+    }
+    imp::write(&a.out, &imported)?;
+    write_tokenizer_files(&g, &a.out)?;
+    let bytes: usize = imported.tensors.iter().map(|t| t.data.len()).sum();
+    eprintln!(
+        "[import] {} -> {}: {} tensors, {:.1} MiB, in {:.1} s",
+        a.model.display(),
+        a.out.display(),
+        imported.tensors.len(),
+        bytes as f64 / (1 << 20) as f64,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(v)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// tokenizer.json from our GGUF-built tokenizer (it encodes as llama.cpp
+/// does), tokenizer_config.json with the BOS/EOS facts and the chat template,
+/// generation_config.json with every id that ends generation.
+fn write_tokenizer_files(g: &Gguf, dir: &Path) -> Result<()> {
+    let tok = match Tokenizer::from_gguf(g) {
+        Ok(t) => t,
+        Err(TextError::NoVocabulary { .. }) => {
+            eprintln!("[import] the GGUF has no vocabulary: no tokenizer files written (the pack runs on ids)");
+            return Ok(());
+        }
+        Err(e) => return Err(e).context("cannot build the tokenizer to write tokenizer.json"),
+    };
+    let path = dir.join(pack::TOKENIZER);
+    tok.inner()
+        .save(&path, true)
+        .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))?;
+    let sp = tok.special();
+    let mut tc = json!({
+        "add_bos_token": sp.add_bos,
+        "add_eos_token": sp.add_eos,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    });
+    if let Some(b) = &sp.bos_token {
+        tc["bos_token"] = json!(b);
+    }
+    if let Some(e) = &sp.eos_token {
+        tc["eos_token"] = json!(e);
+    }
+    if let Some(t) = g.str_opt("tokenizer.chat_template")? {
+        tc["chat_template"] = json!(t);
+    }
+    write_json(&dir.join(pack::TOKENIZER_CONFIG), &tc)?;
+    let mut gc = json!({ "eos_token_id": crate::open::stop_ids(&tok) });
+    if let Some(b) = sp.bos {
+        gc["bos_token_id"] = json!(b);
+    }
+    write_json(&dir.join(pack::GENERATION_CONFIG), &gc)
+}
+
+/// Teacher-forced evaluation: every position predicts the next token.
+pub struct EvalResult {
+    pub tokens: usize,
+    pub correct: usize,
+    pub nll: f64,
+}
+
+pub fn eval(model: &Model, ids: &[u32]) -> Result<EvalResult> {
+    if ids.len() < 2 {
+        bail!(
+            "the text encodes to {} tokens; eval needs at least 2",
+            ids.len()
+        );
+    }
+    if ids.len() > model.max_context() {
+        bail!(
+            "the text encodes to {} tokens, more than the context of {}",
+            ids.len(),
+            model.max_context()
+        );
+    }
+    let mut state = model.new_state();
+    let logits = model.forward(&mut state, ids, Logits::All)?;
+    let nv = model.sem.dims.n_vocab;
+    let (mut correct, mut nll) = (0usize, 0f64);
+    for (i, &target) in ids[1..].iter().enumerate() {
+        let row = &logits[i * nv..(i + 1) * nv];
+        let (best, max) =
+            row.iter()
+                .enumerate()
+                .fold((0, f32::MIN), |b, (j, &v)| if v > b.1 { (j, v) } else { b });
+        correct += (best as u32 == target) as usize;
+        let lse = max as f64
+            + row
+                .iter()
+                .map(|&v| ((v - max) as f64).exp())
+                .sum::<f64>()
+                .ln();
+        nll += lse - row[target as usize] as f64;
+    }
+    Ok(EvalResult {
+        tokens: ids.len() - 1,
+        correct,
+        nll,
+    })
+}
+
+impl EvalResult {
+    pub fn top1(&self) -> f64 {
+        self.correct as f64 / self.tokens as f64
+    }
+    pub fn perplexity(&self) -> f64 {
+        (self.nll / self.tokens as f64).exp()
+    }
+}
