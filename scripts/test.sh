@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/fetch-models.sh
+scripts/python-deps.sh
 cargo test --workspace --locked

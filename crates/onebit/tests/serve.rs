@@ -1,0 +1,669 @@
+//! `onebit serve` end to end: the real binary on SmolLM2-135M-Instruct, on a
+//! free loopback port, driven with plain HTTP (a tiny client over TcpStream)
+//! and with the official `openai` Python package (tests/serve/*.py).
+//!
+//! Every server is killed when its test ends, pass or fail.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_onebit");
+const CAPITAL: &str = "What is the capital of France? Answer with one word.";
+
+struct Server {
+    child: Child,
+    port: u16,
+    /// stderr lines after the startup line.
+    log: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(model: &str, extra: &[&str]) -> Server {
+        let path = onebit_testdata::real_model(model);
+        let mut child = Command::new(BIN)
+            .args(["serve", "--model"])
+            .arg(&path)
+            .args(["--port", "0", "--threads", "1"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start onebit serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = Vec::new();
+        let port = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(at) = line.find("listening on http://") {
+                        let addr = &line[at + "listening on http://".len()..];
+                        let port = addr.split([':', ' ']).nth(1).unwrap();
+                        break port.parse().unwrap();
+                    }
+                    seen.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("server did not start:\n{}", seen.join("\n"));
+                }
+            }
+        };
+        Server {
+            child,
+            port,
+            log: rx,
+        }
+    }
+
+    fn smollm(extra: &[&str]) -> Server {
+        Server::start(onebit_testdata::SMOLLM2_135M, extra)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (s, b) = http(self.port, "POST", path, body.to_string().as_bytes());
+        let v = serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path}: {e}: {b}"));
+        (s, v)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        http(self.port, "GET", path, b"")
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in\n{text}"))
+    }
+
+    /// Content of a chat answer, with its whole body.
+    fn chat(&self, body: &Value) -> (String, Value) {
+        let (status, v) = self.post("/v1/chat/completions", body);
+        assert_eq!(status, 200, "{v}");
+        let content = v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (content, v)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn greedy(prompt: &str, max_tokens: u32) -> Value {
+    json!({"model": "x", "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens})
+}
+
+/// One HTTP/1.1 request on a fresh connection; the body, de-chunked.
+fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // A server may answer (413) before reading all of a large body.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, rest) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no response head: {text:?}"));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let Some((size, rest)) = s.split_once("\r\n") else {
+            return out;
+        };
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+/// The `data:` payloads of an SSE body, `[DONE]` excluded (and required last).
+fn sse_events(body: &str) -> Vec<Value> {
+    let datas: Vec<&str> = body
+        .split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data: "))
+        .collect();
+    assert_eq!(datas.last(), Some(&"[DONE]"), "{body}");
+    datas[..datas.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[test]
+fn known_answer_determinism_streaming_and_logprobs() {
+    let srv = Server::smollm(&[]);
+    assert_eq!(srv.get("/health").0, 200);
+
+    // Known answer, and three identical requests give identical text.
+    let (first, v) = srv.chat(&greedy(CAPITAL, 24));
+    assert!(first.contains("Paris"), "{v}");
+    assert!(!first.contains("<|im_end|>") && !first.contains("<|im_start|>"));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    let u = &v["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+    for _ in 0..2 {
+        assert_eq!(srv.chat(&greedy(CAPITAL, 24)).0, first);
+    }
+
+    // A short max_tokens ends with "length".
+    let (_, v) = srv.chat(&greedy(CAPITAL, 2));
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+
+    // Streamed chunks concatenate to the whole answer; usage comes last.
+    let mut body = greedy(CAPITAL, 24);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (status, text) = http(
+        srv.port,
+        "POST",
+        "/v1/chat/completions",
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200);
+    let events = sse_events(&text);
+    let id = events[0]["id"].clone();
+    assert!(events.iter().all(|e| e["id"] == id));
+    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| e["choices"].get(0)?["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(streamed, first);
+    let last = events.last().unwrap();
+    assert_eq!(last["choices"], json!([]));
+    assert!(
+        last["usage"]["completion_tokens"].as_u64().unwrap() > 0,
+        "{last}"
+    );
+    let finish: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| e["choices"].get(0).map(|c| &c["finish_reason"]))
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finish, [&json!("stop")]);
+
+    // Logprobs: under greedy the chosen token tops its alternatives.
+    let mut body = greedy(CAPITAL, 8);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(3);
+    let (_, v) = srv.chat(&body);
+    let entries = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!entries.is_empty());
+    for e in entries {
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        let max = top
+            .iter()
+            .map(|t| t["logprob"].as_f64().unwrap())
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(e["logprob"].as_f64().unwrap(), max, "{e}");
+        assert_eq!(e["token"], top[0]["token"]);
+        assert!(max <= 0.0);
+    }
+    let joined: String = entries
+        .iter()
+        .map(|e| e["token"].as_str().unwrap())
+        .collect();
+    assert!(first.starts_with(&joined), "{joined:?} vs {first:?}");
+
+    // Stop strings are cut from the content, and end with "stop".
+    let mut body = greedy(CAPITAL, 24);
+    body["stop"] = json!(["Paris", "zzz"]);
+    let (content, v) = srv.chat(&body);
+    assert!(!content.contains("Paris"), "{v}");
+    assert!(first.starts_with(&content));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    // The legacy completions endpoint, and the model list.
+    let (status, v) = srv.post(
+        "/v1/completions",
+        &json!({"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert!(
+        v["choices"][0]["text"].as_str().unwrap().contains("Paris"),
+        "{v}"
+    );
+    let (_, models) = srv.get("/v1/models");
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+
+    // Metrics in Prometheus text.
+    let (status, m) = srv.get("/metrics");
+    assert_eq!(status, 200);
+    for name in [
+        "onebit_requests_total{endpoint=\"chat_completions\"}",
+        "onebit_prompt_tokens_total",
+        "onebit_generated_tokens_total",
+        "onebit_queue_depth",
+        "onebit_time_to_first_token_seconds_bucket",
+        "onebit_decode_tokens_per_second_count",
+    ] {
+        assert!(m.contains(name), "{name} missing from\n{m}");
+    }
+    assert!(srv.metric("onebit_generated_tokens_total") > 0.0);
+}
+
+#[test]
+fn concurrent_greedy_requests_match_each_alone() {
+    let srv = Server::smollm(&["--max-seqs", "8"]);
+    let prompts = [
+        "What is the capital of France? Answer with one word.",
+        "Name a primary color.",
+        "What is 2+2?",
+        "Say hello in Spanish.",
+        "What is the largest planet?",
+        "Write one word that rhymes with cat.",
+        "What color is the sky on a clear day?",
+        "Give me a synonym for happy.",
+    ];
+    let alone: Vec<String> = prompts.iter().map(|p| srv.chat(&greedy(p, 12)).0).collect();
+    let port = srv.port;
+    let together: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                s.spawn(move || {
+                    let (status, b) = http(
+                        port,
+                        "POST",
+                        "/v1/chat/completions",
+                        greedy(p, 12).to_string().as_bytes(),
+                    );
+                    assert_eq!(status, 200, "{b}");
+                    let v: Value = serde_json::from_str(&b).unwrap();
+                    v["choices"][0]["message"]["content"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(together, alone);
+    // n > 1 greedy: every choice is the single greedy answer.
+    let mut body = greedy(prompts[2], 12);
+    body["n"] = json!(3);
+    let (_, v) = srv.chat(&body);
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["message"]["content"], alone[2].as_str());
+    }
+}
+
+#[test]
+fn prefix_cache_on_and_off_give_the_same_text() {
+    let on = Server::smollm(&[]);
+    let off = Server::smollm(&["--no-prefix-cache"]);
+    let sys = "You are a concise assistant who answers geography questions in one short sentence.";
+    let conv = |q: &str| {
+        json!({"messages": [{"role": "system", "content": sys}, {"role": "user", "content": q}],
+               "temperature": 0, "max_tokens": 12})
+    };
+    let questions = [
+        "What is the capital of France?",
+        "What is the capital of Italy?",
+        "What is the capital of France?",
+    ];
+    for (i, q) in questions.iter().enumerate() {
+        let (a, va) = on.chat(&conv(q));
+        let (b, vb) = off.chat(&conv(q));
+        assert_eq!(a, b, "question {i}");
+        let cached = |v: &Value| {
+            v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(cached(&vb), 0);
+        if i == 0 {
+            assert_eq!(cached(&va), 0);
+        } else {
+            // Everything up to the question is shared; a repeat shares all
+            // but the last prompt token.
+            assert!(cached(&va) > 20, "{va}");
+            assert!(cached(&va) < va["usage"]["prompt_tokens"].as_u64().unwrap());
+        }
+    }
+    assert!(on.metric("onebit_prompt_tokens_cached_total") > 0.0);
+    assert_eq!(off.metric("onebit_prompt_tokens_cached_total"), 0.0);
+}
+
+#[test]
+fn bad_input_gets_4xx_json_errors() {
+    let srv = Server::smollm(&["--ctx", "64", "--max-n", "4"]);
+    let long = "word ".repeat(200);
+    let ok_msgs = json!([{"role": "user", "content": "hi"}]);
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("malformed JSON", b"{\"messages\": [".to_vec(), 400),
+        ("not an object", b"[1, 2]".to_vec(), 400),
+        (
+            "messages not a list",
+            json!({"messages": "hi"}).to_string().into_bytes(),
+            400,
+        ),
+        (
+            "empty messages",
+            json!({"messages": []}).to_string().into_bytes(),
+            400,
+        ),
+        (
+            "unknown role",
+            json!({"messages": [{"role": "wizard", "content": "x"}]})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "content of a wrong type",
+            json!({"messages": [{"role": "user", "content": 5}]})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "max_tokens 0",
+            json!({"messages": ok_msgs, "max_tokens": 0})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "max_tokens a string",
+            json!({"messages": ok_msgs, "max_tokens": "8"})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "temperature out of range",
+            json!({"messages": ok_msgs, "temperature": 9})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "n too large",
+            json!({"messages": ok_msgs, "n": 5})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "stop of a wrong type",
+            json!({"messages": ok_msgs, "stop": 3})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "prompt over the context",
+            json!({"messages": [{"role": "user", "content": long}]})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "body over the size limit",
+            {
+                let mut b = b"{\"messages\": [{\"role\": \"user\", \"content\": \"".to_vec();
+                b.extend(std::iter::repeat_n(b'a', 5 << 20));
+                b.extend(b"\"}]}");
+                b
+            },
+            413,
+        ),
+    ];
+    for (what, body, want) in cases {
+        let (status, text) = http(srv.port, "POST", "/v1/chat/completions", &body);
+        assert_eq!(status, want, "{what}: {text}");
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: {v}"
+        );
+        assert!(v["error"]["type"].is_string(), "{what}: {v}");
+    }
+    let (status, v) = srv.post("/v1/completions", &json!({"prompt": long}));
+    assert_eq!(status, 400);
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    let (status, _) = srv.post("/v1/completions", &json!({"prompt": [1, 2, 999999]}));
+    assert_eq!(status, 400);
+    assert_eq!(http(srv.port, "GET", "/v1/nothing", b"").0, 404);
+    // Still serving.
+    let (status, _) = srv.post(
+        "/v1/chat/completions",
+        &json!({"messages": ok_msgs, "max_tokens": 2}),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(srv.get("/health").0, 200);
+}
+
+#[test]
+fn full_queue_answers_503_and_a_gone_client_frees_its_sequence() {
+    let srv = Server::smollm(&["--max-seqs", "1", "--max-queue", "1"]);
+    let port = srv.port;
+    let long = json!({"messages": [{"role": "user", "content": "Tell me a long story about a dragon."}],
+                      "temperature": 0, "max_tokens": 48});
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let body = long.to_string();
+                s.spawn(move || http(port, "POST", "/v1/chat/completions", body.as_bytes()).0)
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(statuses.contains(&200), "{statuses:?}");
+    assert!(statuses.contains(&503), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [200, 503].contains(s)),
+        "{statuses:?}"
+    );
+
+    // A client that goes away mid-generation frees its sequence at once.
+    let before = srv.metric("onebit_sequences_cancelled_total");
+    let body = json!({"messages": [{"role": "user", "content": "Count from one to one thousand."}],
+                      "temperature": 0, "max_tokens": 2000, "stream": true})
+    .to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut buf = [0u8; 256];
+    let _ = s.read(&mut buf); // the stream has started
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while srv.metric("onebit_active_sequences") > 0.0
+        || srv.metric("onebit_sequences_cancelled_total") <= before
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned sequence was not freed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(srv.metric("onebit_generated_tokens_total") < 2000.0 + 4.0 * 48.0);
+}
+
+#[test]
+fn sigterm_shuts_down_gracefully() {
+    let mut srv = Server::smollm(&[]);
+    assert_eq!(srv.chat(&greedy("Hi", 2)).1["object"], "chat.completion");
+    let st = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = srv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server still running 20 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let log: Vec<String> = srv.log.try_iter().collect();
+    assert!(log.iter().any(|l| l.contains("[serve] stopped")), "{log:?}");
+}
+
+#[test]
+fn a_model_without_a_template_refuses_chat_unless_given_one() {
+    let srv = Server::start(onebit_testdata::GEMMA3_270M, &[]);
+    let (status, v) = srv.post("/v1/chat/completions", &greedy("Hi", 2));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], "no_chat_template");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--chat-template"));
+    // Completions need no template.
+    let (status, v) = srv.post(
+        "/v1/completions",
+        &json!({"prompt": "The capital of France is Paris. The capital of Germany is", "max_tokens": 3, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        v["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(" Berlin"),
+        "{v}"
+    );
+    drop(srv);
+
+    let tmpl = onebit_testdata::dir().join("chat-templates/gemma3.jinja");
+    let srv = Server::start(
+        onebit_testdata::GEMMA3_270M,
+        &["--chat-template", tmpl.to_str().unwrap()],
+    );
+    let (status, v) = srv.post("/v1/chat/completions", &greedy("Hi", 2));
+    assert_eq!(status, 200, "{v}");
+    // The template's own rule (roles alternate) comes back as a 400.
+    let (status, v) = srv.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("alternate"),
+        "{v}"
+    );
+}
+
+#[test]
+fn run_chat_uses_the_template() {
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--chat",
+            "--max-tokens",
+            "16",
+            "--threads",
+            "1",
+            "--prompt",
+            CAPITAL,
+            "--model",
+        ])
+        .arg(onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Paris"), "{text}");
+    assert!(!text.contains("<|im_end|>"));
+
+    let out = Command::new(BIN)
+        .args(["run", "--chat", "--prompt", "hi", "--model"])
+        .arg(onebit_testdata::real_model(onebit_testdata::GEMMA3_270M))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no chat template") && err.contains("--chat-template"),
+        "{err}"
+    );
+}
+
+#[test]
+fn openai_python_client() {
+    let srv = Server::smollm(&[]);
+    let script = onebit_testdata::dir().join("../tests/serve/test_openai_client.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(srv.url())
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed (install its client with scripts/python-deps.sh):\n{stdout}\n{stderr}",
+        script.display()
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}

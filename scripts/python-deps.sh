@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Python packages the tests drive onebit with: the official OpenAI client
+# (tests/serve/*.py, run by crates/onebit/tests/serve.rs). Pinned.
+set -euo pipefail
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai==3.51.0
