@@ -13,7 +13,10 @@
 //!
 //! Templates come from model files, so they are not trusted to be small or
 //! to stop: rendering runs on a fuel budget (minijinja instructions) and its
-//! output is capped; exceeding either is an error, not a hang or an OOM.
+//! output is capped; exceeding either is an error, not a hang. What neither
+//! bounds is memory a template spends on strings it builds without writing
+//! them (a string doubled in a loop): templates come from the model or the
+//! operator (`--chat-template`), never from a request.
 
 use std::fmt::Write as _;
 use std::io;
