@@ -9,5 +9,5 @@ pub mod pool;
 pub mod quant;
 pub mod rope;
 
-pub use matmul::{matmul, Precision, QMatrix};
+pub use matmul::{matmul, matmul_many, Precision, QMatrix};
 pub use pool::Pool;

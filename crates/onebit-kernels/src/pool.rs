@@ -14,7 +14,9 @@
 //! (ggml-org/llama.cpp#13079). Idle workers spin for a budget
 //! (`ONEBIT_SPIN_US`, default 1000 µs: longer than the gap between two ops of
 //! a forward) and then park until the next op's `unpark`, so an idle server
-//! does not burn its cores.
+//! does not burn its cores. Past the first 50 µs the spin yields the core on
+//! every check: on an oversubscribed machine the worker may share a core with
+//! its own caller, and a pure spin would then delay the next op it waits for.
 //!
 //! Two ways to split: [`Pool::map_ranges`] (contiguous ranges, at most one per
 //! participant, results in order) and [`Pool::for_each_chunk`]. Which thread
@@ -36,6 +38,9 @@ type JobRef<'a> = &'a (dyn Fn(usize) + Sync + 'a);
 /// Pads a value to its own cache line (two, against the adjacent-line prefetcher).
 #[repr(align(128))]
 struct Padded<T>(T);
+
+/// How long an idle worker spins without yielding the core.
+const PURE_SPIN: Duration = Duration::from_micros(50);
 
 /// `open` value that tells workers to exit.
 const SHUTDOWN: u64 = u64::MAX;
@@ -270,10 +275,14 @@ fn worker(sh: &Shared) {
                 std::hint::spin_loop();
                 continue;
             }
-            let start = *since.get_or_insert_with(Instant::now);
-            if start.elapsed() >= sh.spin {
+            let idle = since.get_or_insert_with(Instant::now).elapsed();
+            if idle >= sh.spin {
                 // Woken by the next op's unpark (or spuriously: re-check).
                 thread::park();
+            } else if idle >= PURE_SPIN {
+                // Past the usual gap between two ops: let a thread that shares
+                // this core (our own caller, on a busy machine) run.
+                thread::yield_now();
             }
         };
         if id == SHUTDOWN {
