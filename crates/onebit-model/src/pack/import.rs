@@ -227,11 +227,33 @@ pub fn import(
                 // 32-row bands: tiles are in row-major block order, so the
                 // bands' tiles concatenate into the tensor's.
                 let band = Q4Shape::new(q4nx::ROWS, k).expect("checked above");
+                let band_bytes = row_bytes * q4nx::ROWS;
+                let n_bands = n / q4nx::ROWS;
+                let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+                let per = n_bands.div_ceil(threads).max(1);
+                let parts: Vec<Result<Vec<u8>>> = std::thread::scope(|sc| {
+                    let hs: Vec<_> = data
+                        .chunks(per * band_bytes)
+                        .map(|chunk| {
+                            sc.spawn(move || -> Result<Vec<u8>> {
+                                let mut tiles = Vec::new();
+                                let mut v = vec![0f32; q4nx::ROWS * k];
+                                for rows in chunk.chunks_exact(band_bytes) {
+                                    blocks::dequantize(dt, rows, &mut v)
+                                        .map_err(|e| terr(gname, e.to_string()))?;
+                                    tiles.extend(q4nx::quantize(&v, band, default_kind));
+                                }
+                                Ok(tiles)
+                            })
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| h.join().expect("quantizer thread"))
+                        .collect()
+                });
                 let mut tiles = Vec::with_capacity(s.bytes());
-                let mut v = vec![0f32; q4nx::ROWS * k];
-                for rows in data.chunks_exact(row_bytes * q4nx::ROWS) {
-                    blocks::dequantize(dt, rows, &mut v).map_err(|e| terr(gname, e.to_string()))?;
-                    tiles.extend(q4nx::quantize(&v, band, default_kind));
+                for p in parts {
+                    tiles.extend(p?);
                 }
                 let out = StOut {
                     name: pname.clone(),
@@ -253,7 +275,7 @@ pub fn import(
         tensors.push(out);
     }
     progress(total, total, "done");
-    for (dt, count) in &requantized {
+    for (dt, count) in requantized.iter().filter(|(dt, _)| *dt != "Q8_0") {
         notes.push(format!(
             "{count} {dt} matrices re-quantized to {} (the {arch} default)",
             kind_name(default_kind)
