@@ -289,7 +289,7 @@ pub fn write(path: &Path, tensors: &[StOut], metadata: &BTreeMap<String, String>
         at += n;
     }
     let mut h = serde_json::to_vec(&Json::Object(header)).expect("JSON serializes");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let f = std::fs::File::create(path).map_err(io)?;

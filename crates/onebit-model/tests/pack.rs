@@ -78,7 +78,7 @@ fn smollm2_pack_decodes_to_exactly_the_gguf_q4_1_weights() {
         assert_eq!(got.raw.dtype, GgmlType::Q4_1, "{}", t.name);
         assert_eq!(got.raw.dims, t.dims, "{}", t.name);
         assert!(
-            &got.raw.bytes[..] == &want[..],
+            got.raw.bytes[..] == want[..],
             "{}: repacked blocks differ",
             t.name
         );

@@ -270,8 +270,8 @@ fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) ->
 }
 
 fn eval(a: ModelArgs, text: &std::path::Path) -> Result<()> {
-    let body = std::fs::read_to_string(text)
-        .with_context(|| format!("cannot read {}", text.display()))?;
+    let body =
+        std::fs::read_to_string(text).with_context(|| format!("cannot read {}", text.display()))?;
     let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
     let tok = open::tokenizer(&opened)?;
     let ids = tok.encode(&body, true)?;

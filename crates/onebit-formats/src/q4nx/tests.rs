@@ -27,7 +27,7 @@ fn ggml_blocks(dtype: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
         if dtype == GgmlType::Q4_1 {
             let m = f16::from_f32(((r() % 1000) as f32 - 500.0) / 1000.0);
             blk[2..4].copy_from_slice(&m.to_le_bytes());
-        } else if r() % 2 == 0 {
+        } else if r().is_multiple_of(2) {
             // Q4_0 scales are negative whenever the largest weight is positive.
             blk[1] |= 0x80;
         }

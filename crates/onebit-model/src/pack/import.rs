@@ -177,7 +177,7 @@ pub fn import(
         })? as usize;
         let data: Vec<u8> = match permute_heads {
             Some(h) => {
-                if n % h != 0 || (n / h) % 2 != 0 {
+                if !n.is_multiple_of(h) || !(n / h).is_multiple_of(2) {
                     return Err(terr(
                         gname,
                         format!("{n} rows do not split into {h} heads of even size"),

@@ -374,7 +374,7 @@ fn read_tensor(
             let (n, k) = match shape_hint {
                 KHint::Cols(k) => {
                     let tpr = k.div_ceil(q4nx::COLS);
-                    if n_tiles % tpr != 0 {
+                    if !n_tiles.is_multiple_of(tpr) {
                         return Err(err(format!(
                             "{n_tiles} tiles are not whole tile rows of input width {k} ({tpr} tiles each)"
                         )));
