@@ -64,6 +64,73 @@ MUTANTS = [
 ]
 
 
+PACK_LIB = ["-p", "onebit-model", "--lib"]
+PACK_IT = ["-p", "onebit-model", "--test", "pack"]
+FMT_LIB = ["-p", "onebit-formats", "--lib"]
+PCFG = "crates/onebit-model/src/pack/config.rs"
+Q4NX = "crates/onebit-formats/src/q4nx/mod.rs"
+IMPORT = "crates/onebit-model/src/pack/import.rs"
+FAM = "crates/onebit-model/src/families/"
+
+# Pack rules (config.json, tiles, import); run: scripts/mutants.py pack:
+MUTANTS += [
+    ("pack: layer_types ignored, the pattern decides", FAM + "gemma3.rs",
+     "if let Some(types) = d.get(k::LAYER_TYPES) {", "if let Some(types) = None::<Json> {", PACK_LIB),
+    ("pack: stated rope_local_base_freq ignored", FAM + "gemma3.rs",
+     "            sliding.base = b;\n", "", PACK_LIB),
+    ("pack: rope_local_base_freq 0 accepted", FAM + "gemma3.rs",
+     "Some(b) if b > 0.0 => {\n            sliding.base = b;", "Some(b) if b >= 0.0 => {\n            sliding.base = b;", PACK_LIB),
+    ("pack: linear scaling factor 0 accepted", FAM + "common.rs",
+     "Some(f) if f > 0.0 && f.is_finite() =>", "Some(f) if f >= 0.0 && f.is_finite() =>", PACK_LIB),
+    ("pack: llama3/yarn scaling accepted as none", FAM + "common.rs",
+     "Some(t) if own_scaling.contains(&t) => Ok(RopeScaling::None),", "Some(_) => Ok(RopeScaling::None),", PACK_LIB),
+    ("pack: hunyuan alpha not applied", FAM + "hunyuan.rs",
+     "rope.base = ntk_alpha_base(rope.base, alpha, dim);", "let _ = (alpha, &rope);", PACK_LIB),
+    ("pack: query_pre_attn_scalar ignored", FAM + "gemma3.rs",
+     "if let Some(q) = d.f64_opt(k::QUERY_PRE_ATTN_SCALAR)? {", "if let Some(q) = None::<f64> {", PACK_LIB),
+    ("pack: stated use_qk_norm true ignored", FAM + "common.rs",
+     "Some(true) => Sourced::new(order, d.src(k::USE_QK_NORM)),", "Some(true) => Sourced::new(QkNorm::None, d.src(k::USE_QK_NORM)),", PACK_LIB),
+    ("pack: use_qk_norm read only where the family normalises", FAM + "common.rs",
+     "        qk_norm: qk_norm(\n            d,\n            false,", "        qk_norm: qk_norm(\n            &Decls::config(&serde_json::Value::Null, d.path(), d.arch, &|_| None),\n            false,", PACK_LIB),
+    ("pack: null use_qk_norm read as a statement", FAM + "decls.rs",
+     "                    .filter(|v| !v.is_null())\n", "", PACK_LIB),
+    ("pack: text_config not overlaid (outer keys decide)", PCFG,
+     'outer.get("text_config")', 'outer.get("no_text_config")', PACK_LIB),
+    ("pack: q_norm check names no config key", "crates/onebit-model/src/weights.rs",
+     "            if !l.has(&n(t)) {", "            if false && !l.has(&n(t)) {", PACK_LIB),
+    ("pack: norm_eps spelling not read", FAM + "decls.rs",
+     '["rms_norm_eps", "norm_eps"]', '["rms_norm_eps"]', PACK_LIB),
+    ("pack: gemma3 pack embedding scaled again", FAM + "gemma3.rs",
+     "        Container::Pack => Sourced::new(\n            None,", "        Container::Pack => Sourced::new(\n            Some(1.0),", PACK_LIB),
+    ("pack: llama pack rotates interleaved pairs", FAM + "llama.rs",
+     "            RopeStyle::Halves,\n            \"llama pack", "            RopeStyle::Interleaved,\n            \"llama pack", PACK_LIB),
+    ("pack: tokenizer_config.json bos_token not read", PCFG,
+     'stated(tc, "bos_token")', 'stated(&Json::Null, "bos_token")', PACK_LIB),
+    ("pack: bos_token object form not read", PCFG,
+     'Json::Object(o) => o.get("content")', 'Json::Object(o) => o.get("no_content")', PACK_LIB),
+    ("pack: add_bos_token false taken as absent", PCFG,
+     'stated(tc, "add_bos_token").and_then(|v| v.as_bool())', 'stated(tc, "add_bos_token").and_then(|v| v.as_bool()).filter(|&b| b)', PACK_LIB),
+    ("pack: generation_config.json eos ids dropped", PCFG,
+     '("generation_config.json", generation_config),', '("generation_config.json", None),', PACK_LIB),
+    ("pack: only the first id of an eos list", PCFG,
+     "Json::Array(a) => a\n            .iter()", "Json::Array(a) => a\n            .iter().take(1)", PACK_LIB),
+    ("pack: tile symmetric on zero minimums alone", Q4NX,
+     "    if negative {\n        TileKind::Symmetric", "    if true {\n        TileKind::Symmetric", FMT_LIB),
+    ("pack: -0 minimum counted as non-zero", Q4NX,
+     "if m & 0x7FFF != 0 {", "if m != 0 {", FMT_LIB),
+    ("pack: mixed-kind tensor accepted", Q4NX,
+     "if let (Some(s), Some(a)) = (sym, asym) {", "if let (Some(s), Some(a), true) = (sym, asym, false) {", FMT_LIB),
+    ("pack: kernel repack decides the kind per tile", Q4NX,
+     "let flip = if kind == Q4Kind::Symmetric { 8 } else { 0 };", "let flip = if tile_kind(tile) == TileKind::Symmetric { 8 } else { 0 };", FMT_LIB),
+    ("pack: row reader decides the kind per tile", Q4NX,
+     "*o = bf16_at(tile, 2 * gi) * code_value(nibble(tile, r, cc), kind)", "*o = bf16_at(tile, 2 * gi) * code_value(nibble(tile, r, cc), if tile_kind(tile) == TileKind::Symmetric { Q4Kind::Symmetric } else { Q4Kind::Asymmetric })", FMT_LIB),
+    ("pack: import leaves llama q rows permuted", IMPORT,
+     'gname.ends_with("attn_q.weight") {', 'gname.ends_with("attn_q.weight-") {', PACK_IT),
+    ("pack: import does not pre-scale the gemma3 embedding", IMPORT,
+     "v.iter_mut().for_each(|x| *x *= s);", "let _ = s;", PACK_IT),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0
