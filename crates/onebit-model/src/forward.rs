@@ -10,10 +10,10 @@
 //! a prompt prefilled in one batch, fed token by token, or run beside other
 //! sequences gives the same logits, bit for bit.
 
-use onebit_kernels::attention::{attend, AttnShape};
+use onebit_kernels::attention::{attend_rows, AttnShape};
 use onebit_kernels::ops::{gelu_tanh, rmsnorm, rmsnorm_inplace, silu, softcap};
 use onebit_kernels::rope::Rope;
-use onebit_kernels::{matmul, Pool, Precision, QMatrix};
+use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
 
 use crate::error::{ModelError, Result};
 use crate::mixers;
@@ -100,12 +100,19 @@ impl Model {
         };
         let rope_full = rope(&sem.rope_full.value);
         let rope_sliding = rope(&sem.rope_sliding.value);
+        let pool = Pool::new(exec.threads);
+        if exec.precision == Precision::Quantized {
+            // Repack into the kernels' layouts now, not on the first prompt.
+            for w in weights.matrices() {
+                w.prepare(&pool);
+            }
+        }
         Model {
             sem,
             weights,
             rope_full,
             rope_sliding,
-            pool: Pool::new(exec.threads),
+            pool,
             precision: exec.precision,
             max_context,
         }
@@ -127,6 +134,14 @@ impl Model {
         let mut out = vec![0f32; n * w.rows];
         matmul(&self.pool, self.precision, w, x, n, &mut out);
         out
+    }
+
+    /// Several matrices over the same input: the input is quantized once.
+    fn mm_many<const N: usize>(&self, ws: [&QMatrix; N], x: &[f32], n: usize) -> [Vec<f32>; N] {
+        let mut outs = ws.map(|w| vec![0f32; n * w.rows]);
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+        matmul_many(&self.pool, self.precision, &ws, x, n, &mut refs);
+        outs
     }
 
     /// Runs `tokens` at the next positions of `state`; returns the logits asked for.
@@ -270,9 +285,7 @@ impl Model {
         let n = h.len() / d.n_embd;
         let (dk, dv) = (d.head_dim_k, d.head_dim_v);
         let gated = self.sem.attn_output_gate.value;
-        let q_all = self.mm(&aw.wq, h, n);
-        let mut k = self.mm(&aw.wk, h, n);
-        let mut v = self.mm(&aw.wv, h, n);
+        let [q_all, mut k, mut v] = self.mm_many([&aw.wq, &aw.wk, &aw.wv], h, n);
         let qw = d.n_head * dk;
         // With an output gate, q rows are [q_h | gate_h] per head.
         let (mut q, gate) = if gated {
@@ -349,31 +362,23 @@ impl Model {
             cache
                 .v
                 .extend_from_slice(&v[seg.rows.start * vw..seg.rows.end * vw]);
-            let (kc, vc) = (&cache.k[..], &cache.v[..]);
-            let q = &q;
-            let parts = self.pool.map_ranges(seg.rows.len(), 1, |range| {
-                let mut out = vec![0f32; range.len() * width];
-                let mut scores = Vec::new();
-                for (j, i) in range.enumerate() {
+            let spans: Vec<(usize, usize)> = (0..seg.rows.len())
+                .map(|i| {
                     let p = seg.pos0 + i;
-                    let from = window.map_or(0, |w| (p + 1).saturating_sub(w));
-                    let t = seg.rows.start + i;
-                    attend(
-                        shape,
-                        &q[t * qw..(t + 1) * qw],
-                        kc,
-                        vc,
-                        from,
-                        p + 1,
-                        scale,
-                        cap,
-                        &mut scores,
-                        &mut out[j * width..(j + 1) * width],
-                    );
-                }
-                out
-            });
-            ctx[seg.rows.start * width..seg.rows.end * width].copy_from_slice(&parts.concat());
+                    (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1)
+                })
+                .collect();
+            attend_rows(
+                &self.pool,
+                shape,
+                &q[seg.rows.start * qw..seg.rows.end * qw],
+                &spans,
+                &cache.k,
+                &cache.v,
+                scale,
+                cap,
+                &mut ctx[seg.rows.start * width..seg.rows.end * width],
+            );
         }
         if let Some(g) = gate {
             ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));
@@ -383,8 +388,7 @@ impl Model {
 
     fn feed_forward(&self, il: usize, h: &[f32], n: usize) -> Vec<f32> {
         let f = &self.weights.layers[il].ffn;
-        let mut g = self.mm(&f.gate, h, n);
-        let u = self.mm(&f.up, h, n);
+        let [mut g, u] = self.mm_many([&f.gate, &f.up], h, n);
         let act: fn(f32) -> f32 = match self.sem.activation.value {
             Activation::SiluGate => silu,
             Activation::GeluTanhGate => gelu_tanh,

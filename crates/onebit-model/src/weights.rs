@@ -109,6 +109,22 @@ pub struct Weights {
     pub layers: Vec<LayerWeights>,
 }
 
+impl Weights {
+    /// Every matrix the forward multiplies by (the tied output once).
+    pub fn matrices(&self) -> Vec<&QMatrix> {
+        let mut m = vec![&self.output];
+        for l in &self.layers {
+            match &l.mixer {
+                Mixer::Attention(a) => m.extend([&a.wq, &a.wk, &a.wv, &a.wo]),
+                Mixer::ShortConv(c) => m.extend([&c.in_proj, &c.out_proj]),
+                Mixer::DeltaNet(d) => m.extend([&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out]),
+            }
+            m.extend([&l.ffn.gate, &l.ffn.up, &l.ffn.down]);
+        }
+        m
+    }
+}
+
 struct Loader<'a> {
     src: &'a dyn TensorSource,
     norm_form: NormForm,
