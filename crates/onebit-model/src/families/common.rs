@@ -5,6 +5,9 @@ use super::decls::{self as k, Decls};
 use crate::error::Result;
 use crate::semantics::*;
 
+/// Most layers a model may declare (the deepest released models have ~160).
+pub const MAX_LAYERS: usize = 4096;
+
 /// The base semantics: dimensions, every layer full attention, RoPE from the
 /// declared base / rotary width / scaling, plain norms, SiLU gate, tied output
 /// when the container has no `output.weight`.
@@ -19,6 +22,14 @@ pub fn base(
 ) -> Result<Semantics> {
     let n_embd = d.positive(k::N_EMBD)?;
     let n_layer = d.positive(k::N_LAYER)?;
+    // Per-layer tables are sized by this count before any tensor is looked
+    // at: a corrupt count of billions must be refused, not allocated.
+    if n_layer > MAX_LAYERS {
+        return Err(d.err(
+            k::N_LAYER,
+            format!("{n_layer} layers is more than the {MAX_LAYERS} onebit accepts: corrupt or not a model"),
+        ));
+    }
     let n_head = d.positive(k::N_HEAD)?;
     let n_head_kv = head_count_kv(d, n_head, n_layer)?;
     let (head_dim_k, head_dim_src) = match d.usize_opt(k::HEAD_DIM_K)? {
@@ -38,10 +49,12 @@ pub fn base(
             ))
         }
     };
+    let head_dim_k = d.size_checked(k::HEAD_DIM_K, head_dim_k)?;
     let head_dim_v = d
         .usize_opt(k::HEAD_DIM_V)?
         .filter(|&v| v > 0)
         .unwrap_or(head_dim_k);
+    let head_dim_v = d.size_checked(k::HEAD_DIM_V, head_dim_v)?;
     let n_ff = d.positive(k::N_FF)?;
     // The vocabulary: declared, else the embedding's row count.
     let n_vocab = match d.usize_opt(k::N_VOCAB)? {
@@ -56,6 +69,7 @@ pub fn base(
             }
         },
     };
+    let n_vocab = d.size_checked(k::N_VOCAB, n_vocab)?;
     let n_ctx_train = d.usize_opt(k::N_CTX_TRAIN)?.unwrap_or(0);
 
     let eps = d
@@ -182,6 +196,7 @@ fn head_count_kv(d: &Decls, n_head: usize, n_layer: usize) -> Result<usize> {
         }
         Some(_) => d.usize(k::N_HEAD_KV)?,
     };
+    let v = d.size_checked(k::N_HEAD_KV, v)?;
     if v == 0 || !n_head.is_multiple_of(v) {
         return Err(d.err(
             k::N_HEAD_KV,

@@ -14,6 +14,10 @@ use serde_json::Value as Json;
 
 use crate::error::{ModelError, Result};
 
+/// The largest size (width, head count, head dim, vocabulary, ...) a model
+/// may declare: 2^20, above every released model's (vocabularies reach 2^18).
+pub const MAX_SIZE: usize = 1 << 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Container {
     Gguf,
@@ -207,12 +211,25 @@ impl<'a> Decls<'a> {
             .ok_or_else(|| self.err(k, "is required but absent"))
     }
 
-    /// A required positive integer.
+    /// A required positive integer: a size, at most [`MAX_SIZE`].
     pub fn positive(&self, k: Key) -> Result<usize> {
         match self.usize(k)? {
             0 => Err(self.err(k, "must be positive, found 0")),
-            v => Ok(v),
+            v => self.size_checked(k, v),
         }
+    }
+
+    /// `v`, when it is at most [`MAX_SIZE`]; else an error naming the key.
+    /// Sizes are multiplied together (rows = heads x head dim, ...): bounded
+    /// this way, no product of three of them overflows a u64.
+    pub fn size_checked(&self, k: Key, v: usize) -> Result<usize> {
+        if v > MAX_SIZE {
+            return Err(self.err(
+                k,
+                format!("{v} is larger than the {MAX_SIZE} onebit accepts for a model size: corrupt or not a model"),
+            ));
+        }
+        Ok(v)
     }
 
     pub fn bool_opt(&self, k: Key) -> Result<Option<bool>> {
