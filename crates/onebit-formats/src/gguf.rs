@@ -147,6 +147,13 @@ impl Gguf {
         Self::parse(path, Arc::new(map))
     }
 
+    /// Parses a GGUF image held in memory (fuzzing, tests); `path` only
+    /// names it in errors. The bytes are copied into an anonymous map.
+    pub fn from_bytes(path: impl Into<PathBuf>, bytes: &[u8]) -> Result<Gguf> {
+        let path = path.into();
+        Self::parse(path.clone(), Arc::new(anon_map(&path, bytes)?))
+    }
+
     fn parse(path: PathBuf, map: Arc<memmap2::Mmap>) -> Result<Gguf> {
         let mut c = Cursor {
             buf: &map[..],
@@ -424,6 +431,18 @@ pub fn describe(v: &Value) -> String {
         Value::Str(s) if s.len() > 40 => format!("a string of {} bytes", s.len()),
         other => format!("{} {:?}", other.type_name(), other),
     }
+}
+
+/// A read-only anonymous map holding a copy of `bytes`.
+pub(crate) fn anon_map(path: &Path, bytes: &[u8]) -> Result<memmap2::Mmap> {
+    let io = |source| FormatError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    // memmap2 accepts a zero length (it maps a page and exposes no bytes).
+    let mut m = memmap2::MmapMut::map_anon(bytes.len()).map_err(io)?;
+    m.copy_from_slice(bytes);
+    m.make_read_only().map_err(io)
 }
 
 fn align_up(x: u64, a: u64) -> u64 {

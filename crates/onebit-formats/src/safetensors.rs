@@ -97,6 +97,14 @@ impl SafeTensors {
         Self::parse(path, Arc::new(map))
     }
 
+    /// Parses a safetensors image held in memory (fuzzing, tests); `path`
+    /// only names it in errors.
+    pub fn from_bytes(path: impl Into<PathBuf>, bytes: &[u8]) -> Result<SafeTensors> {
+        let path = path.into();
+        let map = crate::gguf::anon_map(&path, bytes)?;
+        Self::parse(path, Arc::new(map))
+    }
+
     fn parse(path: PathBuf, map: Arc<memmap2::Mmap>) -> Result<SafeTensors> {
         let bad = |what: String| FormatError::Malformed {
             path: path.clone(),
