@@ -69,6 +69,9 @@ keys! {
     ATTN_SOFTCAP = "attn_logit_softcapping", ["attn_logit_softcapping"];
     USE_QK_NORM = "", ["use_qk_norm"];
     SHORTCONV_L_CACHE = "shortconv.l_cache", ["conv_L_cache"];
+    FF_AUTO_ADJUST = "", ["block_auto_adjust_ff_dim"];
+    FF_MULTIPLIER = "", ["block_ffn_dim_multiplier"];
+    FF_MULTIPLE_OF = "", ["block_multiple_of"];
     SSM_CONV_KERNEL = "ssm.conv_kernel", ["linear_conv_kernel_dim"];
     SSM_STATE_SIZE = "ssm.state_size", ["linear_key_head_dim"];
     SSM_GROUP_COUNT = "ssm.group_count", ["linear_num_key_heads"];

@@ -66,9 +66,55 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         ));
     };
     s.layer_kinds = kinds;
+    if d.bool_opt(k::FF_AUTO_ADJUST)? == Some(true) {
+        let (n_ff, how) = auto_adjusted_ff(d, s.dims.n_ff)?;
+        s.dims.n_ff = n_ff;
+        s.activation.source = format!("{}; feed-forward width {how}", s.activation.source);
+    }
     let l = d.positive(k::SHORTCONV_L_CACHE)?;
     s.short_conv = Some(Sourced::new(l, d.src(k::SHORTCONV_L_CACHE)));
     s.qk_norm = qk_norm(d, true, QkNorm::BeforeRope, "lfm2: q/k RMSNorm before RoPE")?;
     s.names.output_norm = "token_embd_norm.weight";
     Ok(s)
+}
+
+/// HF LFM2 with `block_auto_adjust_ff_dim`: the declared width is scaled by
+/// 2/3, then by `block_ffn_dim_multiplier`, then rounded up to a multiple of
+/// `block_multiple_of` (as the SwiGLU sizing rule of Llama does).
+fn auto_adjusted_ff(d: &Decls, declared: usize) -> Result<(usize, String)> {
+    let mut ff = 2 * declared / 3;
+    if let Some(m) = d.f64_opt(k::FF_MULTIPLIER)? {
+        if !(m > 0.0 && m.is_finite()) {
+            return Err(d.err(k::FF_MULTIPLIER, format!("must be positive, found {m}")));
+        }
+        ff = (m * ff as f64) as usize;
+    }
+    let of = d.usize_opt(k::FF_MULTIPLE_OF)?.unwrap_or(1).max(1);
+    let ff = ff.div_ceil(of) * of;
+    Ok((
+        ff,
+        format!("{ff} from {declared} by {}", d.src(k::FF_AUTO_ADJUST)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn auto_adjusted_feed_forward_width() {
+        // LFM2-1.2B: block_ff_dim 12288 -> 2/3 = 8192 -> x1.0 -> multiple of 256 = 8192.
+        let c = json!({"block_auto_adjust_ff_dim": true, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256});
+        let none = |_: &str| None;
+        let d = Decls::config(&c, Path::new("config.json"), "lfm2", &none);
+        assert_eq!(auto_adjusted_ff(&d, 12288).unwrap().0, 8192);
+        // 1000 -> 666 -> x1.5 = 999 -> up to a multiple of 256 = 1024
+        let c = json!({"block_auto_adjust_ff_dim": true, "block_ffn_dim_multiplier": 1.5, "block_multiple_of": 256});
+        let d = Decls::config(&c, Path::new("config.json"), "lfm2", &none);
+        assert_eq!(auto_adjusted_ff(&d, 1000).unwrap().0, 1024);
+    }
 }
