@@ -267,7 +267,8 @@ fn rewrite_generation_tags(src: &str) -> String {
     while let Some(i) = rest.find("{%") {
         out.push_str(&rest[..i]);
         let tag = &rest[i..];
-        let Some(end) = tag.find("%}") else {
+        // The close is searched after the open: in `{%}` the `%` is shared.
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             return out;
         };
