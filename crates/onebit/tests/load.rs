@@ -1,0 +1,387 @@
+//! `onebit serve` under load and faults, loopback only, bounded in time and
+//! count: SmolLM2-135M-Instruct driven by many concurrent clients, greedy,
+//! `max_tokens` 8, streaming and not; a quarter of the streaming clients hang
+//! up mid-stream and some send half a request and hang up. Afterwards the
+//! server is up (`/health` 200, nothing active or queued), every completed
+//! answer equals that prompt's answer sent alone, and the server's RSS is
+//! back near its baseline.
+//!
+//! Clients: `ONEBIT_LOAD_CLIENTS`, default 16 (CI); 64 locally
+//! (`ONEBIT_LOAD_CLIENTS=64 cargo test -p onebit --test load`).
+//!
+//! "Near baseline": the baseline is the RSS after a warm-up that ran a full
+//! batch (`--max-seqs` sequences at once) and the solo answers, so the
+//! allocator's high-water mark for a batch is already reached; after the load
+//! the RSS may exceed it by at most the prefix-cache budget (`--cache-mib`
+//! 32, which the load fills with states legitimately) plus 48 MiB of
+//! allocator slack. A leaked sequence state (KV cache for ~60 positions,
+//! ~3 MiB on this model, plus its scratch) per request would exceed that
+//! after a few dozen requests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_onebit");
+const MAX_TOKENS: u32 = 8;
+const CACHE_MIB: u64 = 32;
+const SLACK_MIB: u64 = 48;
+const PROMPTS: &[&str] = &[
+    "What is the capital of France?",
+    "Name a primary colour.",
+    "Write one word about the sea.",
+    "What is 2 + 2?",
+    "Say hello in Spanish.",
+    "Which planet is closest to the sun?",
+    "Give me a synonym for happy.",
+    "What do bees make?",
+];
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start() -> Server {
+        let path = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+        let mut child = Command::new(BIN)
+            .args(["serve", "--model"])
+            .arg(&path)
+            .args(["--port", "0", "--threads", "2", "--max-seqs", "8"])
+            .args(["--max-queue", "256", "--cache-mib", &CACHE_MIB.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start onebit serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(at) = line.find("listening on http://") {
+                        let addr = &line[at + "listening on http://".len()..];
+                        let port = addr.split([':', ' ']).nth(1).unwrap().parse().unwrap();
+                        // Keep draining stderr so the server never blocks on it.
+                        std::thread::spawn(move || while rx.recv().is_ok() {});
+                        return Server { child, port };
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("server did not start");
+                }
+            }
+        }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = request(self.port, "GET", "/metrics", b"").unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn body(prompt: &str, stream: bool) -> Vec<u8> {
+    json!({
+        "model": "x",
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": MAX_TOKENS,
+        "stream": stream,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn connect(port: u16) -> std::io::Result<TcpStream> {
+    let s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(240)))?;
+    Ok(s)
+}
+
+fn head(method: &str, path: &str, len: usize) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+    )
+}
+
+/// One request on a fresh connection: status and de-chunked body.
+fn request(port: u16, method: &str, path: &str, body: &[u8]) -> Result<(u16, String), String> {
+    let mut s = connect(port).map_err(|e| e.to_string())?;
+    s.write_all(head(method, path, body.len()).as_bytes())
+        .and_then(|_| s.write_all(body))
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (h, rest) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no response head: {text:?}"))?;
+    let status = h
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
+    let chunked = h
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Ok((
+        status,
+        if chunked {
+            dechunk(rest)
+        } else {
+            rest.to_string()
+        },
+    ))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The content of a whole chat answer.
+fn content(status: u16, body: &str) -> Result<String, String> {
+    if status != 200 {
+        return Err(format!("status {status}: {body}"));
+    }
+    let v: Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?;
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("no content: {body}"))
+}
+
+/// The content of a streamed answer, joined from its deltas.
+fn streamed_content(status: u16, body: &str) -> Result<String, String> {
+    if status != 200 {
+        return Err(format!("status {status}: {body}"));
+    }
+    let mut out = String::new();
+    let mut done = false;
+    for line in body.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| format!("{e}: {data}"))?;
+        if v.get("error").is_some() {
+            return Err(format!("error event: {data}"));
+        }
+        if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+            out.push_str(c);
+        }
+    }
+    if !done {
+        return Err(format!("stream without [DONE]: {body}"));
+    }
+    Ok(out)
+}
+
+/// What one client does.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Whole,
+    Stream,
+    /// Streams, reads the first bytes of the answer, hangs up.
+    StreamHangUp,
+    /// Sends half its body and hangs up.
+    HalfRequest,
+}
+
+fn kind(i: usize) -> Kind {
+    match i % 8 {
+        0 | 4 => Kind::StreamHangUp,
+        1 | 5 => Kind::Stream,
+        7 => Kind::HalfRequest,
+        _ => Kind::Whole,
+    }
+}
+
+/// Runs one client; Some(answer) for a completed answer.
+fn client(port: u16, i: usize) -> Result<Option<String>, String> {
+    let prompt = PROMPTS[i % PROMPTS.len()];
+    match kind(i) {
+        Kind::Whole => {
+            let (s, b) = request(port, "POST", "/v1/chat/completions", &body(prompt, false))?;
+            content(s, &b).map(Some)
+        }
+        Kind::Stream => {
+            let (s, b) = request(port, "POST", "/v1/chat/completions", &body(prompt, true))?;
+            streamed_content(s, &b).map(Some)
+        }
+        Kind::StreamHangUp => {
+            let b = body(prompt, true);
+            let mut s = connect(port).map_err(|e| e.to_string())?;
+            s.write_all(head("POST", "/v1/chat/completions", b.len()).as_bytes())
+                .and_then(|_| s.write_all(&b))
+                .map_err(|e| e.to_string())?;
+            // Wait for the head and the first event, then drop the connection.
+            let mut buf = [0u8; 512];
+            let mut got = 0;
+            while got < 200 {
+                match s.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(None)
+        }
+        Kind::HalfRequest => {
+            let b = body(prompt, false);
+            let mut s = connect(port).map_err(|e| e.to_string())?;
+            s.write_all(head("POST", "/v1/chat/completions", b.len()).as_bytes())
+                .and_then(|_| s.write_all(&b[..b.len() / 2]))
+                .map_err(|e| e.to_string())?;
+            Ok(None)
+        }
+    }
+}
+
+fn wait_idle(server: &Server, within: Duration) {
+    let t = Instant::now();
+    loop {
+        let active = server.metric("onebit_active_sequences");
+        let queued = server.metric("onebit_queue_depth");
+        if active == 0.0 && queued == 0.0 {
+            return;
+        }
+        assert!(
+            t.elapsed() < within,
+            "server still busy after {within:?}: {active} active, {queued} queued"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
+    let n_clients: usize = std::env::var("ONEBIT_LOAD_CLIENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
+    let t0 = Instant::now();
+    let server = Server::start();
+    let port = server.port;
+
+    // Each prompt alone: the reference answers.
+    let alone: Vec<String> = PROMPTS
+        .iter()
+        .map(|p| {
+            let (s, b) = request(port, "POST", "/v1/chat/completions", &body(p, false)).unwrap();
+            content(s, &b).unwrap()
+        })
+        .collect();
+    // Warm-up: one full batch at once, then the baseline.
+    std::thread::scope(|s| {
+        for i in 0..8 {
+            s.spawn(move || client(port, i * 8 + 2).unwrap());
+        }
+    });
+    wait_idle(&server, Duration::from_secs(60));
+    let baseline = server.rss_kib();
+    let t_load = Instant::now();
+
+    let results: Vec<(usize, Result<Option<String>, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n_clients)
+            .map(|i| s.spawn(move || (i, client(port, i))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let load_secs = t_load.elapsed().as_secs_f64();
+
+    let mut completed = 0;
+    for (i, r) in &results {
+        match r {
+            Ok(Some(answer)) => {
+                completed += 1;
+                let want = &alone[i % PROMPTS.len()];
+                assert_eq!(
+                    answer,
+                    want,
+                    "client {i} ({:?}) answered differently from the prompt alone",
+                    kind(*i)
+                );
+            }
+            Ok(None) => {}
+            Err(e) => panic!("client {i} ({:?}) failed: {e}", kind(*i)),
+        }
+    }
+
+    wait_idle(&server, Duration::from_secs(120));
+    let (status, health) = request(port, "GET", "/health", b"").unwrap();
+    assert_eq!(status, 200, "{health}");
+    // Still answering, and still the same answer.
+    let (s, b) = request(
+        port,
+        "POST",
+        "/v1/chat/completions",
+        &body(PROMPTS[0], false),
+    )
+    .unwrap();
+    assert_eq!(content(s, &b).unwrap(), alone[0]);
+
+    let after = server.rss_kib();
+    let allowed = baseline + (CACHE_MIB + SLACK_MIB) * 1024;
+    eprintln!(
+        "[load] {n_clients} clients ({completed} completed answers, {} hung up) in {load_secs:.1} s; RSS baseline {} MiB, after {} MiB (allowed {} MiB); total {:.1} s",
+        n_clients - completed,
+        baseline / 1024,
+        after / 1024,
+        allowed / 1024,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        after <= allowed,
+        "RSS {} KiB after the load, baseline {} KiB (allowed {} KiB)",
+        after,
+        baseline,
+        allowed
+    );
+    assert!(
+        completed >= n_clients / 2,
+        "only {completed} answers completed"
+    );
+}
