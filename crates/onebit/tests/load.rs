@@ -80,6 +80,7 @@ impl Server {
                 }
                 Err(_) => {
                     let _ = child.kill();
+                    let _ = child.wait();
                     panic!("server did not start");
                 }
             }
