@@ -244,7 +244,10 @@ pub fn request(data: &[u8]) {
     } else {
         Endpoint::Completions
     };
-    let limits = Limits { max_n: 8 };
+    let limits = Limits {
+        max_n: 8,
+        max_tokens: 0,
+    };
     if let Ok(r) = api::parse(body, ep, limits) {
         assert!(r.n >= 1 && r.n <= limits.max_n, "n = {}", r.n);
         assert!(r.stop.len() <= api::MAX_STOPS);

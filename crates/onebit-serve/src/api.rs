@@ -181,6 +181,8 @@ fn boolean(o: &Map<String, Value>, name: &'static str) -> Result<Option<bool>, A
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_n: usize,
+    /// Largest `max_tokens` a request may ask for; 0: up to the context.
+    pub max_tokens: usize,
 }
 
 /// Parses and checks a request body.
@@ -212,6 +214,19 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
                     "max_completion_tokens"
                 },
                 format!("`{name}` must be at least 1; got {x}"),
+            ))
+        }
+        Some((name, x)) if limits.max_tokens > 0 && x as u64 > limits.max_tokens as u64 => {
+            return Err(ApiError::invalid(
+                if name == "max_tokens" {
+                    "max_tokens"
+                } else {
+                    "max_completion_tokens"
+                },
+                format!(
+                    "`{name}` must be at most {} on this server; got {x}",
+                    limits.max_tokens
+                ),
             ))
         }
         Some((_, x)) => Some(x as usize),
@@ -518,7 +533,10 @@ fn tokens(a: &[Value]) -> Result<Vec<u32>, ApiError> {
 mod tests {
     use super::*;
 
-    const L: Limits = Limits { max_n: 4 };
+    const L: Limits = Limits {
+        max_n: 4,
+        max_tokens: 0,
+    };
 
     fn chat(body: &str) -> Result<Request, ApiError> {
         parse(body.as_bytes(), Endpoint::Chat, L)

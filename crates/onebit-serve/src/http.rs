@@ -241,7 +241,12 @@ async fn generate(
     let p = prepare(&app, ep, body)?;
     let req = &p.req;
     let room = app.ctx - p.ids.len();
-    let max_new = req.max_tokens.map_or(room, |m| m.min(room));
+    // Not stated: as much as the context holds, within the server's cap.
+    let cap = match app.limits.max_tokens {
+        0 => usize::MAX,
+        m => m,
+    };
+    let max_new = req.max_tokens.map_or(room, |m| m.min(room)).min(cap);
     let base_seed = req.seed.unwrap_or_else(random_u64);
     let (tx, rx) = mpsc::unbounded_channel();
     let submitted = Instant::now();

@@ -39,6 +39,9 @@ pub struct ServeConfig {
     pub max_queue: usize,
     /// Largest `n` a request may ask for.
     pub max_n: usize,
+    /// Largest `max_tokens` a request may ask for (and the default when it
+    /// states none); 0: up to the context.
+    pub max_tokens: usize,
     pub prefix_cache: bool,
     pub cache_bytes: usize,
     pub max_body_bytes: usize,
@@ -55,6 +58,7 @@ impl Default for ServeConfig {
             max_seqs: 8,
             max_queue: 64,
             max_n: 8,
+            max_tokens: 0,
             prefix_cache: true,
             cache_bytes: 1 << 30,
             max_body_bytes: 4 << 20,
@@ -113,7 +117,10 @@ async fn run(
         model_name: cfg.model_name.clone(),
         n_vocab,
         ctx,
-        limits: api::Limits { max_n: cfg.max_n },
+        limits: api::Limits {
+            max_n: cfg.max_n,
+            max_tokens: cfg.max_tokens,
+        },
         metrics,
         started: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use onebit_model::load::{self, Container, Opened};
 use onebit_model::pack::{self, Pack, TokenRef};
 use onebit_model::{ExecConfig, Model};
-use onebit_text::{ChatTemplate, SpecialTokens, TemplateTokens, Tokenizer};
+use onebit_text::{ChatLimits, ChatTemplate, SpecialTokens, TemplateTokens, Tokenizer};
 
 pub struct Loaded {
     pub model: Model,
@@ -168,6 +168,16 @@ pub fn load_chat_template(
     tok: &Tokenizer,
     file: Option<&Path>,
 ) -> Result<Option<(ChatTemplate, String)>> {
+    load_chat_template_with(opened, tok, file, ChatLimits::default())
+}
+
+/// As [`load_chat_template`], rendering within `limits`.
+pub fn load_chat_template_with(
+    opened: &Opened,
+    tok: &Tokenizer,
+    file: Option<&Path>,
+    limits: ChatLimits,
+) -> Result<Option<(ChatTemplate, String)>> {
     let (src, from) = match file {
         Some(f) => (
             std::fs::read_to_string(f)
@@ -179,7 +189,7 @@ pub fn load_chat_template(
             None => return Ok(None),
         },
     };
-    let t = ChatTemplate::new(&src, TemplateTokens::from_tokenizer(tok))
+    let t = ChatTemplate::with_limits(&src, TemplateTokens::from_tokenizer(tok), limits)
         .with_context(|| format!("chat template from {from}"))?;
     Ok(Some((t, from)))
 }

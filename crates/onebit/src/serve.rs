@@ -8,6 +8,7 @@ use clap::Args;
 use onebit_kernels::Precision;
 use onebit_model::ExecConfig;
 use onebit_serve::ServeConfig;
+use onebit_text::ChatLimits;
 
 use crate::open::{self, load_model, Loaded};
 
@@ -45,6 +46,16 @@ pub struct ServeArgs {
     /// Largest `n` (choices per request) accepted.
     #[arg(long, default_value_t = 8)]
     max_n: usize,
+    /// Largest `max_tokens` a request may ask for, and the default when it
+    /// asks none (0 = up to the context).
+    #[arg(long, default_value_t = 0)]
+    max_tokens: usize,
+    /// Largest request body accepted, in MiB; beyond, 413.
+    #[arg(long, default_value_t = 4)]
+    max_body_mib: usize,
+    /// Largest prompt the chat template may render, in KiB; beyond, 400.
+    #[arg(long, default_value_t = 8192)]
+    max_template_kib: usize,
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
@@ -62,7 +73,16 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     let Loaded { model, opened } = load_model(&a.model, &exec)?;
     let tok = open::tokenizer(&opened)?;
-    let template = match open::load_chat_template(&opened, &tok, a.chat_template.as_deref())? {
+    let limits = ChatLimits {
+        max_output_bytes: a.max_template_kib.saturating_mul(1 << 10),
+        ..ChatLimits::default()
+    };
+    let template = match open::load_chat_template_with(
+        &opened,
+        &tok,
+        a.chat_template.as_deref(),
+        limits,
+    )? {
         Some((t, from)) => {
             eprintln!("[serve] chat template from {from}");
             Some(t)
@@ -90,6 +110,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_seqs: a.max_seqs.max(1),
         max_queue: a.max_queue,
         max_n: a.max_n.max(1),
+        max_tokens: a.max_tokens,
+        max_body_bytes: a.max_body_mib.saturating_mul(1 << 20),
         prefix_cache: !a.no_prefix_cache,
         cache_bytes: a.cache_mib << 20,
         ..ServeConfig::default()

@@ -48,12 +48,25 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::with(&[
+            "--threads",
+            "2",
+            "--max-seqs",
+            "8",
+            "--max-queue",
+            "256",
+            "--cache-mib",
+            &CACHE_MIB.to_string(),
+        ])
+    }
+
+    fn with(args: &[&str]) -> Server {
         let path = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
         let mut child = Command::new(BIN)
             .args(["serve", "--model"])
             .arg(&path)
-            .args(["--port", "0", "--threads", "2", "--max-seqs", "8"])
-            .args(["--max-queue", "256", "--cache-mib", &CACHE_MIB.to_string()])
+            .args(["--port", "0"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -385,4 +398,94 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
         completed >= n_clients / 2,
         "only {completed} answers completed"
     );
+}
+
+/// The server's limits, each set low by its flag and refused with a sentence
+/// naming it: context (`--ctx`), `max_tokens` (`--max-tokens`, also the
+/// default), request body (`--max-body-mib`), rendered template
+/// (`--max-template-kib`), `n` (`--max-n`).
+#[test]
+fn limits_are_configurable_and_refused_with_clear_errors() {
+    let server = Server::with(&[
+        "--threads",
+        "1",
+        "--ctx",
+        "256",
+        "--max-tokens",
+        "4",
+        "--max-body-mib",
+        "1",
+        "--max-template-kib",
+        "2",
+        "--max-n",
+        "2",
+    ]);
+    let port = server.port;
+    let chat = |v: Value| {
+        let (s, b) = request(
+            port,
+            "POST",
+            "/v1/chat/completions",
+            v.to_string().as_bytes(),
+        )
+        .unwrap();
+        (
+            s,
+            serde_json::from_str::<Value>(&b).unwrap_or(Value::String(b)),
+        )
+    };
+    let msg = |c: &str| json!([{"role": "user", "content": c}]);
+
+    // max_tokens above the cap: 400 naming it; absent: the cap is the default.
+    let (s, v) = chat(json!({"messages": msg("Hi"), "max_tokens": 5, "temperature": 0}));
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4"),
+        "{v}"
+    );
+    let (s, v) = chat(json!({"messages": msg("Count from one to twenty."), "temperature": 0}));
+    assert_eq!(s, 200, "{v}");
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() <= 4,
+        "{v}"
+    );
+
+    // A prompt longer than the context.
+    let long = "word ".repeat(300);
+    let (s, b) = request(
+        port,
+        "POST",
+        "/v1/completions",
+        json!({"prompt": long, "max_tokens": 1})
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(s, 400, "{b}");
+    assert!(b.contains("context_length_exceeded"), "{b}");
+
+    // The rendered template over 2 KiB (the body itself is small).
+    let (s, v) = chat(json!({"messages": msg(&"x".repeat(3000)), "max_tokens": 1}));
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("limit"),
+        "{v}"
+    );
+
+    // A body over 1 MiB.
+    let big = json!({"messages": msg(&"y".repeat(1 << 20)), "max_tokens": 1}).to_string();
+    let (s, b) = request(port, "POST", "/v1/chat/completions", big.as_bytes()).unwrap();
+    assert_eq!(s, 413, "{b}");
+
+    // n above --max-n.
+    let (s, v) = chat(json!({"messages": msg("Hi"), "max_tokens": 1, "n": 3}));
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["param"], "n", "{v}");
+
+    let (s, _) = request(port, "GET", "/health", b"").unwrap();
+    assert_eq!(s, 200);
 }
