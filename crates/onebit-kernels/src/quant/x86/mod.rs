@@ -35,6 +35,9 @@
 //! Kernels load whole 32-byte vectors; in a partial group the lanes past n
 //! read the next bytes (or the padding) and their float terms are masked to
 //! +0.0 before they are added (a lane is never -0.0, so it is unchanged).
+//! A partial group of 2 or 4 blocks (rows of 576 or 640 elements end in one)
+//! is instead read 32 bytes at a time, 8/n short code vectors per load, and
+//! the integer lanes of the same block are added before the float terms.
 //!
 //! Activations for those kernels are quantized as usual (Q8_0/Q8_1) and then
 //! rearranged per row the same way: per group, d[n] as f32, for Q8_1 s[n] as

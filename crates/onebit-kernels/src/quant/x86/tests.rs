@@ -146,7 +146,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
         GgmlType::Q5_0,
         GgmlType::Q8_0,
     ] {
-        for (i, cols) in [32, 64, 224, 256, 288, 576, 640, 1536, 2048 + 96]
+        for (i, cols) in [32, 64, 128, 192, 224, 256, 288, 576, 640, 1536, 2048 + 96]
             .into_iter()
             .enumerate()
         {
