@@ -8,6 +8,9 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct ByteView {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// The owner again when it is a read-only map of a file (see
+    /// [`ByteView::file_mapped`]): its pages can be dropped and read back.
+    file_map: Option<Arc<memmap2::Mmap>>,
     start: usize,
     len: usize,
 }
@@ -21,7 +24,41 @@ impl ByteView {
             start <= total && len <= total - start,
             "ByteView out of range"
         );
-        ByteView { owner, start, len }
+        ByteView {
+            owner,
+            file_map: None,
+            start,
+            len,
+        }
+    }
+    /// A view of `map[start..start + len]`, where `map` is a read-only map of
+    /// a file that nothing writes while it is open (what [`crate::Gguf::open`]
+    /// makes), so [`ByteView::release_pages`] may drop its pages.
+    pub fn file_mapped(map: Arc<memmap2::Mmap>, start: usize, len: usize) -> Self {
+        let mut v = ByteView::new(map.clone(), start, len);
+        v.file_map = Some(map);
+        v
+    }
+    /// Drops this view's pages from the process's resident memory when it is
+    /// a view of a file map (a no-op otherwise): for weights that were copied
+    /// (repacked) at load and are rarely read again, so the process does not
+    /// hold both copies. A later read faults the pages back in from the file.
+    /// Pages at the ends that the view shares with its neighbours go too;
+    /// they come back the same way.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Some(map) = &self.file_map {
+            // SAFETY: MADV_DONTNEED on a read-only private file mapping only
+            // discards clean pages: no byte ever changes (the next access
+            // reads the same file contents back), so references into the map
+            // stay valid. The file not being modified while mapped is the
+            // map's own invariant (see `Gguf::open`). The range is within the
+            // map (checked at construction). A failure leaves the pages
+            // resident, which is harmless, so it is ignored.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len)
+            };
+        }
     }
     pub fn from_vec(v: Vec<u8>) -> Self {
         let len = v.len();
@@ -35,6 +72,7 @@ impl ByteView {
         );
         ByteView {
             owner: self.owner.clone(),
+            file_map: self.file_map.clone(),
             start: self.start + start,
             len,
         }

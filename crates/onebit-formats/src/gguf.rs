@@ -120,6 +120,8 @@ impl TensorInfo {
 pub struct Gguf {
     path: PathBuf,
     map: Arc<memmap2::Mmap>,
+    /// Whether `map` maps the file (`open`) rather than a copy (`from_bytes`).
+    file_backed: bool,
     pub version: u32,
     pub alignment: u64,
     /// Metadata in file order.
@@ -144,7 +146,9 @@ impl Gguf {
             path: path.clone(),
             source,
         })?;
-        Self::parse(path, Arc::new(map))
+        let mut g = Self::parse(path, Arc::new(map))?;
+        g.file_backed = true;
+        Ok(g)
     }
 
     /// Parses a GGUF image held in memory (fuzzing, tests); `path` only
@@ -312,6 +316,7 @@ impl Gguf {
         Ok(Gguf {
             path,
             map,
+            file_backed: false,
             version,
             alignment,
             metadata,
@@ -335,11 +340,12 @@ impl Gguf {
 
     /// The bytes of a tensor; the range was validated at open.
     pub fn tensor_bytes(&self, info: &TensorInfo) -> ByteView {
-        ByteView::new(
-            self.map.clone(),
-            info.offset as usize,
-            info.n_bytes as usize,
-        )
+        let (at, len) = (info.offset as usize, info.n_bytes as usize);
+        if self.file_backed {
+            ByteView::file_mapped(self.map.clone(), at, len)
+        } else {
+            ByteView::new(self.map.clone(), at, len)
+        }
     }
 
     /// An error about `key` in this file.

@@ -19,8 +19,9 @@
 //! loaded activation block several rows.
 //!
 //! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0) are
-//! repacked on first use (or by [`QMatrix::prepare`]) into a copy the size of
-//! the original; clones of a `QMatrix` share it.
+//! repacked on first use (or by [`QMatrix::prepare`], which then drops the
+//! original's mapped pages) into a copy the size of the original; clones of a
+//! `QMatrix` share it.
 
 use std::sync::{Arc, OnceLock};
 
@@ -116,9 +117,14 @@ impl QMatrix {
     /// Makes the repacked copy now (at load) rather than on the first matmul;
     /// a no-op for types that are not repacked. Costs a copy of the matrix
     /// (same size) and one pass over it.
+    /// When `data` views a mapped file, its pages are then dropped from
+    /// resident memory (the kernels read only the copy; the few other reads,
+    /// such as embedding rows of a tied output matrix, fault pages back in),
+    /// so the process does not hold the matrix twice.
     pub fn prepare(&self, pool: &Pool) {
         if self.repacks() {
             self.packed_rows(pool);
+            self.data.release_pages();
         }
     }
 
