@@ -14,7 +14,9 @@ fn load_variant(family: &str, edit: impl Fn(&mut GgufWriter)) -> Result<(), Stri
     edit(&mut w);
     let dir = TempDir::new("refusal");
     let p = dir.file("v.gguf", &w.to_bytes());
-    load::load(&p, &ExecConfig::default()).map(|_| ()).map_err(|e| e.to_string())
+    load::load(&p, &ExecConfig::default())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -28,16 +30,27 @@ fn the_unedited_fixtures_load() {
 fn lfm2_conv_layers_that_disagree_on_kernel_length_are_refused() {
     let e = load_variant("lfm2", |w| {
         // layer 3's kernel becomes length 4 (64 channels) while the model says 3
-        w.set_tensor("blk.3.shortconv.conv.weight", &[4, 64], GgmlType::F32, vec![0; 4 * 64 * 4]);
+        w.set_tensor(
+            "blk.3.shortconv.conv.weight",
+            &[4, 64],
+            GgmlType::F32,
+            vec![0; 4 * 64 * 4],
+        );
     })
     .unwrap_err();
-    assert!(e.contains("blk.3.shortconv.conv.weight") && e.contains("kernel length 4"), "{e}");
+    assert!(
+        e.contains("blk.3.shortconv.conv.weight") && e.contains("kernel length 4"),
+        "{e}"
+    );
 
     let e = load_variant("lfm2", |w| {
         w.set_kv("lfm2.shortconv.l_cache", Value::U32(4));
     })
     .unwrap_err();
-    assert!(e.contains("blk.0.shortconv.conv.weight") && e.contains("kernel length 3"), "{e}");
+    assert!(
+        e.contains("blk.0.shortconv.conv.weight") && e.contains("kernel length 3"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -58,7 +71,10 @@ fn a_declared_qk_norm_without_its_tensor_is_refused() {
         w.remove_tensor("blk.2.attn_q_norm.weight");
     })
     .unwrap_err();
-    assert!(e.contains("blk.2.attn_q_norm.weight") && e.contains("absent"), "{e}");
+    assert!(
+        e.contains("blk.2.attn_q_norm.weight") && e.contains("absent"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -68,14 +84,20 @@ fn unimplemented_declarations_are_refused_by_name() {
         w.set_kv("qwen35.rope.dimension_sections", Value::Array(secs));
     })
     .unwrap_err();
-    assert!(e.contains("qwen35.rope.dimension_sections") && e.contains("fourth"), "{e}");
+    assert!(
+        e.contains("qwen35.rope.dimension_sections") && e.contains("fourth"),
+        "{e}"
+    );
 
     let e = load_variant("llama", |w| {
         w.set_kv("llama.rope.scaling.type", Value::Str("yarn".into()));
         w.set_kv("llama.rope.scaling.factor", Value::F32(4.0));
     })
     .unwrap_err();
-    assert!(e.contains("llama.rope.scaling.type") && e.contains("yarn"), "{e}");
+    assert!(
+        e.contains("llama.rope.scaling.type") && e.contains("yarn"),
+        "{e}"
+    );
 
     let e = load_variant("llama", |w| {
         w.set_kv("general.architecture", Value::Str("mamba".into()));
@@ -97,5 +119,9 @@ fn hunyuan_alpha_key_applies_on_top_of_the_folded_base() {
     let base = 26826958.0f64 * 2f64.powf(16.0 / 14.0);
     let got = o.sem.rope_full.value.base;
     assert!((got - base).abs() / base < 1e-6, "{got} vs {base}");
-    assert!(o.sem.rope_full.source.contains("hunyuan-dense.rope.scaling.alpha"));
+    assert!(o
+        .sem
+        .rope_full
+        .source
+        .contains("hunyuan-dense.rope.scaling.alpha"));
 }

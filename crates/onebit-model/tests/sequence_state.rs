@@ -7,7 +7,16 @@ use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits, Model, SeqInput};
 use onebit_testdata::Fixture;
 
-const FAMILIES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "lfm2", "hunyuan-dense", "phi3", "qwen35"];
+const FAMILIES: &[&str] = &[
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "lfm2",
+    "hunyuan-dense",
+    "phi3",
+    "qwen35",
+];
 
 fn model(family: &str) -> Model {
     let fx = Fixture::new(family);
@@ -16,7 +25,9 @@ fn model(family: &str) -> Model {
         precision: Precision::Quantized,
         max_context: 128,
     };
-    load::load(&fx.dir.join(format!("{}.gguf", fx.quant())), &exec).unwrap().0
+    load::load(&fx.dir.join(format!("{}.gguf", fx.quant())), &exec)
+        .unwrap()
+        .0
 }
 
 fn decode(m: &Model, st: &mut onebit_model::SeqState, ids: &[u32]) -> Vec<u32> {
@@ -44,7 +55,11 @@ fn snapshot_restore_replays_the_same_logits_in_every_family() {
         st.reset();
         let c = decode(&m, &mut st, &first[..4]);
         let mut fresh = m.new_state();
-        assert_eq!(c, decode(&m, &mut fresh, &first[..4]), "{family}: reset is not a fresh state");
+        assert_eq!(
+            c,
+            decode(&m, &mut fresh, &first[..4]),
+            "{family}: reset is not a fresh state"
+        );
     }
 }
 
@@ -99,7 +114,11 @@ fn batched_sequences_get_what_each_gets_alone() {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&out[0]), bits(&alone(a_ids)), "{family}: sequence a");
         let lb = alone(b_ids);
-        assert_eq!(bits(&out[1]), bits(&lb[lb.len() - out[1].len()..]), "{family}: sequence b");
+        assert_eq!(
+            bits(&out[1]),
+            bits(&lb[lb.len() - out[1].len()..]),
+            "{family}: sequence b"
+        );
         // and a decode step for both together continues each one exactly
         let (na, nb) = (toks[9], toks[33]);
         let step = m
@@ -119,6 +138,10 @@ fn batched_sequences_get_what_each_gets_alone() {
         let mut ea: Vec<u32> = a_ids.to_vec();
         ea.push(na);
         let la = alone(&ea);
-        assert_eq!(bits(&step[0]), bits(&la[la.len() - step[0].len()..]), "{family}: decode a");
+        assert_eq!(
+            bits(&step[0]),
+            bits(&la[la.len() - step[0].len()..]),
+            "{family}: decode a"
+        );
     }
 }
