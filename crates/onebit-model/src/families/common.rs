@@ -87,11 +87,17 @@ pub fn base(
             format!("default 10000 ({} absent)", d.spelled(k::ROPE_BASE)),
         ),
     };
-    let n_rot = d.usize_opt(k::ROPE_DIMS)?.unwrap_or(head_dim_k);
+    let declared_rot = d.usize_opt(k::ROPE_DIMS)?;
+    let n_rot = declared_rot.unwrap_or(head_dim_k);
     if n_rot > head_dim_k || n_rot % 2 != 0 {
+        // Not declared: the rotary width is the head dim, which is at fault.
         return Err(d.err(
-            k::ROPE_DIMS,
-            format!("{n_rot} must be even and at most the head dim {head_dim_k}"),
+            if declared_rot.is_some() {
+                k::ROPE_DIMS
+            } else {
+                k::HEAD_DIM_K
+            },
+            format!("the rotary width {n_rot} must be even and at most the head dim {head_dim_k}"),
         ));
     }
     let scaling = rope_scaling(d, own_scaling)?;
