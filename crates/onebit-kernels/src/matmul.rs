@@ -19,8 +19,8 @@
 //! loaded activation block several rows.
 //!
 //! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0) are
-//! repacked on first use (or by [`QMatrix::prepare`], which then drops the
-//! original's mapped pages) into a copy the size of the original; clones of a
+//! repacked on first use (or by [`QMatrix::prepare`]), dropping the
+//! original's mapped pages, into a copy the size of the original; clones of a
 //! `QMatrix` share it.
 
 use std::sync::{Arc, OnceLock};
@@ -117,14 +117,13 @@ impl QMatrix {
     /// Makes the repacked copy now (at load) rather than on the first matmul;
     /// a no-op for types that are not repacked. Costs a copy of the matrix
     /// (same size) and one pass over it.
-    /// When `data` views a mapped file, its pages are then dropped from
-    /// resident memory (the kernels read only the copy; the few other reads,
-    /// such as embedding rows of a tied output matrix, fault pages back in),
-    /// so the process does not hold the matrix twice.
+    /// When `data` views a mapped file, its pages are dropped from resident
+    /// memory as they are packed (the kernels read only the copy; the few
+    /// other reads, such as embedding rows of a tied output matrix, fault
+    /// pages back in), so the process does not hold the matrix twice.
     pub fn prepare(&self, pool: &Pool) {
         if self.repacks() {
             self.packed_rows(pool);
-            self.data.release_pages();
         }
     }
 
@@ -132,16 +131,27 @@ impl QMatrix {
     fn packed_rows(&self, pool: &Pool) -> &[u8] {
         self.packed.get_or_init(|| {
             let rb = self.row_bytes();
-            let parts = pool.map_ranges(self.rows, 256, |range| {
-                let src = &self.data[range.start * rb..range.end * rb];
-                let mut out = vec![0u8; src.len()];
-                for (s, d) in src.chunks_exact(rb).zip(out.chunks_exact_mut(rb)) {
-                    x86::pack_weight_row(self.dtype, s, d);
+            // One buffer, filled in place (a copy per chunk joined at the end
+            // would hold the matrix twice at the peak); each chunk's source
+            // pages are dropped as soon as it is packed (a no-op unless the
+            // matrix views a mapped file), so a large matrix such as a
+            // 262,144-row output never sits in memory three times over.
+            let mut all = vec![0u8; self.rows * rb + x86::PAD];
+            const CHUNK: usize = 256;
+            let dst = BytePtr(all.as_mut_ptr());
+            pool.for_each_chunk(self.rows.div_ceil(CHUNK), |c| {
+                let (r0, r1) = (c * CHUNK, ((c + 1) * CHUNK).min(self.rows));
+                let src = &self.data[r0 * rb..r1 * rb];
+                let d = dst;
+                // SAFETY: `all` has rows * rb (+ PAD) bytes; chunk c writes
+                // only bytes r0 * rb..r1 * rb of it, which no other chunk
+                // touches, and `all` outlives the call.
+                let out = unsafe { std::slice::from_raw_parts_mut(d.0.add(r0 * rb), src.len()) };
+                for (s, o) in src.chunks_exact(rb).zip(out.chunks_exact_mut(rb)) {
+                    x86::pack_weight_row(self.dtype, s, o);
                 }
-                out
+                self.data.slice(r0 * rb, src.len()).release_pages();
             });
-            let mut all = parts.concat();
-            all.resize(all.len() + x86::PAD, 0);
             all
         })
     }
@@ -159,6 +169,14 @@ struct OutPtr(*mut f32);
 // during the call (each chunk owns its rows); the buffer outlives the call.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
+
+/// A pointer to a byte buffer that several threads fill disjoint parts of.
+#[derive(Clone, Copy)]
+struct BytePtr(*mut u8);
+// SAFETY: only used to write bytes that no other thread reads or writes
+// during the call (each chunk owns its rows); the buffer outlives the call.
+unsafe impl Send for BytePtr {}
+unsafe impl Sync for BytePtr {}
 
 /// Rows per work chunk: about 8 chunks per thread, a multiple of 4 rows.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
