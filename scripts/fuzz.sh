@@ -4,6 +4,7 @@
 #
 #   scripts/fuzz.sh [seconds per target, default 60] [target ...]
 #
+# Builds are optimised with debug assertions and overflow checks on (-O -a).
 # cargo-fuzz passes nightly-only sanitizer flags; RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain take them. Committed seeds (fuzz/corpus/<t>) and past
 # crashes (fuzz/regressions/<t>) seed a working corpus in fuzz/target/corpus/<t>
@@ -32,7 +33,7 @@ for t in "${targets[@]}"; do
     before=$(ls "artifacts/$t" | wc -l)
     log="target/fuzz-$t.log"
     echo "[fuzz] $t for ${secs}s (log: fuzz/$log)"
-    cargo fuzz run -O "$t" "target/corpus/$t" "${seeds[@]}" -- \
+    cargo fuzz run -O -a "$t" "target/corpus/$t" "${seeds[@]}" -- \
         -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
         >"$log" 2>&1
     rc=$?
