@@ -51,7 +51,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     let prompt: Vec<u32> = (0..a.prompt_tokens)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((x >> 33) % n_vocab) as u32
         })
         .collect();
@@ -71,7 +73,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let decode = t1.elapsed().as_secs_f64();
         let r = Run {
             prompt_tps: a.prompt_tokens as f64 / prefill,
-            decode_tps: if a.gen_tokens > 0 { a.gen_tokens as f64 / decode } else { 0.0 },
+            decode_tps: if a.gen_tokens > 0 {
+                a.gen_tokens as f64 / decode
+            } else {
+                0.0
+            },
             ttft_ms: prefill * 1e3,
         };
         eprintln!(
@@ -90,7 +96,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let mut v: Vec<f64> = runs.iter().map(f).collect();
         v.sort_by(f64::total_cmp);
         let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
         (v[0], median, v[n - 1])
     };
     let (pp_min, pp_med, pp_max) = stat(|r| r.prompt_tps);
@@ -116,9 +126,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     } else {
         println!("| test | median tok/s | min | max |");
         println!("|---|---|---|---|");
-        println!("| pp{} | {pp_med:.1} | {pp_min:.1} | {pp_max:.1} |", a.prompt_tokens);
-        println!("| tg{} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |", a.gen_tokens);
-        println!("time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads)", model.threads());
+        println!(
+            "| pp{} | {pp_med:.1} | {pp_min:.1} | {pp_max:.1} |",
+            a.prompt_tokens
+        );
+        println!(
+            "| tg{} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |",
+            a.gen_tokens
+        );
+        println!(
+            "time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads)",
+            model.threads()
+        );
     }
     Ok(())
 }
