@@ -356,12 +356,8 @@ impl Model {
             let LayerState::Attention(cache) = &mut s.state.layers[il] else {
                 unreachable!("attention layers hold KV caches (SeqState::new)")
             };
-            cache
-                .k
-                .extend_from_slice(&k[seg.rows.start * kw..seg.rows.end * kw]);
-            cache
-                .v
-                .extend_from_slice(&v[seg.rows.start * vw..seg.rows.end * vw]);
+            append_kv(&mut cache.k, &k[seg.rows.start * kw..seg.rows.end * kw]);
+            append_kv(&mut cache.v, &v[seg.rows.start * vw..seg.rows.end * vw]);
             let spans: Vec<(usize, usize)> = (0..seg.rows.len())
                 .map(|i| {
                     let p = seg.pos0 + i;
@@ -396,6 +392,16 @@ impl Model {
         g.iter_mut().zip(&u).for_each(|(a, b)| *a = act(*a) * b);
         self.mm(&f.down, &g, n)
     }
+}
+
+/// Appends rows to a KV cache growing it by a quarter at a time rather than
+/// doubling: after a long prompt, the first decoded token would otherwise
+/// leave the cache with twice the memory it uses.
+fn append_kv(cache: &mut Vec<f32>, rows: &[f32]) {
+    if cache.capacity() - cache.len() < rows.len() {
+        cache.reserve_exact(rows.len().max(cache.len() / 4));
+    }
+    cache.extend_from_slice(rows);
 }
 
 fn segs_rows(segs: &[Segment]) -> Vec<std::ops::Range<usize>> {
