@@ -346,6 +346,16 @@ fn describe_rope(r: &RopeSpec) -> String {
     )
 }
 
+/// Indices of the layers of one kind.
+pub fn layers_of(kinds: &[LayerKind], kind: LayerKind) -> Vec<usize> {
+    kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, &x)| x == kind)
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// "18: sliding x15, full x3 at [5, 11, 17]"
 fn describe_kinds(kinds: &[LayerKind]) -> String {
     let mut parts = Vec::new();
@@ -355,12 +365,7 @@ fn describe_kinds(kinds: &[LayerKind]) -> String {
         LayerKind::Linear,
         LayerKind::Full,
     ] {
-        let at: Vec<usize> = kinds
-            .iter()
-            .enumerate()
-            .filter(|(_, &x)| x == k)
-            .map(|(i, _)| i)
-            .collect();
+        let at = layers_of(kinds, k);
         if at.is_empty() {
             continue;
         }

@@ -6,7 +6,7 @@ use onebit_formats::gguf::writer::GgufWriter;
 use onebit_formats::gguf::{Gguf, Value};
 use onebit_kernels::Precision;
 use onebit_model::families::semantics_from_gguf;
-use onebit_model::semantics::{LayerKind, NormForm, QkNorm, RopeScaling};
+use onebit_model::semantics::{layers_of, LayerKind, NormForm, QkNorm, RopeScaling};
 use onebit_model::{load, ExecConfig, Logits, Semantics};
 use onebit_testdata::{compare, Fixture, TempDir};
 
@@ -36,13 +36,7 @@ fn sem_of(w: &GgufWriter) -> Result<Semantics, String> {
 }
 
 fn full_layers(s: &Semantics) -> Vec<usize> {
-    s.layer_kinds
-        .value
-        .iter()
-        .enumerate()
-        .filter(|(_, k)| **k == LayerKind::Full)
-        .map(|(i, _)| i)
-        .collect()
+    layers_of(&s.layer_kinds.value, LayerKind::Full)
 }
 
 #[test]

@@ -48,13 +48,7 @@ fn cfg(model_type: &str, extra: Json) -> Json {
 }
 
 fn full_at(s: &Semantics) -> Vec<usize> {
-    s.layer_kinds
-        .value
-        .iter()
-        .enumerate()
-        .filter(|(_, k)| **k == LayerKind::Full)
-        .map(|(i, _)| i)
-        .collect()
+    layers_of(&s.layer_kinds.value, LayerKind::Full)
 }
 
 #[test]
