@@ -16,19 +16,16 @@ pub fn i32s(items: &[i32]) -> Value {
     Value::Array(items.iter().map(|&x| Value::I32(x)).collect())
 }
 
-/// Writes the kvs to a temporary GGUF (no tensors) and opens it.
+/// A GGUF (no tensors) holding the kvs, opened from memory.
 pub fn open(name: &str, kvs: &[(&str, Value)]) -> Gguf {
     let mut w = GgufWriter::new();
     w.kv("general.architecture", Value::Str("llama".into()));
     for (k, v) in kvs {
         w.kv(k, v.clone());
     }
-    let path = std::env::temp_dir().join(format!("onebit-text-{}-{name}.gguf", std::process::id()));
-    std::fs::write(&path, w.to_bytes()).unwrap();
-    let g = Gguf::open(&path).unwrap();
-    // The map stays valid after the name is gone.
-    let _ = std::fs::remove_file(&path);
-    g
+    // In memory: tests run in parallel and build the same vocabularies, and a
+    // shared temp file rewritten under another test's map would fault.
+    Gguf::from_bytes(format!("{name}.gguf"), &w.to_bytes()).unwrap()
 }
 
 pub fn build(name: &str, kvs: &[(&str, Value)]) -> Result<Tokenizer, TextError> {
