@@ -134,18 +134,7 @@ pub struct Gguf {
 impl Gguf {
     pub fn open(path: impl AsRef<Path>) -> Result<Gguf> {
         let path = path.as_ref().to_path_buf();
-        let file = std::fs::File::open(&path).map_err(|source| FormatError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        // SAFETY: the map is read-only and private to this process; like every
-        // mmap-based loader (llama.cpp included) we rely on the file not being
-        // truncated or rewritten while it is open. All reads go through
-        // bounds-checked slices of the map.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| FormatError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let map = file_map(&path)?;
         let mut g = Self::parse(path, Arc::new(map))?;
         g.file_backed = true;
         Ok(g)
@@ -440,6 +429,20 @@ pub fn describe(v: &Value) -> String {
 }
 
 /// A read-only anonymous map holding a copy of `bytes`.
+/// Maps a model file read-only (GGUF and safetensors readers share this).
+pub(crate) fn file_map(path: &Path) -> Result<memmap2::Mmap> {
+    let io = |source| FormatError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and private to this process; like every
+    // mmap-based loader (llama.cpp included) we rely on the file not being
+    // truncated or rewritten while it is open. All reads go through
+    // bounds-checked slices of the map.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
 pub(crate) fn anon_map(path: &Path, bytes: &[u8]) -> Result<memmap2::Mmap> {
     let io = |source| FormatError::Io {
         path: path.to_path_buf(),

@@ -84,16 +84,7 @@ const MAX_HEADER: u64 = 100 << 20;
 impl SafeTensors {
     pub fn open(path: impl AsRef<Path>) -> Result<SafeTensors> {
         let path = path.as_ref().to_path_buf();
-        let file = std::fs::File::open(&path).map_err(|source| FormatError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        // SAFETY: read-only private map; as with GGUF we rely on the file not
-        // being truncated while open. Every read is a checked slice of it.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| FormatError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let map = crate::gguf::file_map(&path)?;
         Self::parse(path, Arc::new(map))
     }
 
