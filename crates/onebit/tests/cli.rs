@@ -39,33 +39,32 @@ fn fails(args: &[&str]) -> String {
     stderr
 }
 
-#[test]
-fn gemma3_270m_answers_berlin() {
-    let m = real_model(GEMMA3_270M);
-    let out = ok(&[
+/// Three greedy tokens of a real model's continuation of `prompt`.
+fn continuation(model_file: &str, prompt: &str) -> String {
+    let m = real_model(model_file);
+    ok(&[
         "run",
         "--model",
         m.to_str().unwrap(),
         "--prompt",
-        "The capital of France is Paris. The capital of Germany is",
+        prompt,
         "--max-tokens",
         "3",
-    ]);
+    ])
+}
+
+#[test]
+fn gemma3_270m_answers_berlin() {
+    let out = continuation(
+        GEMMA3_270M,
+        "The capital of France is Paris. The capital of Germany is",
+    );
     assert!(out.starts_with(" Berlin"), "continuation was {out:?}");
 }
 
 #[test]
 fn smollm2_answers_paris() {
-    let m = real_model(SMOLLM2_135M);
-    let out = ok(&[
-        "run",
-        "--model",
-        m.to_str().unwrap(),
-        "--prompt",
-        "The capital of France is",
-        "--max-tokens",
-        "3",
-    ]);
+    let out = continuation(SMOLLM2_135M, "The capital of France is");
     assert!(out.starts_with(" Paris"), "continuation was {out:?}");
 }
 
