@@ -45,12 +45,12 @@ fn main() {
         }
         let w = QMatrix::new(t, rows, cols, ByteView::from_vec(data)).unwrap();
         w.prepare(&pool);
-        for n_tok in [1, 64] {
+        for n_tok in [1, 64, 512] {
             let x: Vec<f32> = (0..n_tok * cols)
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let mut out = vec![0f32; n_tok * rows];
-            let reps = if n_tok == 1 { 30 } else { 5 };
+            let reps = if n_tok == 1 { 30 } else { 7 };
             let mut best = f64::MAX;
             for _ in 0..reps {
                 let t0 = Instant::now();

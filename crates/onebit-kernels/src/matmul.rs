@@ -162,6 +162,35 @@ impl QMatrix {
     }
 }
 
+/// How activation rows are laid out for the kernel that reads them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ActLayout {
+    /// Standard blocks (scalar reference, K-quant and float kernels).
+    Standard,
+    /// Rearranged per group of 8 blocks for the packed one-token kernels.
+    Packed,
+    /// The wide layout of the several-token kernels (`x86::WIDE_GROUP`).
+    Wide,
+}
+
+/// From this many tokens on, packed types run the wide kernels: each weight
+/// row is expanded once per call into unsigned codes, so the inner loop is
+/// one load and one dot product per row and token tile.
+const WIDE_MIN_TOKENS: usize = 4;
+
+/// The activation layout for `w` at `precision` over `n_tok` tokens.
+fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
+    if precision != Precision::Quantized || !w.repacks() {
+        return ActLayout::Standard;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if n_tok >= WIDE_MIN_TOKENS && x86::wide_fn(Isa::best(), w.dtype).is_some() {
+        return ActLayout::Wide;
+    }
+    let _ = n_tok;
+    ActLayout::Packed
+}
+
 /// A pointer to the output that several threads write disjoint elements of.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -242,16 +271,17 @@ pub fn matmul_many(
     {
         let isa = Isa::best();
         let fmt = first.act_format(precision);
-        let packed = precision == Precision::Quantized && first.repacks();
+        let layout = act_layout(first, precision, n_tok);
+        let packed = layout != ActLayout::Standard;
         let shared = precision == Precision::Quantized
             && n_tok > 0
             && ws.iter().all(|w| {
                 x86::gemm_fn(isa, w.dtype).is_some()
                     && w.act_format(precision) == fmt
-                    && w.repacks() == packed
+                    && act_layout(w, precision, n_tok) == layout
             });
         if shared {
-            let (acts, arb) = quantize_rows(pool, fmt, packed, x, cols, n_tok);
+            let (acts, arb) = quantize_rows(pool, fmt, layout, x, cols, n_tok);
             let wdata: Vec<&[u8]> = ws
                 .iter()
                 .map(|w| {
@@ -287,7 +317,18 @@ pub fn matmul_many(
                 // this chunk writes exactly outs[m][t * rows + r] for r in
                 // r0..r1, t < n_tok, which no other chunk touches; the outputs
                 // are borrowed for the whole call.
-                unsafe { x86::gemm(isa, w.dtype, &ops, r1 - r0, n_tok, d.0.add(r0), w.rows) };
+                unsafe {
+                    run_kernel(
+                        isa,
+                        layout,
+                        w.dtype,
+                        &ops,
+                        r1 - r0,
+                        n_tok,
+                        d.0.add(r0),
+                        w.rows,
+                    )
+                };
             });
             return;
         }
@@ -302,36 +343,36 @@ pub fn matmul_many(
 fn quantize_rows(
     pool: &Pool,
     fmt: ActFormat,
-    packed: bool,
+    layout: ActLayout,
     x: &[f32],
     cols: usize,
     n_tok: usize,
 ) -> (Vec<u8>, usize) {
     let arb = quant::act_row_bytes(fmt, cols);
     #[cfg(target_arch = "x86_64")]
-    let parb = if packed {
-        x86::packed_act_row_bytes(fmt, cols)
-    } else {
-        arb
+    let parb = match layout {
+        ActLayout::Standard => arb,
+        ActLayout::Packed => x86::packed_act_row_bytes(fmt, cols),
+        ActLayout::Wide => x86::wide_act_row_bytes(cols),
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let parb = {
-        let _ = packed;
-        arb
-    };
+    let parb = arb;
     let one = |t: usize, dst: &mut [u8], tmp: &mut Vec<u8>| {
         let xr = &x[t * cols..(t + 1) * cols];
-        if parb == arb && !packed {
+        if layout == ActLayout::Standard {
             quant::quantize_act(fmt, xr, dst);
         } else {
             tmp.resize(arb, 0);
             quant::quantize_act(fmt, xr, tmp);
             #[cfg(target_arch = "x86_64")]
-            x86::pack_act_row(fmt, tmp, dst);
+            match layout {
+                ActLayout::Wide => x86::pack_act_row_wide(fmt, tmp, dst),
+                _ => x86::pack_act_row(fmt, tmp, dst),
+            }
         }
     };
     // Packed rows are read in whole vectors, past the last row's end.
-    let pad = if packed { 64 } else { 0 };
+    let pad = if layout == ActLayout::Packed { 64 } else { 0 };
     let mut acts = vec![0u8; parb * n_tok + pad];
     if n_tok < 8 {
         let mut tmp = Vec::new();
@@ -367,9 +408,13 @@ fn matmul_simd(
     out: &mut [f32],
 ) {
     let fmt = w.act_format(precision);
-    let packed = precision == Precision::Quantized && w.repacks();
-    let (acts, arb) = quantize_rows(pool, fmt, packed, x, w.cols, n_tok);
-    let wdata: &[u8] = if packed { w.packed_rows(pool) } else { &w.data };
+    let layout = act_layout(w, precision, n_tok);
+    let (acts, arb) = quantize_rows(pool, fmt, layout, x, w.cols, n_tok);
+    let wdata: &[u8] = if layout != ActLayout::Standard {
+        w.packed_rows(pool)
+    } else {
+        &w.data
+    };
     let wrb = w.row_bytes();
     let kernel = if precision == Precision::Quantized {
         w.dtype
@@ -395,8 +440,34 @@ fn matmul_simd(
         // SAFETY: `out` has n_tok * rows elements and this chunk writes
         // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
         // no other chunk touches them; `out` is borrowed for the whole call.
-        unsafe { x86::gemm(isa, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
+        unsafe { run_kernel(isa, layout, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
     });
+}
+
+/// Calls the kernel that reads activations in `layout`.
+///
+/// # Safety
+/// As [`x86::gemm`].
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_kernel(
+    isa: Isa,
+    layout: ActLayout,
+    t: GgmlType,
+    ops: &Operands,
+    nrows: usize,
+    ntok: usize,
+    out: *mut f32,
+    ostride: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if layout == ActLayout::Wide {
+            x86::gemm_wide(isa, t, ops, nrows, ntok, out, ostride)
+        } else {
+            x86::gemm(isa, t, ops, nrows, ntok, out, ostride)
+        }
+    }
 }
 
 /// The reference path: one `quant::dot` per output element.
@@ -409,7 +480,7 @@ fn matmul_scalar(
     out: &mut [f32],
 ) {
     let fmt = w.act_format(precision);
-    let (acts, arb) = quantize_rows(pool, fmt, false, x, w.cols, n_tok);
+    let (acts, arb) = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok);
     let dequant = precision == Precision::Float && w.dtype != GgmlType::F32;
     let chunk = chunk_rows(w.rows, pool.threads());
     let n_chunks = w.rows.div_ceil(chunk);

@@ -338,6 +338,228 @@ macro_rules! simd_kernels {
         }
 
         // -------------------------------------------------------------------
+        // Wide kernels for several tokens (prefill): Q4_0 (K = 0), Q4_1
+        // (K = 1), Q5_0 (K = 2), Q8_0 (K = 3). See `super::WIDE_GROUP`.
+
+        /// This level's wide kernel for weight type `t`, if it has one.
+        /// Q8_0 needs the unsigned-offset trick (`Q8_BIAS`).
+        pub fn wide_fn(t: GgmlType) -> Option<GemmFn> {
+            let f: GemmFn = match t {
+                GgmlType::Q4_0 => gemm_wide::<0>,
+                GgmlType::Q4_1 => gemm_wide::<1>,
+                GgmlType::Q5_0 => gemm_wide::<2>,
+                GgmlType::Q8_0 if Q8_BIAS => gemm_wide::<3>,
+                _ => return None,
+            };
+            Some(f)
+        }
+
+        /// Expands one packed weight row (`cols` elements) into the wide
+        /// layout at `dst` (`ceil(cols / 256)` groups of `WIDE_GROUP` bytes):
+        /// per group d[8] and m[8] as f32, then 8 code vectors of unsigned
+        /// codes (Q4: 0..15, Q5: 0..31, Q8_0: w + 128); lanes past the
+        /// row's last block are zero.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn expand_row<const K: u8>(src: *const u8, cols: usize, dst: *mut u8) {
+            let nb = cols / 32;
+            let wbb = [18usize, 20, 22, 34][K as usize];
+            let m4 = _mm256_set1_epi8(0x0F);
+            for g in 0..nb.div_ceil(8) {
+                let n = (nb - 8 * g).min(8);
+                let s = src.add(g * 8 * wbb);
+                let d = dst.add(g * super::WIDE_GROUP);
+                let st = |at: usize, v: __m256i| _mm256_storeu_si256(d.add(at) as *mut __m256i, v);
+                if n == 8 {
+                    let cvt = |p: *const u8| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                    _mm256_storeu_ps(d as *mut f32, cvt(s));
+                    if K == 1 {
+                        _mm256_storeu_ps(d.add(32) as *mut f32, cvt(s.add(16)));
+                    }
+                    if K == 3 {
+                        for k in 0..8 {
+                            st(
+                                64 + 32 * k,
+                                _mm256_xor_si256(ld(s.add(16 + 32 * k)), _mm256_set1_epi8(-128)),
+                            );
+                        }
+                        continue;
+                    }
+                    let qo = [16usize, 32, 48][K as usize];
+                    for k in 0..4 {
+                        let v = ld(s.add(qo + 32 * k));
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if K == 2 {
+                            // Fifth bits of code vector k at bit 32k (group of 8).
+                            let fb = |at: usize| (s.add(16 + at) as *const u32).read_unaligned();
+                            lo = _mm256_or_si256(lo, expand_bits(fb(4 * k)));
+                            hi = _mm256_or_si256(hi, expand_bits(fb(16 + 4 * k)));
+                        }
+                        st(64 + 32 * k, lo);
+                        st(64 + 32 * (k + 4), hi);
+                    }
+                } else {
+                    // A partial group: byte by byte, lanes >= n left zero.
+                    core::ptr::write_bytes(d, 0, super::WIDE_GROUP);
+                    for l in 0..n {
+                        (d.add(4 * l) as *mut f32).write_unaligned(f16v(s.add(2 * l)));
+                        if K == 1 {
+                            (d.add(32 + 4 * l) as *mut f32)
+                                .write_unaligned(f16v(s.add(2 * n + 2 * l)));
+                        }
+                        for k in 0..8 {
+                            for i in 0..4 {
+                                let c = if K == 3 {
+                                    *s.add(2 * n + 4 * n * k + 4 * l + i) ^ 0x80
+                                } else {
+                                    let qo = [2 * n, 4 * n, 6 * n][K as usize];
+                                    let b = *s.add(qo + 4 * n * (k % 4) + 4 * l + i);
+                                    let mut c = if k < 4 { b & 0x0F } else { b >> 4 };
+                                    if K == 2 {
+                                        let bit = 4 * n * k + 4 * l + i;
+                                        c |= ((*s.add(2 * n + bit / 8) >> (bit % 8)) & 1) << 4;
+                                    }
+                                    c
+                                };
+                                *d.add(64 + 32 * k + 4 * l + i) = c;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_wide<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let ng = (ops.cols / 32).div_ceil(8);
+            let ws = ng * super::WIDE_GROUP;
+            // The expanded rows of one row tile: a few KiB, reused by every
+            // token tile, so each weight row is decoded once per call.
+            let mut buf = vec![0u8; TR * ws];
+            let bp = buf.as_mut_ptr();
+            let mut r = 0;
+            while r < nrows {
+                let rr = (nrows - r).min(TR);
+                for i in 0..rr {
+                    expand_row::<K>(
+                        ops.w.as_ptr().add((r + i) * ops.wrb),
+                        ops.cols,
+                        bp.add(i * ws),
+                    );
+                }
+                if rr == TR {
+                    let mut t = 0;
+                    while t + TT <= ntok {
+                        tile_wide::<TR, TT, K>(bp, ws, ops, ng, r, t, out, os);
+                        t += TT;
+                    }
+                    while t < ntok {
+                        tile_wide::<TR, 1, K>(bp, ws, ops, ng, r, t, out, os);
+                        t += 1;
+                    }
+                } else {
+                    for i in 0..rr {
+                        let mut t = 0;
+                        while t + TT <= ntok {
+                            tile_wide::<1, TT, K>(bp.add(i * ws), ws, ops, ng, r + i, t, out, os);
+                            t += TT;
+                        }
+                        while t < ntok {
+                            tile_wide::<1, 1, K>(bp.add(i * ws), ws, ops, ng, r + i, t, out, os);
+                            t += 1;
+                        }
+                    }
+                }
+                r += rr;
+            }
+        }
+
+        /// R expanded rows (at `w`, `ws` bytes apart) times T wide activation
+        /// rows from token `t0`: per group, integer sums started at
+        /// -offset * sum(y) (so they end as sum((w - offset) * y)), then
+        /// (dx * dy) * sumi [+ m * s] per lane, as the scalar reference.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn tile_wide<const R: usize, const T: usize, const K: u8>(
+            w: *const u8,
+            ws: usize,
+            ops: &Operands,
+            ng: usize,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let wp = row_ptrs::<R>(w, 0, ws);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let mut facc = [[_mm256_setzero_ps(); T]; R];
+            for g in 0..ng {
+                let go = g * super::WIDE_GROUP;
+                let mut acc = [[zero; T]; R];
+                if K != 1 {
+                    for j in 0..T {
+                        let ys = ld(ap[j].add(go + 32));
+                        let off = match K {
+                            0 => _mm256_slli_epi32::<3>(ys),
+                            2 => _mm256_slli_epi32::<4>(ys),
+                            _ => _mm256_slli_epi32::<7>(ys),
+                        };
+                        let start = _mm256_sub_epi32(zero, off);
+                        for row in acc.iter_mut() {
+                            row[j] = start;
+                        }
+                    }
+                }
+                for k in 0..8 {
+                    let mut y = [zero; T];
+                    for j in 0..T {
+                        y[j] = ld(ap[j].add(go + 64 + 32 * k));
+                    }
+                    for i in 0..R {
+                        let wv = ld(wp[i].add(go + 64 + 32 * k));
+                        for j in 0..T {
+                            acc[i][j] = dp(acc[i][j], wv, y[j]);
+                        }
+                    }
+                }
+                let mut dy = [_mm256_setzero_ps(); T];
+                let mut sy = [_mm256_setzero_ps(); T];
+                for j in 0..T {
+                    dy[j] = _mm256_loadu_ps(ap[j].add(go) as *const f32);
+                    if K == 1 {
+                        sy[j] = _mm256_loadu_ps(ap[j].add(go + 32) as *const f32);
+                    }
+                }
+                for i in 0..R {
+                    let dx = _mm256_loadu_ps(wp[i].add(go) as *const f32);
+                    let mx = if K == 1 {
+                        _mm256_loadu_ps(wp[i].add(go + 32) as *const f32)
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    for j in 0..T {
+                        let mut term =
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(acc[i][j]));
+                        if K == 1 {
+                            term = _mm256_add_ps(term, _mm256_mul_ps(mx, sy[j]));
+                        }
+                        facc[i][j] = _mm256_add_ps(facc[i][j], term);
+                    }
+                }
+            }
+            write_facc(&facc, r0, t0, out, os);
+        }
+
+        // -------------------------------------------------------------------
         // Q8_0, packed rows.
 
         #[target_feature(enable = $feat)]

@@ -283,5 +283,88 @@ pub unsafe fn gemm(
     unsafe { f(ops, nrows, ntok, out, ostride) }
 }
 
+/// Bytes of one group of 8 blocks (256 elements) in the wide layouts that
+/// the prefill kernels ([`wide_fn`]) read, for weights and activations alike:
+/// d[8] as f32 at 0, a second [8] at 32 (weights: Q4_1's mins as f32;
+/// Q8_0-format activations: each block's code sum as i32; Q8_1: s as f32),
+/// then code vector k (k = 0..8) at 64 + 32k holding in lane l elements
+/// 4k..4k+4 of block l. A row's last group is padded to 8 blocks with
+/// zeros, so every load is a whole vector and padded lanes add +0.0.
+///
+/// Weight codes are unsigned (Q4: 0..15, Q5: 0..31, Q8_0: w + 128), so one
+/// `u8 x i8` dot product per code vector serves every type; the offset is
+/// taken off by starting each integer sum at -offset * sum(y). Weight rows
+/// are expanded from the packed layout a row tile at a time inside the
+/// kernel (once per call, into a few KiB reused by every token tile), so the
+/// expansion costs nothing in memory and is amortized over the tokens.
+pub const WIDE_GROUP: usize = 320;
+
+/// Bytes of one wide activation row of `n` elements (Q8_0 or Q8_1).
+pub fn wide_act_row_bytes(n: usize) -> usize {
+    (n / 32).div_ceil(8) * WIDE_GROUP
+}
+
+/// Rearranges one standard Q8_0/Q8_1 activation row into the wide layout
+/// ([`WIDE_GROUP`]); `out` must be zero where the row has no blocks.
+pub fn pack_act_row_wide(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
+    let bb = fmt.block_bytes();
+    let nb = row.len() / bb;
+    assert_eq!(out.len(), wide_act_row_bytes(nb * 32));
+    let qs = if fmt == ActFormat::Q8_1 { 4 } else { 2 };
+    for (b, src) in row.chunks_exact(bb).enumerate() {
+        let (g, l) = (b / 8, b % 8);
+        let dst = &mut out[g * WIDE_GROUP..(g + 1) * WIDE_GROUP];
+        let d = onebit_formats::blocks::f16_at(src, 0);
+        dst[4 * l..4 * l + 4].copy_from_slice(&d.to_le_bytes());
+        let second = if fmt == ActFormat::Q8_1 {
+            onebit_formats::blocks::f16_at(src, 2).to_le_bytes()
+        } else {
+            let sum: i32 = src[qs..qs + 32].iter().map(|&c| c as i8 as i32).sum();
+            sum.to_le_bytes()
+        };
+        dst[32 + 4 * l..36 + 4 * l].copy_from_slice(&second);
+        for k in 0..8 {
+            let at = 64 + 32 * k + 4 * l;
+            dst[at..at + 4].copy_from_slice(&src[qs + 4 * k..qs + 4 * k + 4]);
+        }
+    }
+}
+
+/// The wide (several-token) kernel for weight type `t` at level `isa`, if
+/// there is one. It reads packed weight rows and wide activation rows.
+pub fn wide_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 => avx2::wide_fn(t),
+        Isa::Avx512 => avx512::wide_fn(t),
+    }
+}
+
+/// Checked entry to a [`wide_fn`] kernel: packed weight rows (`ops.wrb` the
+/// standard row size) and wide activation rows (`ops.arb` =
+/// [`wide_act_row_bytes`]).
+///
+/// # Safety
+/// As [`gemm`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_wide(
+    isa: Isa,
+    t: GgmlType,
+    ops: &Operands,
+    nrows: usize,
+    ntok: usize,
+    out: *mut f32,
+    ostride: usize,
+) {
+    let f = wide_fn(isa, t).expect("no wide kernel for this type at this level");
+    assert!(isa.supported(), "{isa:?} is not supported by this CPU");
+    assert!(ops.w.len() >= nrows * ops.wrb + PAD && ops.a.len() >= ntok * ops.arb);
+    assert_eq!(Some(ops.wrb as u64), t.row_bytes(ops.cols as u64));
+    assert_eq!(ops.arb, wide_act_row_bytes(ops.cols));
+    // SAFETY: the level is supported (checked above), the operand lengths are
+    // checked above, and the caller vouches for `out`.
+    unsafe { f(ops, nrows, ntok, out, ostride) }
+}
+
 #[cfg(test)]
 mod tests;

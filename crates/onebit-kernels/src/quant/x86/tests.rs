@@ -125,16 +125,41 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
             let mut got = vec![f32::NAN; ntok * nrows];
             // SAFETY: `got` has ntok * nrows elements, ostride nrows.
             unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    same(*g, *w),
-                    "{isa:?} {t} cols {cols} rows {nrows} toks {ntok} mode {mode}: \
-                     element {i} (token {}, row {}): {g} vs scalar {w}",
-                    i / nrows,
-                    i % nrows
-                );
+            expect_same(&got, &want, &format!("{isa:?} {t}"), cols, nrows, mode);
+            if wide_fn(isa, t).is_none() {
+                continue;
             }
+            // The wide (prefill) kernel reads the same packed weights and
+            // wide activation rows, and must give the same bits.
+            let warb = wide_act_row_bytes(cols);
+            let mut aw = vec![0u8; ntok * warb];
+            for (s, d) in a.chunks_exact(arb).zip(aw.chunks_exact_mut(warb)) {
+                pack_act_row_wide(fmt, s, d);
+            }
+            let ops = Operands {
+                w: &wk,
+                wrb,
+                a: &aw,
+                arb: warb,
+                cols,
+            };
+            let mut got = vec![f32::NAN; ntok * nrows];
+            // SAFETY: `got` has ntok * nrows elements, ostride nrows.
+            unsafe { gemm_wide(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
+            expect_same(&got, &want, &format!("{isa:?} wide {t}"), cols, nrows, mode);
         }
+    }
+}
+
+fn expect_same(got: &[f32], want: &[f32], what: &str, cols: usize, nrows: usize, mode: u32) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            same(*g, *w),
+            "{what} cols {cols} rows {nrows} mode {mode}: \
+             element {i} (token {}, row {}): {g} vs scalar {w}",
+            i / nrows,
+            i % nrows
+        );
     }
 }
 
