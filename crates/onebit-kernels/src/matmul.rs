@@ -180,7 +180,7 @@ const WIDE_MIN_TOKENS: usize = 4;
 
 /// The activation layout for `w` at `precision` over `n_tok` tokens.
 fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
-    if precision != Precision::Quantized || !w.repacks() {
+    if precision != Precision::Quantized {
         return ActLayout::Standard;
     }
     #[cfg(target_arch = "x86_64")]
@@ -188,7 +188,21 @@ fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
         return ActLayout::Wide;
     }
     let _ = n_tok;
-    ActLayout::Packed
+    if w.repacks() {
+        ActLayout::Packed
+    } else {
+        ActLayout::Standard
+    }
+}
+
+/// The weight bytes the kernels read: the repacked copy for repacked types.
+fn kernel_rows<'a>(w: &'a QMatrix, pool: &Pool, layout: ActLayout) -> &'a [u8] {
+    #[cfg(target_arch = "x86_64")]
+    if layout != ActLayout::Standard && w.repacks() {
+        return w.packed_rows(pool);
+    }
+    let _ = (pool, layout);
+    &w.data
 }
 
 /// A pointer to the output that several threads write disjoint elements of.
@@ -272,7 +286,6 @@ pub fn matmul_many(
         let isa = Isa::best();
         let fmt = first.act_format(precision);
         let layout = act_layout(first, precision, n_tok);
-        let packed = layout != ActLayout::Standard;
         let shared = precision == Precision::Quantized
             && n_tok > 0
             && ws.iter().all(|w| {
@@ -282,16 +295,7 @@ pub fn matmul_many(
             });
         if shared {
             let (acts, arb) = quantize_rows(pool, fmt, layout, x, cols, n_tok);
-            let wdata: Vec<&[u8]> = ws
-                .iter()
-                .map(|w| {
-                    if packed {
-                        w.packed_rows(pool)
-                    } else {
-                        &w.data[..]
-                    }
-                })
-                .collect();
+            let wdata: Vec<&[u8]> = ws.iter().map(|w| kernel_rows(w, pool, layout)).collect();
             // (matrix, first row, end row) for every chunk of every matrix.
             let mut chunks = Vec::new();
             for (m, w) in ws.iter().enumerate() {
@@ -353,7 +357,7 @@ fn quantize_rows(
     let parb = match layout {
         ActLayout::Standard => arb,
         ActLayout::Packed => x86::packed_act_row_bytes(fmt, cols),
-        ActLayout::Wide => x86::wide_act_row_bytes(cols),
+        ActLayout::Wide => x86::wide_act_row_bytes(fmt, cols),
     };
     #[cfg(not(target_arch = "x86_64"))]
     let parb = arb;
@@ -410,11 +414,7 @@ fn matmul_simd(
     let fmt = w.act_format(precision);
     let layout = act_layout(w, precision, n_tok);
     let (acts, arb) = quantize_rows(pool, fmt, layout, x, w.cols, n_tok);
-    let wdata: &[u8] = if layout != ActLayout::Standard {
-        w.packed_rows(pool)
-    } else {
-        &w.data
-    };
+    let wdata = kernel_rows(w, pool, layout);
     let wrb = w.row_bytes();
     let kernel = if precision == Precision::Quantized {
         w.dtype

@@ -349,6 +349,8 @@ macro_rules! simd_kernels {
                 GgmlType::Q4_1 => gemm_wide::<1>,
                 GgmlType::Q5_0 => gemm_wide::<2>,
                 GgmlType::Q8_0 if Q8_BIAS => gemm_wide::<3>,
+                GgmlType::Q4K => gemm_wide_k::<4>,
+                GgmlType::Q6K => gemm_wide_k::<6>,
                 _ => return None,
             };
             Some(f)
@@ -557,6 +559,281 @@ macro_rules! simd_kernels {
                 }
             }
             write_facc(&facc, r0, t0, out, os);
+        }
+
+        // -------------------------------------------------------------------
+        // Wide K-quant kernels (Q4_K: K = 4, Q6_K: K = 6), see
+        // `super::WIDE_KW` and `super::WIDE_KA`. Lane l of a code vector is
+        // the l-th run of 32 elements of the super-block, so an integer lane
+        // sum belongs to one scale (Q6_K: the first four code vectors to one
+        // 16-element sub-block, the last four to the next).
+
+        /// 8 x 8 transpose of 4-byte words: word 8c + k of `src` (run c,
+        /// elements 4k..4k+4) goes to word 8k + c of `dst`.
+        #[inline]
+        unsafe fn transpose_words(src: &[u32; 64], dst: *mut u8) {
+            for c in 0..8 {
+                for k in 0..8 {
+                    (dst.add(32 * k + 4 * c) as *mut u32).write_unaligned(src[8 * c + k]);
+                }
+            }
+        }
+
+        /// Expands one Q4_K or Q6_K row into `super::WIDE_KW` bytes per super-block.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn expand_k_row<const K: u8>(src: *const u8, cols: usize, dst: *mut u8) {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mut runs = [0u32; 64];
+            let rp = runs.as_mut_ptr() as *mut u8;
+            for s in 0..cols / 256 {
+                let d = dst.add(s * super::WIDE_KW);
+                let st32 = |at: usize, v: [i32; 8]| {
+                    for (l, x) in v.iter().enumerate() {
+                        (d.add(at + 4 * l) as *mut i32).write_unaligned(*x);
+                    }
+                };
+                let st16 = |at: usize, v: [i16; 16]| {
+                    for (l, x) in v.iter().enumerate() {
+                        (d.add(at + 2 * l) as *mut i16).write_unaligned(*x);
+                    }
+                };
+                if K == 4 {
+                    let bx = src.add(s * 144);
+                    for c in 0..4 {
+                        let v = ld(bx.add(16 + 32 * c));
+                        _mm256_storeu_si256(
+                            rp.add(64 * c) as *mut __m256i,
+                            _mm256_and_si256(v, m4),
+                        );
+                        _mm256_storeu_si256(
+                            rp.add(64 * c + 32) as *mut __m256i,
+                            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                        );
+                    }
+                    let packed = core::slice::from_raw_parts(bx.add(4), 12);
+                    let (mut sc, mut mins) = ([0i32; 8], [0i16; 16]);
+                    for sub in 0..8 {
+                        let (a, m) = onebit_formats::blocks::k4_scale_min(packed, sub);
+                        sc[sub] = a as i32;
+                        mins[2 * sub] = m as i16;
+                        mins[2 * sub + 1] = m as i16;
+                    }
+                    st32(256, sc);
+                    st16(320, mins);
+                    (d.add(352) as *mut f32).write_unaligned(f16v(bx));
+                    (d.add(356) as *mut f32).write_unaligned(f16v(bx.add(2)));
+                } else {
+                    let bx = src.add(s * 210);
+                    let m3 = _mm256_set1_epi8(3);
+                    for h in 0..2 {
+                        let q1 = ld(bx.add(64 * h));
+                        let q2 = ld(bx.add(64 * h + 32));
+                        let qh = ld(bx.add(128 + 32 * h));
+                        let top = |b: __m256i| _mm256_slli_epi16(_mm256_and_si256(b, m3), 4);
+                        let codes = [
+                            _mm256_or_si256(_mm256_and_si256(q1, m4), top(qh)),
+                            _mm256_or_si256(
+                                _mm256_and_si256(q2, m4),
+                                top(_mm256_srli_epi16(qh, 2)),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                top(_mm256_srli_epi16(qh, 4)),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m4),
+                                top(_mm256_srli_epi16(qh, 6)),
+                            ),
+                        ];
+                        for (k, v) in codes.iter().enumerate() {
+                            _mm256_storeu_si256(rp.add(128 * h + 32 * k) as *mut __m256i, *v);
+                        }
+                    }
+                    let scp = bx.add(192) as *const i8;
+                    let (mut sa, mut sb, mut s32) = ([0i32; 8], [0i32; 8], [0i16; 16]);
+                    for c in 0..8 {
+                        sa[c] = *scp.add(2 * c) as i32;
+                        sb[c] = *scp.add(2 * c + 1) as i32;
+                    }
+                    for (i, x) in s32.iter_mut().enumerate() {
+                        *x = 32 * *scp.add(i) as i16;
+                    }
+                    st32(256, sa);
+                    st32(288, sb);
+                    st16(320, s32);
+                    (d.add(352) as *mut f32).write_unaligned(f16v(bx.add(208)));
+                }
+                transpose_words(&runs, d);
+            }
+        }
+
+        /// The sums of four vectors' eight i32 lanes, as [s0, s1, s2, s3].
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn hsum4(v: [__m256i; 4]) -> __m128i {
+            let a = _mm256_hadd_epi32(v[0], v[1]);
+            let b = _mm256_hadd_epi32(v[2], v[3]);
+            let c = _mm256_hadd_epi32(a, b);
+            _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c))
+        }
+
+        /// Per token of the tile, the sum of the lanes of `v[j]`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn hsums<const T: usize>(v: &[__m256i; T]) -> [i32; T] {
+            let mut s = [0i32; T];
+            if T == 4 {
+                let r = hsum4([v[0], v[1], v[2], v[3]]);
+                _mm_storeu_si128(s.as_mut_ptr() as *mut __m128i, r);
+            } else {
+                for j in 0..T {
+                    s[j] = hsum_i32(v[j]);
+                }
+            }
+            s
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_wide_k<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let ws = ops.cols / 256 * super::WIDE_KW;
+            let mut buf = vec![0u8; TR * ws];
+            let bp = buf.as_mut_ptr();
+            let mut r = 0;
+            while r < nrows {
+                let rr = (nrows - r).min(TR);
+                for i in 0..rr {
+                    expand_k_row::<K>(
+                        ops.w.as_ptr().add((r + i) * ops.wrb),
+                        ops.cols,
+                        bp.add(i * ws),
+                    );
+                }
+                if rr == TR {
+                    let mut t = 0;
+                    while t + TT <= ntok {
+                        tile_wide_k::<TR, TT, K>(bp, ws, ops, r, t, out, os);
+                        t += TT;
+                    }
+                    while t < ntok {
+                        tile_wide_k::<TR, 1, K>(bp, ws, ops, r, t, out, os);
+                        t += 1;
+                    }
+                } else {
+                    for i in 0..rr {
+                        let mut t = 0;
+                        while t + TT <= ntok {
+                            tile_wide_k::<1, TT, K>(bp.add(i * ws), ws, ops, r + i, t, out, os);
+                            t += TT;
+                        }
+                        while t < ntok {
+                            tile_wide_k::<1, 1, K>(bp.add(i * ws), ws, ops, r + i, t, out, os);
+                            t += 1;
+                        }
+                    }
+                }
+                r += rr;
+            }
+        }
+
+        /// R expanded K-quant rows times T wide Q8_K rows: per super-block
+        /// the exact integer sums of the scalar reference (scaled lane sums,
+        /// minus the min or offset term from the activations' 16-element
+        /// sums), then its float formula per token.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_wide_k<const R: usize, const T: usize, const K: u8>(
+            w: *const u8,
+            ws: usize,
+            ops: &Operands,
+            r0: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let wp = row_ptrs::<R>(w, 0, ws);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let mut facc = [[0f32; T]; R];
+            for s in 0..ops.cols / 256 {
+                let (wo, ao) = (s * super::WIDE_KW, s * super::WIDE_KA);
+                let mut tot = [[zero; T]; R];
+                // Q4_K: one phase of 8 code vectors; Q6_K: two of 4, each
+                // with its own sub-block scales.
+                let phases: &[(usize, usize)] = if K == 4 {
+                    &[(0, 256)]
+                } else {
+                    &[(0, 256), (4, 288)]
+                };
+                let nk = if K == 4 { 8 } else { 4 };
+                for &(k0, sc_at) in phases {
+                    let mut acc = [[zero; T]; R];
+                    for k in k0..k0 + nk {
+                        let mut y = [zero; T];
+                        for j in 0..T {
+                            y[j] = ld(ap[j].add(ao + 32 * k));
+                        }
+                        for i in 0..R {
+                            let wv = ld(wp[i].add(wo + 32 * k));
+                            for j in 0..T {
+                                acc[i][j] = dp(acc[i][j], wv, y[j]);
+                            }
+                        }
+                    }
+                    for i in 0..R {
+                        let sc = ld(wp[i].add(wo + sc_at));
+                        for j in 0..T {
+                            tot[i][j] =
+                                _mm256_add_epi32(tot[i][j], _mm256_mullo_epi32(acc[i][j], sc));
+                        }
+                    }
+                }
+                let mut dy = [0f32; T];
+                let mut bs = [zero; T];
+                for j in 0..T {
+                    dy[j] = (ap[j].add(ao + 288) as *const f32).read_unaligned();
+                    bs[j] = ld(ap[j].add(ao + 256));
+                }
+                for i in 0..R {
+                    // Q4_K: mins x pair sums; Q6_K: 32 * scales x sums.
+                    let m16 = ld(wp[i].add(wo + 320));
+                    let mut corr = [zero; T];
+                    for j in 0..T {
+                        corr[j] = _mm256_madd_epi16(m16, bs[j]);
+                    }
+                    let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
+                    if K == 4 {
+                        let isum = hsums::<T>(&tot[i]);
+                        let summ = hsums::<T>(&corr);
+                        let dmx = (wp[i].add(wo + 356) as *const f32).read_unaligned();
+                        for j in 0..T {
+                            let d = dx * dy[j];
+                            let dmin = dmx * dy[j];
+                            facc[i][j] += d * isum[j] as f32 - dmin * summ[j] as f32;
+                        }
+                    } else {
+                        let mut v = [zero; T];
+                        for j in 0..T {
+                            v[j] = _mm256_sub_epi32(tot[i][j], corr[j]);
+                        }
+                        let isum = hsums::<T>(&v);
+                        for j in 0..T {
+                            facc[i][j] += (dx * dy[j]) * isum[j] as f32;
+                        }
+                    }
+                }
+            }
+            for i in 0..R {
+                for j in 0..T {
+                    *out.add((t0 + j) * os + r0 + i) = facc[i][j];
+                }
+            }
         }
 
         // -------------------------------------------------------------------

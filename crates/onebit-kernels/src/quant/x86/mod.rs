@@ -299,9 +299,25 @@ pub unsafe fn gemm(
 /// expansion costs nothing in memory and is amortized over the tokens.
 pub const WIDE_GROUP: usize = 320;
 
-/// Bytes of one wide activation row of `n` elements (Q8_0 or Q8_1).
-pub fn wide_act_row_bytes(n: usize) -> usize {
-    (n / 32).div_ceil(8) * WIDE_GROUP
+/// Bytes of one expanded Q4_K/Q6_K super-block in the wide K-quant kernels:
+/// the 256 codes as 8 code vectors (lane l of vector k = elements 4k..4k+4
+/// of the l-th run of 32; unsigned, Q4_K 0..15, Q6_K 0..63) at 0; i32 scales
+/// per lane at 256 (Q6_K: the runs' first halves; their second halves at
+/// 288); at 320 sixteen i16 that multiply the activations' 16-element sums
+/// (Q4_K: each run's min, twice; Q6_K: 32 x each sub-block's scale); d at
+/// 352 and Q4_K's dmin at 356 as f32.
+pub const WIDE_KW: usize = 384;
+
+/// Bytes of one Q8_K activation block in the wide layout: codes as in
+/// [`WIDE_KW`] at 0, the sixteen i16 sums at 256, d (f32) at 288.
+pub const WIDE_KA: usize = 320;
+
+/// Bytes of one wide activation row of `n` elements.
+pub fn wide_act_row_bytes(fmt: ActFormat, n: usize) -> usize {
+    match fmt {
+        ActFormat::Q8K => n / 256 * WIDE_KA,
+        _ => (n / 32).div_ceil(8) * WIDE_GROUP,
+    }
 }
 
 /// Rearranges one standard Q8_0/Q8_1 activation row into the wide layout
@@ -309,7 +325,20 @@ pub fn wide_act_row_bytes(n: usize) -> usize {
 pub fn pack_act_row_wide(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
     let bb = fmt.block_bytes();
     let nb = row.len() / bb;
-    assert_eq!(out.len(), wide_act_row_bytes(nb * 32));
+    assert_eq!(out.len(), wide_act_row_bytes(fmt, nb * fmt.block_len()));
+    if fmt == ActFormat::Q8K {
+        for (src, dst) in row.chunks_exact(bb).zip(out.chunks_exact_mut(WIDE_KA)) {
+            for c in 0..8 {
+                for k in 0..8 {
+                    let from = 4 + 32 * c + 4 * k;
+                    dst[32 * k + 4 * c..32 * k + 4 * c + 4].copy_from_slice(&src[from..from + 4]);
+                }
+            }
+            dst[256..288].copy_from_slice(&src[260..292]);
+            dst[288..292].copy_from_slice(&src[0..4]);
+        }
+        return;
+    }
     let qs = if fmt == ActFormat::Q8_1 { 4 } else { 2 };
     for (b, src) in row.chunks_exact(bb).enumerate() {
         let (g, l) = (b / 8, b % 8);
@@ -331,7 +360,8 @@ pub fn pack_act_row_wide(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
 }
 
 /// The wide (several-token) kernel for weight type `t` at level `isa`, if
-/// there is one. It reads packed weight rows and wide activation rows.
+/// there is one. It reads packed weight rows (K-quants: standard rows) and
+/// wide activation rows.
 pub fn wide_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Scalar => None,
@@ -340,9 +370,8 @@ pub fn wide_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
     }
 }
 
-/// Checked entry to a [`wide_fn`] kernel: packed weight rows (`ops.wrb` the
-/// standard row size) and wide activation rows (`ops.arb` =
-/// [`wide_act_row_bytes`]).
+/// Checked entry to a [`wide_fn`] kernel: weight rows as [`gemm`] reads
+/// them and wide activation rows (`ops.arb` = [`wide_act_row_bytes`]).
 ///
 /// # Safety
 /// As [`gemm`].
@@ -358,9 +387,10 @@ pub unsafe fn gemm_wide(
 ) {
     let f = wide_fn(isa, t).expect("no wide kernel for this type at this level");
     assert!(isa.supported(), "{isa:?} is not supported by this CPU");
-    assert!(ops.w.len() >= nrows * ops.wrb + PAD && ops.a.len() >= ntok * ops.arb);
+    let pad = if packs(t) { PAD } else { 0 };
+    assert!(ops.w.len() >= nrows * ops.wrb + pad && ops.a.len() >= ntok * ops.arb);
     assert_eq!(Some(ops.wrb as u64), t.row_bytes(ops.cols as u64));
-    assert_eq!(ops.arb, wide_act_row_bytes(ops.cols));
+    assert_eq!(ops.arb, wide_act_row_bytes(super::act_format(t), ops.cols));
     // SAFETY: the level is supported (checked above), the operand lengths are
     // checked above, and the caller vouches for `out`.
     unsafe { f(ops, nrows, ntok, out, ostride) }

@@ -131,7 +131,7 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
             }
             // The wide (prefill) kernel reads the same packed weights and
             // wide activation rows, and must give the same bits.
-            let warb = wide_act_row_bytes(cols);
+            let warb = wide_act_row_bytes(fmt, cols);
             let mut aw = vec![0u8; ntok * warb];
             for (s, d) in a.chunks_exact(arb).zip(aw.chunks_exact_mut(warb)) {
                 pack_act_row_wide(fmt, s, d);
