@@ -89,8 +89,20 @@ impl QMatrix {
         &self.data[r * rb..(r + 1) * rb]
     }
 
-    /// Decodes row `r` into `out` (cols values).
+    /// Decodes row `r` into `out` (cols values). Reads the repacked copy
+    /// when there is one: the original's pages were dropped when it was
+    /// made, and faulting them back (with the kernel's read-around) would
+    /// hold a tied embedding in memory twice.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(p) = self.packed.get() {
+            let rb = self.row_bytes();
+            let mut row = vec![0u8; rb];
+            x86::unpack_weight_row(self.dtype, &p[r * rb..(r + 1) * rb], &mut row);
+            blocks::dequantize(self.dtype, &row, out)
+                .expect("QMatrix rows are whole blocks, checked at construction");
+            return;
+        }
         blocks::dequantize(self.dtype, self.row(r), out)
             .expect("QMatrix rows are whole blocks, checked at construction");
     }
@@ -152,6 +164,9 @@ impl QMatrix {
                 }
                 self.data.slice(r0 * rb, src.len()).release_pages();
             });
+            // Once more over the whole matrix: a chunk packed on another
+            // thread may have faulted a shared boundary page back in.
+            self.data.release_pages();
             all
         })
     }

@@ -184,6 +184,47 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
     }
 }
 
+/// Undoes [`pack_weight_row`]: the standard blocks of one packed row.
+pub fn unpack_weight_row(t: GgmlType, packed: &[u8], out: &mut [u8]) {
+    assert!(packs(t), "{t} rows are not repacked");
+    assert_eq!(packed.len(), out.len());
+    let bb = t.block_bytes();
+    let nb = packed.len() / bb;
+    for g in 0..nb.div_ceil(8) {
+        let n = (nb - 8 * g).min(8);
+        let src = &packed[g * 8 * bb..(g * 8 + n) * bb];
+        let dst = &mut out[g * 8 * bb..(g * 8 + n) * bb];
+        let (mo, qo) = wgroup(t, n);
+        let (qs_at, nvec) = match t {
+            GgmlType::Q4_0 => (2, 4),
+            GgmlType::Q4_1 => (4, 4),
+            GgmlType::Q5_0 => (6, 4),
+            _ => (2, 8),
+        };
+        for l in 0..n {
+            let blk = &mut dst[l * bb..(l + 1) * bb];
+            blk[0..2].copy_from_slice(&src[2 * l..2 * l + 2]);
+            for k in 0..nvec {
+                let at = qo + 4 * n * k + 4 * l;
+                blk[qs_at + 4 * k..qs_at + 4 * k + 4].copy_from_slice(&src[at..at + 4]);
+            }
+            if t == GgmlType::Q4_1 {
+                blk[2..4].copy_from_slice(&src[mo + 2 * l..mo + 2 * l + 2]);
+            }
+            if t == GgmlType::Q5_0 {
+                let mut qh = 0u32;
+                for k in 0..8 {
+                    for i in 0..4 {
+                        let bit = 4 * n * k + 4 * l + i;
+                        qh |= (((src[mo + bit / 8] >> (bit % 8)) & 1) as u32) << (4 * k + i);
+                    }
+                }
+                blk[2..6].copy_from_slice(&qh.to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Bytes one block takes in a packed activation row: d as f32, (s as f32), codes.
 const fn act_block(fmt: ActFormat) -> usize {
     match fmt {

@@ -235,3 +235,25 @@ fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
         assert_eq!(ones(&out), ones(&row), "{t}");
     }
 }
+
+#[test]
+fn unpacking_restores_every_row() {
+    let mut rng = Rng(7);
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ] {
+        for cols in [32, 96, 256, 576, 640, 2048 + 96] {
+            let row: Vec<u8> = (0..t.row_bytes(cols).unwrap() as usize)
+                .map(|_| rng.next() as u8)
+                .collect();
+            let mut packed = vec![0u8; row.len()];
+            pack_weight_row(t, &row, &mut packed);
+            let mut back = vec![0u8; row.len()];
+            unpack_weight_row(t, &packed, &mut back);
+            assert_eq!(back, row, "{t} cols {cols}");
+        }
+    }
+}
