@@ -1,12 +1,18 @@
 //! Elementwise and per-row ops in f32, written so that a row's result depends
 //! only on that row (batched prefill must equal one token at a time, bit for bit).
+//!
+//! The GLU activations use [`exp_fast`], an exp built only from operations
+//! AVX2 has one instruction for (fused multiply-add, add, multiply, integer
+//! shift), so the 8-lane path computes exactly what the scalar path does for
+//! every element, wherever the element sits in a slice.
+
+use crate::pool::Pool;
 
 /// RMSNorm of one row: `x / sqrt(mean(x^2) + eps) * w`. The sum of squares is
 /// accumulated in f64: cheap at these widths and independent of row order.
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     debug_assert_eq!(x.len(), w.len());
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let scale = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+    let scale = rms_scale(x, eps);
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = v * scale * g;
     }
@@ -14,21 +20,217 @@ pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 
 /// RMSNorm in place.
 pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let scale = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+    let scale = rms_scale(x, eps);
     for (v, &g) in x.iter_mut().zip(w) {
         *v = *v * scale * g;
     }
 }
 
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+/// `1 / sqrt(mean(x^2) + eps)`. The squares go to lane i % 4 of four f64
+/// sums (so the adds need not wait on each other), added as (l0 + l2) + (l1 + l3).
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mut acc = [0f64; 4];
+    let chunks = x.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += (v as f64) * (v as f64);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a += (v as f64) * (v as f64);
+    }
+    let ss = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32
 }
 
-/// GELU, tanh approximation (what Gemma's `gelu_pytorch_tanh` computes).
+/// Inputs of [`exp_fast`] are clamped to this range (its result is then
+/// within a few ulp of `exp` on it, and finite and normal at both ends).
+const EXP_LO: f32 = -87.0;
+const EXP_HI: f32 = 88.0;
+/// 1.5 * 2^23: adding it rounds a value below 2^22 in magnitude to an integer
+/// (to nearest, ties to even) and leaves that integer in the low mantissa bits.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 in two parts (Cody and Waite): LN2_HI has few enough bits that n * LN2_HI is exact.
+const LN2_HI: f32 = 355.0 / 512.0; // 0.693359375
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Cephes' expf polynomial: e^r = 1 + r + r^2 * P(r) on |r| <= ln2 / 2.
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
+
+/// e^x for x in [-87, 88] (clamped outside it; NaN stays NaN), within a few
+/// ulp of `f32::exp`. Every step is a single IEEE operation with an AVX2
+/// twin, in the same order as [`avx2::exp8`].
+#[inline]
+pub fn exp_fast(x: f32) -> f32 {
+    // min then max in the operand order of vminps/vmaxps: a NaN x passes through.
+    let x = if EXP_HI < x { EXP_HI } else { x };
+    let x = if EXP_LO > x { EXP_LO } else { x };
+    let t = x.mul_add(LOG2E, ROUND_MAGIC);
+    let n = t - ROUND_MAGIC;
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut p = EXP_P[0];
+    for &c in &EXP_P[1..] {
+        p = p.mul_add(r, c);
+    }
+    let e = p.mul_add(r * r, r) + 1.0;
+    // 2^n from n's integer bits: n is in [-126, 127] after the clamp.
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
+    let scale = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
+    e * scale
+}
+
+/// `x * sigmoid(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + exp_fast(-x))
+}
+
+/// -2 sqrt(2 / pi) and -2 sqrt(2 / pi) * 0.044715.
+const GELU_A: f32 = -1.595_769;
+const GELU_B: f32 = -0.071_354_814;
+
+/// GELU, tanh approximation (what Gemma's `gelu_pytorch_tanh` computes):
+/// `0.5 x (1 + tanh(u))`, u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as the
+/// equal `x / (1 + e^(-2u))`, which needs one exp and no cancellation for x < 0.
+#[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
+    let t = x * (x * x).mul_add(GELU_B, GELU_A);
+    x / (1.0 + exp_fast(t))
+}
+
+/// The gate activation of a gated feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluAct {
+    Silu,
+    GeluTanh,
+}
+
+/// `gate[i] = act(gate[i]) * up[i]` (scalar reference).
+fn glu_scalar(act: GluAct, gate: &mut [f32], up: &[f32]) {
+    let f: fn(f32) -> f32 = match act {
+        GluAct::Silu => silu,
+        GluAct::GeluTanh => gelu_tanh,
+    };
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = f(*g) * u;
+    }
+}
+
+/// `gate[i] = act(gate[i]) * up[i]`, eight lanes at a time where AVX2 runs;
+/// the same bits as the scalar path for every element.
+pub fn glu(act: GluAct, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "glu: gate and up widths");
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2 {
+        // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.
+        return unsafe { avx2::glu(act, gate, up) };
+    }
+    glu_scalar(act, gate, up)
+}
+
+/// Elements per parallel chunk of an elementwise op: big enough that the
+/// pool's dispatch is noise, small enough to split a prefill's rows evenly.
+const PAR_CHUNK: usize = 16 * 1024;
+
+/// [`glu`] over the pool, in chunks of whole elements (the result does not
+/// depend on the split).
+pub fn glu_par(pool: &Pool, act: GluAct, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "glu: gate and up widths");
+    if gate.len() <= PAR_CHUNK || pool.threads() == 1 {
+        return glu(act, gate, up);
+    }
+    let parts: Vec<std::sync::Mutex<(&mut [f32], &[f32])>> = gate
+        .chunks_mut(PAR_CHUNK)
+        .zip(up.chunks(PAR_CHUNK))
+        .map(std::sync::Mutex::new)
+        .collect();
+    pool.for_each_chunk(parts.len(), |i| {
+        let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+        let (g, u) = &mut *part;
+        glu(act, g, u);
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use core::arch::x86_64::*;
+
+    /// [`exp_fast`] on eight lanes: the same operations in the same order.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn exp8(x: __m256) -> __m256 {
+        // vminps(a, b) returns b when either is NaN: (HI, x) keeps a NaN x.
+        let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);
+        let x = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
+        let magic = _mm256_set1_ps(ROUND_MAGIC);
+        let t = _mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), magic);
+        let n = _mm256_sub_ps(t, magic);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let e = _mm256_add_ps(
+            _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+            _mm256_set1_ps(1.0),
+        );
+        let ni = _mm256_sub_epi32(
+            _mm256_castps_si256(t),
+            _mm256_set1_epi32(ROUND_MAGIC.to_bits() as i32),
+        );
+        let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127)));
+        _mm256_mul_ps(e, _mm256_castsi256_ps(bits))
+    }
+
+    /// [`silu`] on eight lanes.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn silu8(x: __m256) -> __m256 {
+        let e = exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0)));
+        _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+    }
+
+    /// [`gelu_tanh`] on eight lanes.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn gelu8(x: __m256) -> __m256 {
+        let inner = _mm256_fmadd_ps(
+            _mm256_mul_ps(x, x),
+            _mm256_set1_ps(GELU_B),
+            _mm256_set1_ps(GELU_A),
+        );
+        let e = exp8(_mm256_mul_ps(x, inner));
+        _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn glu(act: GluAct, gate: &mut [f32], up: &[f32]) {
+        let n = gate.len().min(up.len());
+        let n8 = n / 8 * 8;
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= len of both slices.
+            unsafe {
+                let p = gate.as_mut_ptr().add(i);
+                let g = _mm256_loadu_ps(p);
+                let a = match act {
+                    GluAct::Silu => silu8(g),
+                    GluAct::GeluTanh => gelu8(g),
+                };
+                _mm256_storeu_ps(p, _mm256_mul_ps(a, _mm256_loadu_ps(up.as_ptr().add(i))));
+            }
+            i += 8;
+        }
+        glu_scalar(act, &mut gate[n8..n], &up[n8..n]);
+    }
 }
 
 /// In-place softmax; max-subtracted, sum in f64.
@@ -67,11 +269,162 @@ mod tests {
 
     #[test]
     fn gelu_and_silu_known_values() {
-        // silu(1) = 1 / (1 + e^-1) = 0.7310586
-        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
-        // gelu_tanh(1) = 0.5 * (1 + tanh(0.7978846 * 1.044715)) = 0.8411920
-        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-6);
+        // Worked out by hand (to 9 digits) from the definitions:
+        // gelu_tanh(x) = 0.5 x (1 + tanh(0.7978846 (x + 0.044715 x^3))),
+        // silu(x) = x / (1 + e^-x).
+        let gelu: [(f32, f64); 6] = [
+            (1.0, 0.841_191_99),
+            (-1.0, -0.158_808_01),
+            (2.0, 1.954_597_7),
+            (-3.0, -0.003_637_392_1),
+            (0.5, 0.345_714_01),
+            (10.0, 10.0),
+        ];
+        for (x, want) in gelu {
+            let got = gelu_tanh(x) as f64;
+            assert!(
+                (got - want).abs() <= 2e-7 * want.abs().max(1e-3),
+                "gelu_tanh({x}) = {got}, want {want}"
+            );
+        }
+        let silu_v: [(f32, f64); 5] = [
+            (1.0, 0.731_058_58),
+            (-1.0, -0.268_941_42),
+            (2.0, 1.761_594_2),
+            (-3.0, -0.142_277_62),
+            (10.0, 9.999_546),
+        ];
+        for (x, want) in silu_v {
+            let got = silu(x) as f64;
+            assert!(
+                (got - want).abs() <= 2e-7 * want.abs(),
+                "silu({x}) = {got}, want {want}"
+            );
+        }
         assert_eq!(gelu_tanh(0.0), 0.0);
+        assert_eq!(silu(0.0), 0.0);
+        // Far tails: zero (of x's sign) and x itself, no NaN from inf / inf.
+        assert!(gelu_tanh(-100.0).abs() < 1e-30 && silu(-200.0).abs() < 1e-30);
+        assert_eq!(gelu_tanh(100.0), 100.0);
+        assert_eq!(silu(200.0), 200.0);
+        assert!(gelu_tanh(f32::NAN).is_nan() && silu(f32::NAN).is_nan());
+    }
+
+    /// Distance in ulps between two finite f32 of the same sign.
+    fn ulps(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    #[test]
+    fn exp_fast_is_within_a_few_ulp_over_its_range() {
+        let mut worst = 0;
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            let want = (x as f64).exp() as f32;
+            worst = worst.max(ulps(exp_fast(x), want));
+            x += 0.000_731;
+        }
+        assert!(worst <= 2, "exp_fast off by {worst} ulp");
+        assert_eq!(exp_fast(0.0), 1.0);
+    }
+
+    #[test]
+    fn fast_activations_track_exact_tanh_and_exp_over_a_sweep() {
+        // gelu_tanh against 0.5 x (1 + tanh(u)) in f64, and silu against f64:
+        // relative error of a few ulp wherever the result is not denormal.
+        let gelu64 = |x: f64| {
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x * x * x);
+            // 0.5 x (1 + tanh(u)), written without f64's own cancellation at x << 0.
+            x / (1.0 + (-2.0 * u).exp())
+        };
+        let (mut worst_g, mut worst_s) = (0f64, 0f64);
+        let mut x = -12.0f32;
+        while x <= 12.0 {
+            let g = gelu64(x as f64);
+            if g.abs() > 1e-30 {
+                // The exponent -2u takes three f32 roundings (a relative
+                // 1.8e-7 at most), which move e^(-2u) by a relative 1.8e-7 |2u|:
+                // any f32 evaluation of the formula pays that at x << 0.
+                let u2 = 2.0
+                    * (2.0 / std::f64::consts::PI).sqrt()
+                    * (x as f64)
+                    * (1.0 + 0.044_715 * (x * x) as f64);
+                let rel = (gelu_tanh(x) as f64 - g).abs() / g.abs();
+                if rel / (1.0 + 0.25 * u2.abs()) > 4e-7 {
+                    eprintln!("x {x} rel {rel:e} u2 {u2}");
+                }
+                worst_g = worst_g.max(rel / (1.0 + 0.5 * u2.abs()));
+            }
+            let s = x as f64 / (1.0 + (-(x as f64)).exp());
+            if s != 0.0 {
+                worst_s = worst_s.max((silu(x) as f64 - s).abs() / s.abs());
+            }
+            x += 0.000_37;
+        }
+        // 5e-7 is about 4 ulp of f32.
+        assert!(worst_g < 5e-7, "gelu_tanh relative error {worst_g:e}");
+        assert!(worst_s < 5e-7, "silu relative error {worst_s:e}");
+        // The tanh it stands for: 2 sigmoid(2u) - 1 against f32::tanh where
+        // that difference does not cancel (|tanh| >= 0.5).
+        let mut worst_t = 0;
+        let mut u = -9.0f32;
+        while u <= 9.0 {
+            let t = 2.0 / (1.0 + exp_fast(-2.0 * u)) - 1.0;
+            if u.tanh().abs() >= 0.5 {
+                worst_t = worst_t.max(ulps(t, u.tanh()));
+            }
+            u += 0.000_91;
+        }
+        assert!(worst_t <= 4, "tanh via exp_fast off by {worst_t} ulp");
+    }
+
+    #[test]
+    fn glu_simd_equals_scalar_and_parallel_equals_serial() {
+        let n = 40_000 + 5;
+        let f = |i: usize| ((i * 7919 % 10007) as f32 / 10007.0 - 0.5) * 24.0;
+        let mut gate: Vec<f32> = (0..n).map(f).collect();
+        gate[3] = f32::NAN;
+        gate[4] = f32::INFINITY;
+        gate[5] = f32::NEG_INFINITY;
+        gate[6] = -0.0;
+        gate[7] = 1e-40;
+        let up: Vec<f32> = (0..n).map(|i| f(i + 17) / 7.0).collect();
+        for act in [GluAct::Silu, GluAct::GeluTanh] {
+            let mut want = gate.clone();
+            glu_scalar(act, &mut want, &up);
+            // Element by element through the public scalar functions.
+            let one: fn(f32) -> f32 = if act == GluAct::Silu { silu } else { gelu_tanh };
+            for i in 0..n {
+                assert_eq!(
+                    (one(gate[i]) * up[i]).to_bits(),
+                    want[i].to_bits(),
+                    "{act:?} {i}"
+                );
+            }
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                // Every offset, so each element meets every lane and the tail.
+                for start in 0..9 {
+                    let mut got = gate[start..].to_vec();
+                    // SAFETY: the features were just detected.
+                    unsafe { avx2::glu(act, &mut got, &up[start..]) };
+                    let same = got
+                        .iter()
+                        .zip(&want[start..])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{act:?}: AVX2 differs from scalar at offset {start}");
+                }
+            }
+            for threads in [1, 2, 3] {
+                let pool = Pool::new(threads);
+                let mut got = gate.clone();
+                glu_par(&pool, act, &mut got, &up);
+                assert!(got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! sequences gives the same logits, bit for bit.
 
 use onebit_kernels::attention::{attend_rows, AttnShape};
-use onebit_kernels::ops::{gelu_tanh, rmsnorm, rmsnorm_inplace, silu, softcap};
+use onebit_kernels::ops::{glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
 
@@ -385,11 +385,11 @@ impl Model {
     fn feed_forward(&self, il: usize, h: &[f32], n: usize) -> Vec<f32> {
         let f = &self.weights.layers[il].ffn;
         let [mut g, u] = self.mm_many([&f.gate, &f.up], h, n);
-        let act: fn(f32) -> f32 = match self.sem.activation.value {
-            Activation::SiluGate => silu,
-            Activation::GeluTanhGate => gelu_tanh,
+        let act = match self.sem.activation.value {
+            Activation::SiluGate => GluAct::Silu,
+            Activation::GeluTanhGate => GluAct::GeluTanh,
         };
-        g.iter_mut().zip(&u).for_each(|(a, b)| *a = act(*a) * b);
+        glu_par(&self.pool, act, &mut g, &u);
         self.mm(&f.down, &g, n)
     }
 }
