@@ -122,6 +122,8 @@ pub struct Gguf {
     map: Arc<memmap2::Mmap>,
     /// Whether `map` maps the file (`open`) rather than a copy (`from_bytes`).
     file_backed: bool,
+    /// Bytes of the header, metadata and tensor infos (all copied into owned values).
+    header_len: usize,
     pub version: u32,
     pub alignment: u64,
     /// Metadata in file order.
@@ -137,6 +139,9 @@ impl Gguf {
         let map = file_map(&path)?;
         let mut g = Self::parse(path, Arc::new(map))?;
         g.file_backed = true;
+        // Everything in the header was copied into `metadata` and `tensors`:
+        // drop its pages (megabytes for a large vocabulary) from resident memory.
+        ByteView::file_mapped(g.map.clone(), 0, g.header_len).release_pages();
         Ok(g)
     }
 
@@ -269,6 +274,7 @@ impl Gguf {
             });
         }
 
+        let header_len = c.pos;
         let data_start = align_up(c.pos as u64, alignment);
         let file_len = map.len() as u64;
         if data_start > file_len && !raw.is_empty() {
@@ -306,6 +312,7 @@ impl Gguf {
             path,
             map,
             file_backed: false,
+            header_len,
             version,
             alignment,
             metadata,

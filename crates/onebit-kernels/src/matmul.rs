@@ -139,6 +139,16 @@ impl QMatrix {
         }
     }
 
+    /// Drops the original's pages from resident memory again once the
+    /// repacked copy exists (a no-op otherwise): packing a neighbouring
+    /// matrix reads its file pages with the kernel's read-around, which can
+    /// map pages of one packed earlier back in.
+    pub fn release_original(&self) {
+        if self.packed.get().is_some() {
+            self.data.release_pages();
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     fn packed_rows(&self, pool: &Pool) -> &[u8] {
         self.packed.get_or_init(|| {

@@ -64,7 +64,13 @@ impl Opened {
     /// Loads the weights the semantics name.
     pub fn load(&self, exec: &ExecConfig) -> Result<Model> {
         let w = weights::load(self.container.tensors(), &self.sem)?;
-        Ok(Model::new(self.sem.clone(), w, exec))
+        let model = Model::new(self.sem.clone(), w, exec);
+        // Packing each matrix read its neighbours' edges too (read-around);
+        // now that every packed copy exists, drop those pages again.
+        for m in model.weights.matrices() {
+            m.release_original();
+        }
+        Ok(model)
     }
 }
 

@@ -197,6 +197,9 @@ impl<'a> Loader<'a> {
         let mut out = vec![0f32; len];
         blocks::dequantize(t.dtype, &t.bytes, &mut out)
             .map_err(|e| self.err(name, e.to_string()))?;
+        // Copied: the file's pages (and the read-around that came with
+        // them, ~64 KiB per small tensor) need not stay resident.
+        t.bytes.release_pages();
         Ok(out)
     }
 
