@@ -14,12 +14,19 @@ use onebit_kernels::attention::{attend_rows, AttnShape};
 use onebit_kernels::ops::{glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
+use std::cell::OnceCell;
+use std::sync::Mutex;
 
 use crate::error::{ModelError, Result};
 use crate::mixers;
 use crate::semantics::{Activation, LayerKind, QkNorm, RopeSpec, Semantics};
 use crate::state::{LayerState, SeqState};
 use crate::weights::{AttnWeights, Mixer, Weights};
+
+/// Prompt tokens per forward pass of [`Model::forward`]: enough rows for
+/// the wide matmul kernels, few enough that the activations of a long prompt
+/// stay a few MB.
+const UBATCH: usize = 128;
 
 /// How the forward runs: threads, arithmetic and the context limit.
 #[derive(Clone, Debug)]
@@ -136,16 +143,24 @@ impl Model {
         out
     }
 
-    /// Several matrices over the same input: the input is quantized once.
-    fn mm_many<const N: usize>(&self, ws: [&QMatrix; N], x: &[f32], n: usize) -> [Vec<f32>; N] {
-        let mut outs = ws.map(|w| vec![0f32; n * w.rows]);
-        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
-        matmul_many(&self.pool, self.precision, &ws, x, n, &mut refs);
-        outs
-    }
-
     /// Runs `tokens` at the next positions of `state`; returns the logits asked for.
     pub fn forward(&self, state: &mut SeqState, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        if tokens.len() > UBATCH {
+            // A long prompt runs in micro-batches: the same bits (every row
+            // is computed the same way in any batch), a quarter of the
+            // activation memory of one 512-token batch. Input errors are
+            // refused before the state changes, as for one batch.
+            self.check_input(state, tokens)?;
+            let mut out = Vec::new();
+            for chunk in tokens.chunks(UBATCH) {
+                let l = self.forward(state, chunk, want)?;
+                match want {
+                    Logits::All => out.extend(l),
+                    Logits::Last => out = l,
+                }
+            }
+            return Ok(out);
+        }
         let mut seqs = [SeqInput {
             state,
             tokens,
@@ -157,6 +172,33 @@ impl Model {
             .expect("one sequence in, one out"))
     }
 
+    /// Refuses tokens that one forward call of this sequence could not run.
+    fn check_input(&self, state: &SeqState, tokens: &[u32]) -> Result<()> {
+        let d = &self.sem.dims;
+        if tokens.is_empty() {
+            return Err(ModelError::Input("no tokens to run".into()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= d.n_vocab) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is outside the vocabulary (size {})",
+                d.n_vocab
+            )));
+        }
+        if state.layers.len() != d.n_layer {
+            return Err(ModelError::Input(
+                "sequence state belongs to another model".into(),
+            ));
+        }
+        let end = state.pos + tokens.len();
+        if end > self.max_context {
+            return Err(ModelError::Input(format!(
+                "sequence of {end} positions exceeds the context limit {}",
+                self.max_context
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs several sequences in one pass; returns each one's logits in order.
     /// Each sequence's logits are exactly what `forward` alone would give.
     pub fn forward_batch(&self, seqs: &mut [SeqInput]) -> Result<Vec<Vec<f32>>> {
@@ -164,27 +206,7 @@ impl Model {
         let mut segs = Vec::with_capacity(seqs.len());
         let mut n = 0;
         for s in seqs.iter() {
-            if s.tokens.is_empty() {
-                return Err(ModelError::Input("no tokens to run".into()));
-            }
-            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= d.n_vocab) {
-                return Err(ModelError::Input(format!(
-                    "token id {bad} is outside the vocabulary (size {})",
-                    d.n_vocab
-                )));
-            }
-            if s.state.layers.len() != d.n_layer {
-                return Err(ModelError::Input(
-                    "sequence state belongs to another model".into(),
-                ));
-            }
-            let end = s.state.pos + s.tokens.len();
-            if end > self.max_context {
-                return Err(ModelError::Input(format!(
-                    "sequence of {end} positions exceeds the context limit {}",
-                    self.max_context
-                )));
-            }
+            self.check_input(s.state, s.tokens)?;
             segs.push(Segment {
                 rows: n..n + s.tokens.len(),
                 pos0: s.state.pos,
@@ -205,32 +227,54 @@ impl Model {
         }
 
         let eps = self.sem.norm_eps.value;
+        let layers = &self.weights.layers;
         let mut h = vec![0f32; n * e];
-        for (il, lw) in self.weights.layers.iter().enumerate() {
-            norm_rows(&x, &lw.attn_norm, eps, &mut h, e);
-            let mut mixed = match &lw.mixer {
-                Mixer::Attention(aw) => self.attention(il, aw, seqs, &segs, &h),
+        if let Some(first) = layers.first() {
+            par_rows(
+                &self.pool,
+                n,
+                [e, e],
+                [&mut x[..], &mut h[..]],
+                |_, [xs, hs]| {
+                    for (xr, hr) in xs.chunks_exact(e).zip(hs.chunks_exact_mut(e)) {
+                        rmsnorm(xr, &first.attn_norm, eps, hr);
+                    }
+                },
+            );
+        }
+        // Each stacked row's position, and the RoPE angles of every row per
+        // table, computed once for all the layers that use them.
+        let positions: Vec<usize> = segs
+            .iter()
+            .flat_map(|s| (0..s.rows.len()).map(move |j| s.pos0 + j))
+            .collect();
+        let angles_full = OnceCell::new();
+        let angles_sliding = OnceCell::new();
+        let mut sc = Scratch::default();
+        for (il, lw) in layers.iter().enumerate() {
+            match &lw.mixer {
+                Mixer::Attention(aw) => {
+                    let (rope, cell) = if self.sem.layer_kinds.value[il] == LayerKind::Sliding {
+                        (&self.rope_sliding, &angles_sliding)
+                    } else {
+                        (&self.rope_full, &angles_full)
+                    };
+                    let angles = cell.get_or_init(|| self.angle_table(rope, &positions));
+                    self.attention(il, aw, seqs, &segs, &h, rope, angles, &mut sc);
+                }
                 Mixer::ShortConv(cw) => {
-                    mixers::short_conv(self, il, cw, seqs, &segs_rows(&segs), &h)?
+                    sc.mixed = mixers::short_conv(self, il, cw, seqs, &segs_rows(&segs), &h)?
                 }
                 Mixer::DeltaNet(dw) => {
-                    mixers::delta_net(self, il, dw, seqs, &segs_rows(&segs), &h)?
+                    sc.mixed = mixers::delta_net(self, il, dw, seqs, &segs_rows(&segs), &h)?
                 }
-            };
-            if let Some(w) = &lw.post_attn_norm {
-                mixed
-                    .chunks_exact_mut(e)
-                    .for_each(|r| rmsnorm_inplace(r, w, eps));
             }
-            x.iter_mut().zip(&mixed).for_each(|(a, b)| *a += b);
-
-            norm_rows(&x, &lw.ffn_norm, eps, &mut h, e);
-            let mut ff = self.feed_forward(il, &h, n);
-            if let Some(w) = &lw.post_ffn_norm {
-                ff.chunks_exact_mut(e)
-                    .for_each(|r| rmsnorm_inplace(r, w, eps));
-            }
-            x.iter_mut().zip(&ff).for_each(|(a, b)| *a += b);
+            let post = lw.post_attn_norm.as_deref();
+            self.residual(&mut x, &mut sc.mixed, post, Some(&lw.ffn_norm), &mut h);
+            self.feed_forward(il, &h, n, &mut sc);
+            let next = layers.get(il + 1).map(|l| &l.attn_norm[..]);
+            let post = lw.post_ffn_norm.as_deref();
+            self.residual(&mut x, &mut sc.ff, post, next, &mut h);
         }
         for (s, seg) in seqs.iter_mut().zip(&segs) {
             s.state.pos = seg.pos0 + seg.rows.len();
@@ -272,6 +316,20 @@ impl Model {
         Ok(out)
     }
 
+    /// `rope`'s cos/sin pairs for every stacked row ([rows][n_rot / 2]).
+    fn angle_table(&self, rope: &Rope, positions: &[usize]) -> Vec<(f32, f32)> {
+        self.pool
+            .map_ranges(positions.len(), 64, |r| {
+                positions[r]
+                    .iter()
+                    .flat_map(|&p| rope.angles(p))
+                    .collect::<Vec<_>>()
+            })
+            .concat()
+    }
+
+    /// Writes the attention output into `sc.mixed`.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         il: usize,
@@ -279,35 +337,54 @@ impl Model {
         seqs: &mut [SeqInput],
         segs: &[Segment],
         h: &[f32],
-    ) -> Vec<f32> {
+        rope: &Rope,
+        angles: &[(f32, f32)],
+        sc: &mut Scratch,
+    ) {
         let d = &self.sem.dims;
         let kind = self.sem.layer_kinds.value[il];
         let n = h.len() / d.n_embd;
         let (dk, dv) = (d.head_dim_k, d.head_dim_v);
         let gated = self.sem.attn_output_gate.value;
-        let [q_all, mut k, mut v] = self.mm_many([&aw.wq, &aw.wk, &aw.wv], h, n);
+        let Scratch {
+            q: q_all,
+            k,
+            v,
+            ctx,
+            mixed,
+            ..
+        } = sc;
+        let mut outs = [
+            sized(q_all, n * aw.wq.rows),
+            sized(k, n * aw.wk.rows),
+            sized(v, n * aw.wv.rows),
+        ];
+        matmul_many(
+            &self.pool,
+            self.precision,
+            &[&aw.wq, &aw.wk, &aw.wv],
+            h,
+            n,
+            &mut outs,
+        );
         let qw = d.n_head * dk;
         // With an output gate, q rows are [q_h | gate_h] per head.
-        let (mut q, gate) = if gated {
-            let mut q = Vec::with_capacity(n * qw);
+        let mut q_split = Vec::new();
+        let (q, gate): (&mut [f32], _) = if gated {
             let mut g = Vec::with_capacity(n * qw);
+            q_split.reserve_exact(n * qw);
             for head in q_all.chunks_exact(2 * dk) {
-                q.extend_from_slice(&head[..dk]);
+                q_split.extend_from_slice(&head[..dk]);
                 g.extend_from_slice(&head[dk..]);
             }
-            (q, Some(g))
+            (&mut q_split[..], Some(g))
         } else {
-            (q_all, None)
+            (&mut q_all[..], None)
         };
-        add_bias(&mut q, aw.bq.as_deref());
-        add_bias(&mut k, aw.bk.as_deref());
-        add_bias(&mut v, aw.bv.as_deref());
+        add_bias(q, aw.bq.as_deref());
+        add_bias(k, aw.bk.as_deref());
+        add_bias(v, aw.bv.as_deref());
 
-        let rope = if kind == LayerKind::Sliding {
-            &self.rope_sliding
-        } else {
-            &self.rope_full
-        };
         let eps = self.sem.norm_eps.value;
         let qk_norm = self.sem.qk_norm.value;
         let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
@@ -317,25 +394,36 @@ impl Model {
             }
         };
         let kw = d.n_head_kv * dk;
-        for seg in segs {
-            for (j, t) in seg.rows.clone().enumerate() {
-                let angles = rope.angles(seg.pos0 + j);
-                let qt = &mut q[t * qw..(t + 1) * qw];
-                let kt = &mut k[t * kw..(t + 1) * kw];
-                if qk_norm == QkNorm::BeforeRope {
-                    norm_heads(qt, &aw.q_norm);
-                    norm_heads(kt, &aw.k_norm);
+        let half = rope.inv_freq.len();
+        // Per row: q/k norms and RoPE, rows in parallel.
+        par_rows(
+            &self.pool,
+            n,
+            [qw, kw],
+            [&mut *q, &mut k[..]],
+            |r0, [qs, ks]| {
+                for (j, (qt, kt)) in qs
+                    .chunks_exact_mut(qw)
+                    .zip(ks.chunks_exact_mut(kw))
+                    .enumerate()
+                {
+                    let t = r0 + j;
+                    let angles = &angles[t * half..(t + 1) * half];
+                    if qk_norm == QkNorm::BeforeRope {
+                        norm_heads(qt, &aw.q_norm);
+                        norm_heads(kt, &aw.k_norm);
+                    }
+                    qt.chunks_exact_mut(dk)
+                        .for_each(|head| rope.apply(head, angles));
+                    kt.chunks_exact_mut(dk)
+                        .for_each(|head| rope.apply(head, angles));
+                    if qk_norm == QkNorm::AfterRope {
+                        norm_heads(qt, &aw.q_norm);
+                        norm_heads(kt, &aw.k_norm);
+                    }
                 }
-                qt.chunks_exact_mut(dk)
-                    .for_each(|head| rope.apply(head, &angles));
-                kt.chunks_exact_mut(dk)
-                    .for_each(|head| rope.apply(head, &angles));
-                if qk_norm == QkNorm::AfterRope {
-                    norm_heads(qt, &aw.q_norm);
-                    norm_heads(kt, &aw.k_norm);
-                }
-            }
-        }
+            },
+        );
 
         let shape = AttnShape {
             n_head: d.n_head,
@@ -351,7 +439,7 @@ impl Model {
         let cap = self.sem.attn_softcap.value;
         let width = d.n_head * dv;
         let vw = d.n_head_kv * dv;
-        let mut ctx = vec![0f32; n * width];
+        let ctx = sized(ctx, n * width);
         for (s, seg) in seqs.iter_mut().zip(segs) {
             let LayerState::Attention(cache) = &mut s.state.layers[il] else {
                 unreachable!("attention layers hold KV caches (SeqState::new)")
@@ -379,19 +467,126 @@ impl Model {
         if let Some(g) = gate {
             ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));
         }
-        self.mm(&aw.wo, &ctx, n)
+        let out = sized(mixed, n * aw.wo.rows);
+        matmul(&self.pool, self.precision, &aw.wo, ctx, n, out);
     }
 
-    fn feed_forward(&self, il: usize, h: &[f32], n: usize) -> Vec<f32> {
+    /// Writes the feed-forward output into `sc.ff`.
+    fn feed_forward(&self, il: usize, h: &[f32], n: usize, sc: &mut Scratch) {
         let f = &self.weights.layers[il].ffn;
-        let [mut g, u] = self.mm_many([&f.gate, &f.up], h, n);
+        let Scratch { gate, up, ff, .. } = sc;
+        let mut outs = [sized(gate, n * f.gate.rows), sized(up, n * f.up.rows)];
+        matmul_many(
+            &self.pool,
+            self.precision,
+            &[&f.gate, &f.up],
+            h,
+            n,
+            &mut outs,
+        );
+        let [g, u] = outs;
         let act = match self.sem.activation.value {
             Activation::SiluGate => GluAct::Silu,
             Activation::GeluTanhGate => GluAct::GeluTanh,
         };
-        glu_par(&self.pool, act, &mut g, &u);
-        self.mm(&f.down, &g, n)
+        glu_par(&self.pool, act, g, u);
+        let out = sized(ff, n * f.down.rows);
+        matmul(&self.pool, self.precision, &f.down, g, n, out);
     }
+
+    /// The residual step after a mixer or feed-forward, rows in parallel:
+    /// `delta` through its post-norm (when the model has one), added into
+    /// `x`, then `x` through the next norm into `h` (when one follows).
+    fn residual(
+        &self,
+        x: &mut [f32],
+        delta: &mut [f32],
+        post: Option<&[f32]>,
+        next: Option<&[f32]>,
+        h: &mut [f32],
+    ) {
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        let n = x.len() / e;
+        par_rows(
+            &self.pool,
+            n,
+            [e, e, e],
+            [x, delta, h],
+            |_, [xs, ds, hs]| {
+                let rows = xs.chunks_exact_mut(e).zip(ds.chunks_exact_mut(e));
+                for ((xr, dr), hr) in rows.zip(hs.chunks_exact_mut(e)) {
+                    if let Some(w) = post {
+                        rmsnorm_inplace(dr, w, eps);
+                    }
+                    xr.iter_mut().zip(dr.iter()).for_each(|(a, b)| *a += b);
+                    if let Some(w) = next {
+                        rmsnorm(xr, w, eps, hr);
+                    }
+                }
+            },
+        );
+    }
+}
+
+/// Buffers reused from layer to layer within one forward call: the big
+/// activations are allocated (and their pages faulted in) once per call
+/// instead of once per op.
+#[derive(Default)]
+struct Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    ctx: Vec<f32>,
+    mixed: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    ff: Vec<f32>,
+}
+
+/// `buf` at length `len`, for a kernel that overwrites every element (what
+/// it held before is not cleared).
+fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    buf.resize(len, 0.0);
+    &mut buf[..]
+}
+
+/// Calls `f(first_row, parts)` on consecutive blocks of rows of `N`
+/// matrices with `n` rows each (`widths[i]` elements per row of `bufs[i]`),
+/// the blocks in parallel. A row's result must depend only on that row.
+fn par_rows<const N: usize>(
+    pool: &Pool,
+    n: usize,
+    widths: [usize; N],
+    bufs: [&mut [f32]; N],
+    f: impl Fn(usize, [&mut [f32]; N]) + Sync,
+) {
+    for (b, w) in bufs.iter().zip(widths) {
+        assert_eq!(b.len(), n * w, "par_rows: buffer shape");
+    }
+    // Rows per block: at least 8 (a block should outweigh a dispatch), about
+    // 4 blocks per thread.
+    let per = n.div_ceil(pool.threads() * 4).max(8);
+    if n <= per || pool.threads() == 1 {
+        return f(0, bufs);
+    }
+    let mut rest = bufs;
+    let mut blocks = Vec::with_capacity(n.div_ceil(per));
+    for r0 in (0..n).step_by(per) {
+        let rows = per.min(n - r0);
+        let part: [&mut [f32]; N] = std::array::from_fn(|i| {
+            let (a, b) = std::mem::take(&mut rest[i]).split_at_mut(rows * widths[i]);
+            rest[i] = b;
+            a
+        });
+        blocks.push(Mutex::new(Some((r0, part))));
+    }
+    pool.for_each_chunk(blocks.len(), |c| {
+        let taken = blocks[c].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((r0, part)) = taken {
+            f(r0, part);
+        }
+    });
 }
 
 /// Appends rows to a KV cache growing it by a quarter at a time rather than
@@ -406,12 +601,6 @@ fn append_kv(cache: &mut Vec<f32>, rows: &[f32]) {
 
 fn segs_rows(segs: &[Segment]) -> Vec<std::ops::Range<usize>> {
     segs.iter().map(|s| s.rows.clone()).collect()
-}
-
-fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], e: usize) {
-    for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
-        rmsnorm(xr, w, eps, or);
-    }
 }
 
 pub(crate) fn sigmoid(x: f32) -> f32 {
