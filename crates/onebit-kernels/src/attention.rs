@@ -94,13 +94,22 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     fn finish_score(acc: __m256, q: &[f32], k: &[f32], scale: f32, softcap: Option<f32>) -> f32 {
         let n8 = q.len() / 8 * 8;
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` has 8 elements.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        for i in n8..q.len() {
-            lanes[i - n8] = q[i].mul_add(k[i], lanes[i - n8]);
-        }
-        let mut s = crate::quant::scalar::reduce8(&lanes) * scale;
+        let sum = if n8 == q.len() {
+            // reduce8 in registers: [l0+l4, l1+l5, l2+l6, l3+l7], then
+            // [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7)], then their sum.
+            let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+            let t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)))
+        } else {
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` has 8 elements.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+            for i in n8..q.len() {
+                lanes[i - n8] = q[i].mul_add(k[i], lanes[i - n8]);
+            }
+            crate::quant::scalar::reduce8(&lanes)
+        };
+        let mut s = sum * scale;
         if let Some(cap) = softcap {
             s = cap * (s / cap).tanh();
         }

@@ -65,11 +65,13 @@ const EXP_P: [f32; 6] = [
     0.5,
 ];
 
-/// e^x for x in [-87, 88] (clamped outside it; NaN stays NaN), within a few
-/// ulp of `f32::exp`. Every step is a single IEEE operation with an AVX2
-/// twin, in the same order as [`avx2::exp8`].
+/// e^x within a few ulp of `f32::exp` for x in [-87, 88]; 0 below it (where
+/// e^x is denormal or less), e^88 above it, NaN for NaN. Every step is a
+/// single IEEE operation with an AVX2 twin, in the same order as
+/// [`avx2::exp8`].
 #[inline]
 pub fn exp_fast(x: f32) -> f32 {
+    let below = x < EXP_LO;
     // min then max in the operand order of vminps/vmaxps: a NaN x passes through.
     let x = if EXP_HI < x { EXP_HI } else { x };
     let x = if EXP_LO > x { EXP_LO } else { x };
@@ -85,7 +87,11 @@ pub fn exp_fast(x: f32) -> f32 {
     // 2^n from n's integer bits: n is in [-126, 127] after the clamp.
     let ni = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
     let scale = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
-    e * scale
+    if below {
+        0.0
+    } else {
+        e * scale
+    }
 }
 
 /// `x * sigmoid(x)`.
@@ -168,6 +174,8 @@ mod avx2 {
     /// [`exp_fast`] on eight lanes: the same operations in the same order.
     #[target_feature(enable = "avx2,fma")]
     pub fn exp8(x: __m256) -> __m256 {
+        // Ordered compare: false for NaN, which then stays NaN below.
+        let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
         // vminps(a, b) returns b when either is NaN: (HI, x) keeps a NaN x.
         let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);
         let x = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
@@ -189,7 +197,26 @@ mod avx2 {
             _mm256_set1_epi32(ROUND_MAGIC.to_bits() as i32),
         );
         let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127)));
-        _mm256_mul_ps(e, _mm256_castsi256_ps(bits))
+        _mm256_andnot_ps(below, _mm256_mul_ps(e, _mm256_castsi256_ps(bits)))
+    }
+
+    /// `x[i] = exp_fast(x[i] - m)`.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn exp_sub(x: &mut [f32], m: f32) {
+        let n8 = x.len() / 8 * 8;
+        let mv = _mm256_set1_ps(m);
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= x.len().
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                _mm256_storeu_ps(p, exp8(_mm256_sub_ps(_mm256_loadu_ps(p), mv)));
+            }
+            i += 8;
+        }
+        for v in &mut x[n8..] {
+            *v = exp_fast(*v - m);
+        }
     }
 
     /// [`silu`] on eight lanes.
@@ -233,17 +260,49 @@ mod avx2 {
     }
 }
 
-/// In-place softmax; max-subtracted, sum in f64.
+/// In-place softmax: max-subtracted, [`exp_fast`] (eight lanes at a time
+/// where AVX2 runs, the same bits), the sum in four f64 lanes.
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v);
+        }
     }
+    for (l, &v) in lanes.iter_mut().zip(tail) {
+        *l = l.max(v);
+    }
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    exp_sub(x, max);
+    let mut acc = [0f64; 4];
+    let chunks = x.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v as f64;
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a += v as f64;
+    }
+    let sum = (acc[0] + acc[2]) + (acc[1] + acc[3]);
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
+    }
+}
+
+/// `x[i] = exp_fast(x[i] - m)`.
+fn exp_sub(x: &mut [f32], m: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2 {
+        // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.
+        return unsafe { avx2::exp_sub(x, m) };
+    }
+    for v in x.iter_mut() {
+        *v = exp_fast(*v - m);
     }
 }
 
@@ -376,6 +435,51 @@ mod tests {
             u += 0.000_91;
         }
         assert!(worst_t <= 4, "tanh via exp_fast off by {worst_t} ulp");
+    }
+
+    #[test]
+    fn exp_and_softmax_simd_equal_scalar() {
+        let f = |i: usize| ((i * 7919 % 10007) as f32 / 10007.0 - 0.5) * 240.0;
+        let mut x: Vec<f32> = (0..1003).map(f).collect();
+        x[1] = f32::NAN;
+        x[2] = f32::INFINITY;
+        x[3] = f32::NEG_INFINITY;
+        x[4] = -85.5;
+        x[5] = -85.500_01;
+        let want: Vec<f32> = x.iter().map(|&v| exp_fast(v - 1.5)).collect();
+        assert_eq!(want[3], 0.0);
+        assert_eq!(want[5], 0.0);
+        assert!(want[4] > 0.0 && want[1].is_nan());
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            for start in 0..9 {
+                let mut got = x[start..].to_vec();
+                // SAFETY: the features were just detected.
+                unsafe { avx2::exp_sub(&mut got, 1.5) };
+                let same = got
+                    .iter()
+                    .zip(&want[start..])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "AVX2 exp differs from scalar at offset {start}");
+            }
+        }
+        // softmax against f64, on values a softmax sees.
+        let mut s: Vec<f32> = (0..77).map(|i| f(i) / 20.0).collect();
+        let m = s
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, |a, b| a.max(b as f64));
+        // From the f32 differences x - max, as softmax rounds them.
+        let e: Vec<f64> = s.iter().map(|&v| ((v - m as f32) as f64).exp()).collect();
+        let z: f64 = e.iter().sum();
+        softmax(&mut s);
+        for (got, e) in s.iter().zip(&e) {
+            assert!(
+                (*got as f64 - e / z).abs() <= 4e-7 * (e / z),
+                "{got} vs {}",
+                e / z
+            );
+        }
     }
 
     #[test]
