@@ -151,6 +151,14 @@ impl Model {
             // activation memory of one 512-token batch. Input errors are
             // refused before the state changes, as for one batch.
             self.check_input(state, tokens)?;
+            // The KV cache grows once, to its final size, not per batch.
+            let d = &self.sem.dims;
+            for layer in state.layers.iter_mut() {
+                if let LayerState::Attention(c) = layer {
+                    c.k.reserve_exact(tokens.len() * d.n_head_kv * d.head_dim_k);
+                    c.v.reserve_exact(tokens.len() * d.n_head_kv * d.head_dim_v);
+                }
+            }
             let mut out = Vec::new();
             for chunk in tokens.chunks(UBATCH) {
                 let l = self.forward(state, chunk, want)?;
