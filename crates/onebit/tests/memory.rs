@@ -20,7 +20,13 @@ fn peak_rss(model: &std::path::Path) -> u64 {
                   print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)";
     let prompt = PROMPT.to_string();
     let out = Command::new("python3")
-        .args(["-c", script, env!("CARGO_BIN_EXE_onebit"), "bench", "--model"])
+        .args([
+            "-c",
+            script,
+            env!("CARGO_BIN_EXE_onebit"),
+            "bench",
+            "--model",
+        ])
         .arg(model)
         .args(["--threads", "2", "--prompt-tokens", &prompt])
         .args(["--gen-tokens", "16", "--repetitions", "1"])
