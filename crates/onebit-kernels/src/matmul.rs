@@ -347,10 +347,10 @@ pub fn matmul_many(
                 // r0..r1, t < n_tok, which no other chunk touches; the outputs
                 // are borrowed for the whole call.
                 unsafe {
-                    run_kernel(
+                    x86::gemm(
                         isa,
-                        layout,
                         w.dtype,
+                        layout == ActLayout::Wide,
                         &ops,
                         r1 - r0,
                         n_tok,
@@ -465,34 +465,19 @@ fn matmul_simd(
         // SAFETY: `out` has n_tok * rows elements and this chunk writes
         // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
         // no other chunk touches them; `out` is borrowed for the whole call.
-        unsafe { run_kernel(isa, layout, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
+        unsafe {
+            x86::gemm(
+                isa,
+                kernel,
+                layout == ActLayout::Wide,
+                &ops,
+                r1 - r0,
+                n_tok,
+                d.0.add(r0),
+                rows,
+            )
+        };
     });
-}
-
-/// Calls the kernel that reads activations in `layout`.
-///
-/// # Safety
-/// As [`x86::gemm`].
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_kernel(
-    isa: Isa,
-    layout: ActLayout,
-    t: GgmlType,
-    ops: &Operands,
-    nrows: usize,
-    ntok: usize,
-    out: *mut f32,
-    ostride: usize,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        if layout == ActLayout::Wide {
-            x86::gemm_wide(isa, t, ops, nrows, ntok, out, ostride)
-        } else {
-            x86::gemm(isa, t, ops, nrows, ntok, out, ostride)
-        }
-    }
 }
 
 /// The reference path: one `quant::dot` per output element.

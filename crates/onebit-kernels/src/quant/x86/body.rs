@@ -40,6 +40,55 @@ macro_rules! drive {
     }};
 }
 
+/// Runs a wide kernel: each tile of TR rows (then single rows at the edge)
+/// is expanded once by `$expand` into a buffer of `$ws` bytes per row, then
+/// `$tile::<R, T, K>` runs it against every TT-token tile and single tokens.
+macro_rules! drive_wide {
+    ($expand:ident, $tile:ident, $k:expr, $ops:expr, $nrows:expr, $ntok:expr, $out:expr, $os:expr, $ws:expr, $n:expr) => {{
+        let (ops, nrows, ntok, out, os, ws, n) = ($ops, $nrows, $ntok, $out, $os, $ws, $n);
+        // The expanded rows of one row tile: a few KiB, reused by every
+        // token tile, so each weight row is decoded once per call.
+        let mut buf = vec![0u8; TR * ws];
+        let bp = buf.as_mut_ptr();
+        let mut r = 0;
+        while r < nrows {
+            let rr = (nrows - r).min(TR);
+            for i in 0..rr {
+                $expand::<{ $k }>(
+                    ops.w.as_ptr().add((r + i) * ops.wrb),
+                    ops.cols,
+                    bp.add(i * ws),
+                );
+            }
+            if rr == TR {
+                let mut t = 0;
+                while t + TT <= ntok {
+                    $tile::<TR, TT, { $k }>(bp, ws, ops, n, r, t, out, os);
+                    t += TT;
+                }
+                while t < ntok {
+                    $tile::<TR, 1, { $k }>(bp, ws, ops, n, r, t, out, os);
+                    t += 1;
+                }
+            } else {
+                for i in 0..rr {
+                    let w = bp.add(i * ws);
+                    let mut t = 0;
+                    while t + TT <= ntok {
+                        $tile::<1, TT, { $k }>(w, ws, ops, n, r + i, t, out, os);
+                        t += TT;
+                    }
+                    while t < ntok {
+                        $tile::<1, 1, { $k }>(w, ws, ops, n, r + i, t, out, os);
+                        t += 1;
+                    }
+                }
+            }
+            r += rr;
+        }
+    }};
+}
+
 /// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
 /// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
 /// `q8_pair(acc, prepped, y)`, `expand_bits(u32)`, the constant `Q8_BIAS`
@@ -442,45 +491,7 @@ macro_rules! simd_kernels {
         ) {
             let ng = (ops.cols / 32).div_ceil(8);
             let ws = ng * super::WIDE_GROUP;
-            // The expanded rows of one row tile: a few KiB, reused by every
-            // token tile, so each weight row is decoded once per call.
-            let mut buf = vec![0u8; TR * ws];
-            let bp = buf.as_mut_ptr();
-            let mut r = 0;
-            while r < nrows {
-                let rr = (nrows - r).min(TR);
-                for i in 0..rr {
-                    expand_row::<K>(
-                        ops.w.as_ptr().add((r + i) * ops.wrb),
-                        ops.cols,
-                        bp.add(i * ws),
-                    );
-                }
-                if rr == TR {
-                    let mut t = 0;
-                    while t + TT <= ntok {
-                        tile_wide::<TR, TT, K>(bp, ws, ops, ng, r, t, out, os);
-                        t += TT;
-                    }
-                    while t < ntok {
-                        tile_wide::<TR, 1, K>(bp, ws, ops, ng, r, t, out, os);
-                        t += 1;
-                    }
-                } else {
-                    for i in 0..rr {
-                        let mut t = 0;
-                        while t + TT <= ntok {
-                            tile_wide::<1, TT, K>(bp.add(i * ws), ws, ops, ng, r + i, t, out, os);
-                            t += TT;
-                        }
-                        while t < ntok {
-                            tile_wide::<1, 1, K>(bp.add(i * ws), ws, ops, ng, r + i, t, out, os);
-                            t += 1;
-                        }
-                    }
-                }
-                r += rr;
-            }
+            drive_wide!(expand_row, tile_wide, K, ops, nrows, ntok, out, os, ws, ng);
         }
 
         /// R expanded rows (at `w`, `ws` bytes apart) times T wide activation
@@ -702,44 +713,20 @@ macro_rules! simd_kernels {
             out: *mut f32,
             os: usize,
         ) {
-            let ws = ops.cols / 256 * super::WIDE_KW;
-            let mut buf = vec![0u8; TR * ws];
-            let bp = buf.as_mut_ptr();
-            let mut r = 0;
-            while r < nrows {
-                let rr = (nrows - r).min(TR);
-                for i in 0..rr {
-                    expand_k_row::<K>(
-                        ops.w.as_ptr().add((r + i) * ops.wrb),
-                        ops.cols,
-                        bp.add(i * ws),
-                    );
-                }
-                if rr == TR {
-                    let mut t = 0;
-                    while t + TT <= ntok {
-                        tile_wide_k::<TR, TT, K>(bp, ws, ops, r, t, out, os);
-                        t += TT;
-                    }
-                    while t < ntok {
-                        tile_wide_k::<TR, 1, K>(bp, ws, ops, r, t, out, os);
-                        t += 1;
-                    }
-                } else {
-                    for i in 0..rr {
-                        let mut t = 0;
-                        while t + TT <= ntok {
-                            tile_wide_k::<1, TT, K>(bp.add(i * ws), ws, ops, r + i, t, out, os);
-                            t += TT;
-                        }
-                        while t < ntok {
-                            tile_wide_k::<1, 1, K>(bp.add(i * ws), ws, ops, r + i, t, out, os);
-                            t += 1;
-                        }
-                    }
-                }
-                r += rr;
-            }
+            let nsb = ops.cols / 256;
+            let ws = nsb * super::WIDE_KW;
+            drive_wide!(
+                expand_k_row,
+                tile_wide_k,
+                K,
+                ops,
+                nrows,
+                ntok,
+                out,
+                os,
+                ws,
+                nsb
+            );
         }
 
         /// R expanded K-quant rows times T wide Q8_K rows: per super-block
@@ -748,10 +735,12 @@ macro_rules! simd_kernels {
         /// sums), then its float formula per token.
         #[target_feature(enable = $feat)]
         #[inline]
+        #[allow(clippy::too_many_arguments)]
         unsafe fn tile_wide_k<const R: usize, const T: usize, const K: u8>(
             w: *const u8,
             ws: usize,
             ops: &Operands,
+            nsb: usize,
             r0: usize,
             t0: usize,
             out: *mut f32,
@@ -761,7 +750,7 @@ macro_rules! simd_kernels {
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
             let mut facc = [[0f32; T]; R];
-            for s in 0..ops.cols / 256 {
+            for s in 0..nsb {
                 let (wo, ao) = (s * super::WIDE_KW, s * super::WIDE_KA);
                 let mut tot = [[zero; T]; R];
                 // Q4_K: one phase of 8 code vectors; Q6_K: two of 4, each

@@ -138,91 +138,89 @@ const fn wgroup(t: GgmlType, n: usize) -> (usize, usize) {
 pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
     assert!(packs(t), "{t} rows are not repacked");
     assert_eq!(row.len(), out.len());
-    let bb = t.block_bytes();
-    let nb = row.len() / bb;
-    for g in 0..nb.div_ceil(8) {
-        let n = (nb - 8 * g).min(8);
-        let src = &row[g * 8 * bb..(g * 8 + n) * bb];
-        let dst = &mut out[g * 8 * bb..(g * 8 + n) * bb];
-        let blk = |l: usize| &src[l * bb..(l + 1) * bb];
-        let (mo, qo) = wgroup(t, n);
-        for l in 0..n {
-            dst[2 * l..2 * l + 2].copy_from_slice(&blk(l)[0..2]);
-        }
-        let (qs_at, nvec) = match t {
-            GgmlType::Q4_0 => (2, 4),
-            GgmlType::Q4_1 => (4, 4),
-            GgmlType::Q5_0 => (6, 4),
-            _ => (2, 8),
-        };
-        for k in 0..nvec {
-            for l in 0..n {
-                let at = qo + 4 * n * k + 4 * l;
-                dst[at..at + 4].copy_from_slice(&blk(l)[qs_at + 4 * k..qs_at + 4 * k + 4]);
-            }
-        }
-        if t == GgmlType::Q4_1 {
-            for l in 0..n {
-                dst[mo + 2 * l..mo + 2 * l + 2].copy_from_slice(&blk(l)[2..4]);
-            }
+    for_each_block(t, row.len(), |at, n, l| {
+        let blk = &row[at.block..at.block + t.block_bytes()];
+        for (b, g, len) in block_runs(t, n, l) {
+            out[at.group + g..at.group + g + len].copy_from_slice(&blk[b..b + len]);
         }
         if t == GgmlType::Q5_0 {
-            // Bit 4n*k + 4l + i of the fifth-bit area = bit 4k + i of block l's qh.
-            dst[mo..mo + 4 * n].fill(0);
-            for k in 0..8 {
-                for l in 0..n {
-                    let qh = u32::from_le_bytes(blk(l)[2..6].try_into().unwrap());
-                    for i in 0..4 {
-                        if (qh >> (4 * k + i)) & 1 != 0 {
-                            let bit = 4 * n * k + 4 * l + i;
-                            dst[mo + bit / 8] |= 1 << (bit % 8);
-                        }
-                    }
-                }
+            // Bit 4n*k + 4l + i of the fifth-bit area = bit 4k + i of qh.
+            let qh = u32::from_le_bytes(blk[2..6].try_into().unwrap());
+            for j in 0..32 {
+                let (byte, bit) = fifth_bit(n, l, j);
+                let o = &mut out[at.group + 2 * n + byte];
+                *o = (*o & !(1 << bit)) | ((((qh >> j) & 1) as u8) << bit);
             }
         }
+    });
+}
+
+/// Where block `l` of a packed group sits: the group's start in the row
+/// (`group`) and the block's start in the standard row (`block`).
+struct BlockAt {
+    group: usize,
+    block: usize,
+}
+
+/// Calls `f(at, n, l)` for every block of a row of `len` bytes of type `t`:
+/// block l of a group of n (the last group of a row may be partial).
+fn for_each_block(t: GgmlType, len: usize, mut f: impl FnMut(BlockAt, usize, usize)) {
+    let bb = t.block_bytes();
+    let nb = len / bb;
+    for g in 0..nb.div_ceil(8) {
+        let n = (nb - 8 * g).min(8);
+        for l in 0..n {
+            let at = BlockAt {
+                group: g * 8 * bb,
+                block: (g * 8 + l) * bb,
+            };
+            f(at, n, l);
+        }
     }
+}
+
+/// The byte runs the packed layout moves for block `l` of a group of `n`:
+/// (offset in the block, offset in the group, length). Q5_0's fifth bits
+/// move bit by bit ([`fifth_bit`]).
+fn block_runs(t: GgmlType, n: usize, l: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+    let (mo, qo) = wgroup(t, n);
+    let (qs_at, nvec) = match t {
+        GgmlType::Q4_0 => (2, 4),
+        GgmlType::Q4_1 => (4, 4),
+        GgmlType::Q5_0 => (6, 4),
+        _ => (2, 8),
+    };
+    let min = (t == GgmlType::Q4_1).then_some((2, mo + 2 * l, 2));
+    std::iter::once((0, 2 * l, 2))
+        .chain(min)
+        .chain((0..nvec).map(move |k| (qs_at + 4 * k, qo + 4 * n * k + 4 * l, 4)))
+}
+
+/// (byte, bit) in a packed Q5_0 group's fifth-bit area of bit `j` of block
+/// `l`'s qh: bit 4n*k + 4l + i for j = 4k + i.
+fn fifth_bit(n: usize, l: usize, j: usize) -> (usize, usize) {
+    let at = 4 * n * (j / 4) + 4 * l + j % 4;
+    (at / 8, at % 8)
 }
 
 /// Undoes [`pack_weight_row`]: the standard blocks of one packed row.
 pub fn unpack_weight_row(t: GgmlType, packed: &[u8], out: &mut [u8]) {
     assert!(packs(t), "{t} rows are not repacked");
     assert_eq!(packed.len(), out.len());
-    let bb = t.block_bytes();
-    let nb = packed.len() / bb;
-    for g in 0..nb.div_ceil(8) {
-        let n = (nb - 8 * g).min(8);
-        let src = &packed[g * 8 * bb..(g * 8 + n) * bb];
-        let dst = &mut out[g * 8 * bb..(g * 8 + n) * bb];
-        let (mo, qo) = wgroup(t, n);
-        let (qs_at, nvec) = match t {
-            GgmlType::Q4_0 => (2, 4),
-            GgmlType::Q4_1 => (4, 4),
-            GgmlType::Q5_0 => (6, 4),
-            _ => (2, 8),
-        };
-        for l in 0..n {
-            let blk = &mut dst[l * bb..(l + 1) * bb];
-            blk[0..2].copy_from_slice(&src[2 * l..2 * l + 2]);
-            for k in 0..nvec {
-                let at = qo + 4 * n * k + 4 * l;
-                blk[qs_at + 4 * k..qs_at + 4 * k + 4].copy_from_slice(&src[at..at + 4]);
-            }
-            if t == GgmlType::Q4_1 {
-                blk[2..4].copy_from_slice(&src[mo + 2 * l..mo + 2 * l + 2]);
-            }
-            if t == GgmlType::Q5_0 {
-                let mut qh = 0u32;
-                for k in 0..8 {
-                    for i in 0..4 {
-                        let bit = 4 * n * k + 4 * l + i;
-                        qh |= (((src[mo + bit / 8] >> (bit % 8)) & 1) as u32) << (4 * k + i);
-                    }
-                }
-                blk[2..6].copy_from_slice(&qh.to_le_bytes());
-            }
+    for_each_block(t, packed.len(), |at, n, l| {
+        let blk = &mut out[at.block..at.block + t.block_bytes()];
+        for (b, g, len) in block_runs(t, n, l) {
+            blk[b..b + len].copy_from_slice(&packed[at.group + g..at.group + g + len]);
         }
-    }
+        if t == GgmlType::Q5_0 {
+            let mut qh = 0u32;
+            for j in 0..32 {
+                let (byte, bit) = fifth_bit(n, l, j);
+                qh |= (((packed[at.group + 2 * n + byte] >> bit) & 1) as u32) << j;
+            }
+            blk[2..6].copy_from_slice(&qh.to_le_bytes());
+        }
+    });
 }
 
 /// Bytes one block takes in a packed activation row: d as f32, (s as f32), codes.
@@ -299,7 +297,9 @@ pub fn gemm_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
     }
 }
 
-/// Checked entry to a [`GemmFn`] from [`gemm_fn`]`(isa, t)`.
+/// Checked entry to a kernel: [`wide_fn`]`(isa, t)` when `wide` (activation
+/// rows in the wide layout, `ops.arb` = [`wide_act_row_bytes`]), else
+/// [`gemm_fn`]`(isa, t)` (packed or standard activation rows).
 ///
 /// # Safety
 /// `out` is valid for writes at every `t * ostride + r` (r < nrows, t < ntok)
@@ -308,17 +308,27 @@ pub fn gemm_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
 pub unsafe fn gemm(
     isa: Isa,
     t: GgmlType,
+    wide: bool,
     ops: &Operands,
     nrows: usize,
     ntok: usize,
     out: *mut f32,
     ostride: usize,
 ) {
-    let f = gemm_fn(isa, t).expect("no SIMD kernel for this type at this level");
+    let f = if wide {
+        wide_fn(isa, t)
+    } else {
+        gemm_fn(isa, t)
+    };
+    let f = f.expect("no SIMD kernel for this type and shape at this level");
     assert!(isa.supported(), "{isa:?} is not supported by this CPU");
     let pad = if packs(t) { PAD } else { 0 };
-    assert!(ops.w.len() >= nrows * ops.wrb + pad && ops.a.len() >= ntok * ops.arb + pad);
+    let apad = if wide { 0 } else { pad };
+    assert!(ops.w.len() >= nrows * ops.wrb + pad && ops.a.len() >= ntok * ops.arb + apad);
     assert_eq!(Some(ops.wrb as u64), t.row_bytes(ops.cols as u64));
+    if wide {
+        assert_eq!(ops.arb, wide_act_row_bytes(super::act_format(t), ops.cols));
+    }
     // SAFETY: the level is supported (checked above), the operand lengths are
     // checked above, and the caller vouches for `out`.
     unsafe { f(ops, nrows, ntok, out, ostride) }
@@ -409,32 +419,6 @@ pub fn wide_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
         Isa::Avx2 => avx2::wide_fn(t),
         Isa::Avx512 => avx512::wide_fn(t),
     }
-}
-
-/// Checked entry to a [`wide_fn`] kernel: weight rows as [`gemm`] reads
-/// them and wide activation rows (`ops.arb` = [`wide_act_row_bytes`]).
-///
-/// # Safety
-/// As [`gemm`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_wide(
-    isa: Isa,
-    t: GgmlType,
-    ops: &Operands,
-    nrows: usize,
-    ntok: usize,
-    out: *mut f32,
-    ostride: usize,
-) {
-    let f = wide_fn(isa, t).expect("no wide kernel for this type at this level");
-    assert!(isa.supported(), "{isa:?} is not supported by this CPU");
-    let pad = if packs(t) { PAD } else { 0 };
-    assert!(ops.w.len() >= nrows * ops.wrb + pad && ops.a.len() >= ntok * ops.arb);
-    assert_eq!(Some(ops.wrb as u64), t.row_bytes(ops.cols as u64));
-    assert_eq!(ops.arb, wide_act_row_bytes(super::act_format(t), ops.cols));
-    // SAFETY: the level is supported (checked above), the operand lengths are
-    // checked above, and the caller vouches for `out`.
-    unsafe { f(ops, nrows, ntok, out, ostride) }
 }
 
 #[cfg(test)]

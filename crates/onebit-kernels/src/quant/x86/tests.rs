@@ -124,7 +124,7 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
             };
             let mut got = vec![f32::NAN; ntok * nrows];
             // SAFETY: `got` has ntok * nrows elements, ostride nrows.
-            unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
+            unsafe { gemm(isa, t, false, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
             expect_same(&got, &want, &format!("{isa:?} {t}"), cols, nrows, mode);
             if wide_fn(isa, t).is_none() {
                 continue;
@@ -145,7 +145,7 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
             };
             let mut got = vec![f32::NAN; ntok * nrows];
             // SAFETY: `got` has ntok * nrows elements, ostride nrows.
-            unsafe { gemm_wide(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
+            unsafe { gemm(isa, t, true, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
             expect_same(&got, &want, &format!("{isa:?} wide {t}"), cols, nrows, mode);
         }
     }
