@@ -54,6 +54,9 @@ pub enum Logits {
     Last,
     /// Every position's ([n_tokens][n_vocab]).
     All,
+    /// None (an empty vector): the state advances, the output matrix is not
+    /// run (the leading micro-batches of a long prompt).
+    None,
 }
 
 /// One sequence's part of a batched forward call.
@@ -160,12 +163,14 @@ impl Model {
                 }
             }
             let mut out = Vec::new();
-            for chunk in tokens.chunks(UBATCH) {
-                let l = self.forward(state, chunk, want)?;
-                match want {
-                    Logits::All => out.extend(l),
-                    Logits::Last => out = l,
-                }
+            let n_chunks = tokens.len().div_ceil(UBATCH);
+            for (i, chunk) in tokens.chunks(UBATCH).enumerate() {
+                // Only the last batch's last row is wanted for `Last`.
+                let part = match want {
+                    Logits::Last if i + 1 < n_chunks => Logits::None,
+                    w => w,
+                };
+                out.extend(self.forward(state, chunk, part)?);
             }
             return Ok(out);
         }
@@ -295,6 +300,7 @@ impl Model {
             .flat_map(|(s, seg)| match s.want {
                 Logits::Last => seg.rows.end - 1..seg.rows.end,
                 Logits::All => seg.rows.clone(),
+                Logits::None => seg.rows.end..seg.rows.end,
             })
             .collect();
         let mut hn = vec![0f32; rows.len() * e];
@@ -317,6 +323,7 @@ impl Model {
             let k = match s.want {
                 Logits::Last => 1,
                 Logits::All => s.tokens.len(),
+                Logits::None => 0,
             };
             out.push(logits[at * v..(at + k) * v].to_vec());
             at += k;

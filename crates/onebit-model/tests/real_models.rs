@@ -53,3 +53,42 @@ fn smollm2_135m_batch_equals_sequential() {
     ];
     batch_equals_sequential(SMOLLM2_135M, &ids);
 }
+
+#[test]
+fn smollm2_135m_long_prompt_in_micro_batches_equals_sequential() {
+    // 300 tokens: `forward` runs them as micro-batches of 128, 128 and 44
+    // (the leading ones without logits); every row must still be the
+    // one-token-at-a-time result, and `Last` the last of them.
+    let mut z = 12345u64;
+    let ids: Vec<u32> = (0..300)
+        .map(|_| {
+            z = z.wrapping_mul(6364136223846793005).wrapping_add(1);
+            ((z >> 33) % 49152) as u32
+        })
+        .collect();
+    batch_equals_sequential(SMOLLM2_135M, &ids);
+
+    let exec = ExecConfig {
+        threads: 2,
+        ..Default::default()
+    };
+    let (model, _) = load::load(&real_model(SMOLLM2_135M), &exec).unwrap();
+    let n_vocab = model.sem.dims.n_vocab;
+    let mut all_st = model.new_state();
+    let all = model.forward(&mut all_st, &ids, Logits::All).unwrap();
+    let mut last_st = model.new_state();
+    let last = model.forward(&mut last_st, &ids, Logits::Last).unwrap();
+    assert_eq!(last, all[(ids.len() - 1) * n_vocab..]);
+    // The state a logit-less micro-batch leaves is the same as with logits.
+    let next = [ids[7]];
+    assert_eq!(
+        model.forward(&mut all_st, &next, Logits::Last).unwrap(),
+        model.forward(&mut last_st, &next, Logits::Last).unwrap()
+    );
+    let mut none_st = model.new_state();
+    assert!(model
+        .forward(&mut none_st, &ids[..20], Logits::None)
+        .unwrap()
+        .is_empty());
+    assert_eq!(none_st.pos, 20);
+}
