@@ -26,22 +26,27 @@ pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// `1 / sqrt(mean(x^2) + eps)`. The squares go to lane i % 4 of four f64
-/// sums (so the adds need not wait on each other), added as (l0 + l2) + (l1 + l3).
+/// `1 / sqrt(mean(x^2) + eps)`, the squares summed by [`sum4_f64`].
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss = sum4_f64(x, |v| (v as f64) * (v as f64));
+    (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32
+}
+
+/// The sum of `f(v)` over `x` in f64: element i into lane i % 4 (so the adds
+/// need not wait on each other), lanes added as (l0 + l2) + (l1 + l3).
+fn sum4_f64(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
     let mut acc = [0f64; 4];
     let chunks = x.chunks_exact(4);
     let tail = chunks.remainder();
     for c in chunks {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a += (v as f64) * (v as f64);
+            *a += f(v);
         }
     }
     for (a, &v) in acc.iter_mut().zip(tail) {
-        *a += (v as f64) * (v as f64);
+        *a += f(v);
     }
-    let ss = (acc[0] + acc[2]) + (acc[1] + acc[3]);
-    (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32
+    (acc[0] + acc[2]) + (acc[1] + acc[3])
 }
 
 /// Inputs of [`exp_fast`] are clamped to this range (its result is then
@@ -276,18 +281,7 @@ pub fn softmax(x: &mut [f32]) {
     }
     let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     exp_sub(x, max);
-    let mut acc = [0f64; 4];
-    let chunks = x.chunks_exact(4);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += v as f64;
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(tail) {
-        *a += v as f64;
-    }
-    let sum = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+    let sum = sum4_f64(x, |v| v as f64);
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
