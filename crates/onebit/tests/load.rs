@@ -18,15 +18,17 @@
 //! ~3 MiB on this model, plus its scratch) per request would exceed that
 //! after a few dozen requests.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_onebit");
+mod common;
+use common::{head, Server};
+
+/// How long a client waits for an answer.
+const TIMEOUT: Duration = Duration::from_secs(240);
 const MAX_TOKENS: u32 = 8;
 const CACHE_MIB: u64 = 32;
 const SLACK_MIB: u64 = 48;
@@ -41,14 +43,10 @@ const PROMPTS: &[&str] = &[
     "What do bees make?",
 ];
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
 impl Server {
-    fn start() -> Server {
-        Server::with(&[
+    /// The server the load test drives: 8 sequences at once, a deep queue.
+    fn for_load() -> Server {
+        Server::smollm(&[
             "--threads",
             "2",
             "--max-seqs",
@@ -60,44 +58,8 @@ impl Server {
         ])
     }
 
-    fn with(args: &[&str]) -> Server {
-        let path = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
-        let mut child = Command::new(BIN)
-            .args(["serve", "--model"])
-            .arg(&path)
-            .args(["--port", "0"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start onebit serve");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(at) = line.find("listening on http://") {
-                        let addr = &line[at + "listening on http://".len()..];
-                        let port = addr.split([':', ' ']).nth(1).unwrap().parse().unwrap();
-                        // Keep draining stderr so the server never blocks on it.
-                        std::thread::spawn(move || while rx.recv().is_ok() {});
-                        return Server { child, port };
-                    }
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("server did not start");
-                }
-            }
-        }
+    fn smollm(args: &[&str]) -> Server {
+        Server::start(onebit_testdata::SMOLLM2_135M, args)
     }
 
     fn rss_kib(&self) -> u64 {
@@ -116,13 +78,6 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn body(prompt: &str, stream: bool) -> Vec<u8> {
     json!({
         "model": "x",
@@ -136,60 +91,12 @@ fn body(prompt: &str, stream: bool) -> Vec<u8> {
 }
 
 fn connect(port: u16) -> std::io::Result<TcpStream> {
-    let s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(240)))?;
-    Ok(s)
-}
-
-fn head(method: &str, path: &str, len: usize) -> String {
-    format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
-    )
+    common::connect(port, TIMEOUT)
 }
 
 /// One request on a fresh connection: status and de-chunked body.
 fn request(port: u16, method: &str, path: &str, body: &[u8]) -> Result<(u16, String), String> {
-    let mut s = connect(port).map_err(|e| e.to_string())?;
-    s.write_all(head(method, path, body.len()).as_bytes())
-        .and_then(|_| s.write_all(body))
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (h, rest) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no response head: {text:?}"))?;
-    let status = h
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or("bad status line")?;
-    let chunked = h
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    Ok((
-        status,
-        if chunked {
-            dechunk(rest)
-        } else {
-            rest.to_string()
-        },
-    ))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+    common::request(port, method, path, body, TIMEOUT)
 }
 
 /// The content of a whole chat answer.
@@ -317,7 +224,7 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(16);
     let t0 = Instant::now();
-    let server = Server::start();
+    let server = Server::for_load();
     let port = server.port;
 
     // Each prompt alone: the reference answers.
@@ -406,7 +313,7 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
 /// (`--max-template-kib`), `n` (`--max-n`).
 #[test]
 fn limits_are_configurable_and_refused_with_clear_errors() {
-    let server = Server::with(&[
+    let server = Server::smollm(&[
         "--threads",
         "1",
         "--ctx",

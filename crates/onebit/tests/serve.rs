@@ -4,71 +4,21 @@
 //!
 //! Every server is killed when its test ends, pass or fail.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_onebit");
+mod common;
+use common::Server;
+
 const CAPITAL: &str = "What is the capital of France? Answer with one word.";
 
-struct Server {
-    child: Child,
-    port: u16,
-    /// stderr lines after the startup line.
-    log: mpsc::Receiver<String>,
-}
-
 impl Server {
-    fn start(model: &str, extra: &[&str]) -> Server {
-        let path = onebit_testdata::real_model(model);
-        let mut child = Command::new(BIN)
-            .args(["serve", "--model"])
-            .arg(&path)
-            .args(["--port", "0", "--threads", "1"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start onebit serve");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut seen = Vec::new();
-        let port = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(at) = line.find("listening on http://") {
-                        let addr = &line[at + "listening on http://".len()..];
-                        let port = addr.split([':', ' ']).nth(1).unwrap();
-                        break port.parse().unwrap();
-                    }
-                    seen.push(line);
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!("server did not start:\n{}", seen.join("\n"));
-                }
-            }
-        };
-        Server {
-            child,
-            port,
-            log: rx,
-        }
-    }
-
     fn smollm(extra: &[&str]) -> Server {
-        Server::start(onebit_testdata::SMOLLM2_135M, extra)
+        let args = [&["--threads", "1"], extra].concat();
+        Server::start(onebit_testdata::SMOLLM2_135M, &args)
     }
 
     fn url(&self) -> String {
@@ -104,59 +54,14 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn greedy(prompt: &str, max_tokens: u32) -> Value {
     json!({"model": "x", "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens})
 }
 
 /// One HTTP/1.1 request on a fresh connection; the body, de-chunked.
 fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    // A server may answer (413) before reading all of a large body.
-    let _ = s.write_all(body);
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, rest) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no response head: {text:?}"));
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(rest)
-    } else {
-        rest.to_string()
-    };
-    (status, body)
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let Some((size, rest)) = s.split_once("\r\n") else {
-            return out;
-        };
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            return out;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
+    common::request(port, method, path, body, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
 /// The `data:` payloads of an SSE body, `[DONE]` excluded (and required last).
@@ -520,7 +425,7 @@ fn full_queue_answers_503_and_a_gone_client_frees_its_sequence() {
     let body = json!({"messages": [{"role": "user", "content": "Count from one to one thousand."}],
                       "temperature": 0, "max_tokens": 2000, "stream": true})
     .to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut s = common::connect(port, Duration::from_secs(120)).unwrap();
     write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut buf = [0u8; 256];
     let _ = s.read(&mut buf); // the stream has started
@@ -565,7 +470,7 @@ fn sigterm_shuts_down_gracefully() {
 
 #[test]
 fn a_model_without_a_template_refuses_chat_unless_given_one() {
-    let srv = Server::start(onebit_testdata::GEMMA3_270M, &[]);
+    let srv = Server::start(onebit_testdata::GEMMA3_270M, &["--threads", "1"]);
     let (status, v) = srv.post("/v1/chat/completions", &greedy("Hi", 2));
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["code"], "no_chat_template");
@@ -591,7 +496,7 @@ fn a_model_without_a_template_refuses_chat_unless_given_one() {
     let tmpl = onebit_testdata::dir().join("chat-templates/gemma3.jinja");
     let srv = Server::start(
         onebit_testdata::GEMMA3_270M,
-        &["--chat-template", tmpl.to_str().unwrap()],
+        &["--threads", "1", "--chat-template", tmpl.to_str().unwrap()],
     );
     let (status, v) = srv.post("/v1/chat/completions", &greedy("Hi", 2));
     assert_eq!(status, 200, "{v}");
@@ -612,7 +517,7 @@ fn a_model_without_a_template_refuses_chat_unless_given_one() {
 
 #[test]
 fn run_chat_uses_the_template() {
-    let out = Command::new(BIN)
+    let out = Command::new(common::BIN)
         .args([
             "run",
             "--chat",
@@ -636,7 +541,7 @@ fn run_chat_uses_the_template() {
     assert!(text.contains("Paris"), "{text}");
     assert!(!text.contains("<|im_end|>"));
 
-    let out = Command::new(BIN)
+    let out = Command::new(common::BIN)
         .args(["run", "--chat", "--prompt", "hi", "--model"])
         .arg(onebit_testdata::real_model(onebit_testdata::GEMMA3_270M))
         .output()
