@@ -221,3 +221,28 @@ pub fn token_refs(model_file: &str) -> Vec<(String, Vec<u32>)> {
         })
         .collect()
 }
+
+/// A small deterministic generator (xorshift64*) for seeded test inputs:
+/// the same seed gives the same sequence on every machine.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform-ish in 0..n (0 when n is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+    /// In lo..hi (lo when the range is empty).
+    pub fn in_range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo)
+    }
+}

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use onebit_formats::gguf::{writer::GgufWriter, Gguf, Value};
-use onebit_testdata::{real_model, TempDir, SMOLLM2_135M};
+use onebit_testdata::{real_model, Rng, TempDir, SMOLLM2_135M};
 
 const BIN: &str = env!("CARGO_BIN_EXE_onebit");
 /// Per command. A healthy case takes well under a second; a hang is a bug.
@@ -197,23 +197,6 @@ fn run_cases<C: Sync>(
         }
     });
     tally.into_inner().unwrap()
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn in_range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo)
-    }
 }
 
 // ---------------------------------------------------------------- GGUF layout

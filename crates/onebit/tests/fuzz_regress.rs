@@ -12,6 +12,7 @@
 #[path = "../../../fuzz/harness.rs"]
 mod harness;
 
+use onebit_testdata::Rng;
 use std::path::{Path, PathBuf};
 
 fn fuzz_dir() -> PathBuf {
@@ -38,23 +39,6 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
         }
     }
     v
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
 }
 
 const INTERESTING: &[u64] = &[
@@ -84,7 +68,7 @@ fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
             }
             1 if !v.is_empty() => {
                 let i = rng.below(v.len());
-                v[i] = rng.next() as u8;
+                v[i] = rng.next_u64() as u8;
             }
             2 if v.len() >= 8 => {
                 let i = rng.below(v.len() - 7);
@@ -95,7 +79,7 @@ fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
             3 => {
                 let i = rng.below(v.len() + 1);
                 let n = 1 + rng.below(16);
-                let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                let bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
                 v.splice(i..i, bytes);
             }
             4 if !v.is_empty() => {
@@ -121,7 +105,7 @@ fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
                 let chunk = v[a..a + n].to_vec();
                 v[b..b + n].copy_from_slice(&chunk);
             }
-            _ => v.push(rng.next() as u8),
+            _ => v.push(rng.next_u64() as u8),
         }
     }
     v
