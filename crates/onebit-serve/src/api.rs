@@ -1,6 +1,8 @@
 //! Requests as OpenAI defines them, checked field by field: every problem is
 //! a 4xx in OpenAI's error shape naming the parameter at fault.
 
+use std::fmt::Display;
+
 use serde_json::{json, Map, Value};
 
 /// An error answer: `{"error": {"message", "type", "param", "code"}}`.
@@ -14,6 +16,32 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// `what` (as the message names it) is not of the `expected` kind.
+    fn wrong_type(
+        param: impl Into<Option<&'static str>>,
+        what: impl Display,
+        expected: &str,
+        v: &Value,
+    ) -> ApiError {
+        ApiError::invalid(
+            param,
+            format!("{what} must be {expected}; got {}", type_name(v)),
+        )
+    }
+
+    /// Parameter `name` is outside `lo..=hi`.
+    fn out_of_range(
+        name: &'static str,
+        lo: impl Display,
+        hi: impl Display,
+        x: impl Display,
+    ) -> ApiError {
+        ApiError::invalid(
+            name,
+            format!("`{name}` must be between {lo} and {hi}; got {x}"),
+        )
+    }
+
     pub fn invalid(param: impl Into<Option<&'static str>>, message: impl Into<String>) -> ApiError {
         ApiError {
             status: 400,
@@ -122,16 +150,15 @@ fn number(
         Some(Value::Number(n)) => {
             let x = n.as_f64().unwrap_or(f64::NAN);
             if !(lo..=hi).contains(&x) {
-                return Err(ApiError::invalid(
-                    name,
-                    format!("`{name}` must be between {lo} and {hi}; got {x}"),
-                ));
+                return Err(ApiError::out_of_range(name, lo, hi, x));
             }
             Ok(Some(x))
         }
-        Some(v) => Err(ApiError::invalid(
+        Some(v) => Err(ApiError::wrong_type(
             name,
-            format!("`{name}` must be a number; got {}", type_name(v)),
+            format!("`{name}`"),
+            "a number",
+            v,
         )),
     }
 }
@@ -151,17 +178,16 @@ fn integer(
                     format!("`{name}` must be an integer; got {n}"),
                 ));
             };
-            if x < lo || x > hi {
-                return Err(ApiError::invalid(
-                    name,
-                    format!("`{name}` must be between {lo} and {hi}; got {x}"),
-                ));
+            if !(lo..=hi).contains(&x) {
+                return Err(ApiError::out_of_range(name, lo, hi, x));
             }
             Ok(Some(x))
         }
-        Some(v) => Err(ApiError::invalid(
+        Some(v) => Err(ApiError::wrong_type(
             name,
-            format!("`{name}` must be an integer; got {}", type_name(v)),
+            format!("`{name}`"),
+            "an integer",
+            v,
         )),
     }
 }
@@ -170,9 +196,11 @@ fn boolean(o: &Map<String, Value>, name: &'static str) -> Result<Option<bool>, A
     match field(o, name) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(v) => Err(ApiError::invalid(
+        Some(v) => Err(ApiError::wrong_type(
             name,
-            format!("`{name}` must be a boolean; got {}", type_name(v)),
+            format!("`{name}`"),
+            "a boolean",
+            v,
         )),
     }
 }
@@ -190,10 +218,7 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
     let Value::Object(o) = v else {
-        return Err(ApiError::invalid(
-            None,
-            format!("the body must be a JSON object; got {}", type_name(&v)),
-        ));
+        return Err(ApiError::wrong_type(None, "the body", "a JSON object", &v));
     };
 
     let prompt = match ep {
@@ -249,12 +274,7 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
                 .or_else(|| n.as_u64())
                 .ok_or_else(|| ApiError::invalid("seed", "`seed` must be an integer"))?,
         ),
-        Some(v) => {
-            return Err(ApiError::invalid(
-                "seed",
-                format!("`seed` must be an integer; got {}", type_name(v)),
-            ))
-        }
+        Some(v) => return Err(ApiError::wrong_type("seed", "`seed`", "an integer", v)),
     };
 
     let stop = match field(&o, "stop") {
@@ -276,12 +296,11 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
                 .collect::<Result<_, _>>()?
         }
         Some(v) => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::wrong_type(
                 "stop",
-                format!(
-                    "`stop` must be a string or a list of strings; got {}",
-                    type_name(v)
-                ),
+                "`stop`",
+                "a string or a list of strings",
+                v,
             ))
         }
     };
@@ -296,9 +315,11 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
             })?
             .unwrap_or(false),
         Some(v) => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::wrong_type(
                 "stream_options",
-                format!("`stream_options` must be an object; got {}", type_name(v)),
+                "`stream_options`",
+                "an object",
+                v,
             ))
         }
     };
@@ -348,12 +369,11 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         None => None,
         Some(Value::Object(m)) => Some(m.clone()),
         Some(v) => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::wrong_type(
                 "chat_template_kwargs",
-                format!(
-                    "`chat_template_kwargs` must be an object; got {}",
-                    type_name(v)
-                ),
+                "`chat_template_kwargs`",
+                "an object",
+                v,
             ))
         }
     };
@@ -383,9 +403,11 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
         }
         Some(Value::Array(a)) => a,
         Some(v) => {
-            return Err(ApiError::invalid(
+            return Err(ApiError::wrong_type(
                 "messages",
-                format!("`messages` must be an array; got {}", type_name(v)),
+                "`messages`",
+                "an array",
+                v,
             ))
         }
     };
@@ -398,9 +420,11 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         let Value::Object(m) = m else {
-            return Err(ApiError::invalid(
+            return Err(ApiError::wrong_type(
                 "messages",
-                format!("messages[{i}] must be an object; got {}", type_name(m)),
+                format!("messages[{i}]"),
+                "an object",
+                m,
             ));
         };
         let role = match m.get("role") {
@@ -415,9 +439,11 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
                 ))
             }
             Some(v) => {
-                return Err(ApiError::invalid(
+                return Err(ApiError::wrong_type(
                     "messages",
-                    format!("messages[{i}].role must be a string; got {}", type_name(v)),
+                    format!("messages[{i}].role"),
+                    "a string",
+                    v,
                 ))
             }
             None => {
@@ -464,12 +490,11 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
                 Value::String(texts.join("\n"))
             }
             Some(v) => {
-                return Err(ApiError::invalid(
+                return Err(ApiError::wrong_type(
                     "messages",
-                    format!(
-                        "messages[{i}].content must be a string or a list of content parts; got {}",
-                        type_name(v)
-                    ),
+                    format!("messages[{i}].content"),
+                    "a string or a list of content parts",
+                    v,
                 ))
             }
         };
