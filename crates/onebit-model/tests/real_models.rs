@@ -19,6 +19,11 @@ fn batch_equals_sequential(file: &str, ids: &[u32]) {
         seq.extend(model.forward(&mut st, &[id], Logits::Last).unwrap());
     }
     let n_vocab = model.sem.dims.n_vocab;
+    assert_eq!(
+        batch.len(),
+        ids.len() * n_vocab,
+        "{file}: one row per token"
+    );
     for (t, (a, b)) in batch.chunks(n_vocab).zip(seq.chunks(n_vocab)).enumerate() {
         let differing = a
             .iter()
