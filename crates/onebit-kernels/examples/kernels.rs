@@ -1,7 +1,7 @@
 //! Matmul kernel speed on random weights: best-of-N time per call (robust on
 //! a shared machine), as weight GB/s and int8 GMAC/s.
 //!
-//! cargo run --release -p onebit-kernels --example kernels -- [threads=1] [isa: scalar|avx2|avx512]
+//! cargo run --release -p onebit-kernels --example kernels -- [threads=1] [isa: scalar|avx2|avx512|neon|dotprod|i8mm]
 
 use std::time::Instant;
 
@@ -16,7 +16,7 @@ fn main() {
     }
     println!(
         "isa {:?}, {threads} threads",
-        onebit_kernels::quant::x86::Isa::best()
+        onebit_kernels::quant::Isa::best()
     );
     let pool = Pool::new(threads);
     let cases = [

@@ -32,6 +32,8 @@ use crate::quant::{self, ActFormat};
 
 #[cfg(target_arch = "x86_64")]
 use crate::quant::x86::{self, Isa, Operands};
+#[cfg(target_arch = "aarch64")]
+use crate::quant::{arm, Isa};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Precision {
@@ -280,7 +282,55 @@ pub fn matmul(
             return;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let kernel = match precision {
+            Precision::Quantized => w.dtype,
+            Precision::Float if w.dtype == GgmlType::F32 => GgmlType::F32,
+            Precision::Float => GgmlType::F16, // no NEON kernel: the path below
+        };
+        if arm::gemm_fn(Isa::best(), kernel).is_some() {
+            matmul_arm(pool, kernel, precision, w, x, n_tok, out);
+            return;
+        }
+    }
     matmul_scalar(pool, precision, w, x, n_tok, out);
+}
+
+/// The aarch64 kernels ([`arm`]) over standard activation rows, the weight
+/// rows cut into chunks as [`matmul_scalar`] does.
+#[cfg(target_arch = "aarch64")]
+fn matmul_arm(
+    pool: &Pool,
+    kernel: GgmlType,
+    precision: Precision,
+    w: &QMatrix,
+    x: &[f32],
+    n_tok: usize,
+    out: &mut [f32],
+) {
+    let isa = Isa::best();
+    let fmt = w.act_format(precision);
+    let (acts, arb) = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok);
+    let wrb = w.row_bytes();
+    let chunk = chunk_rows(w.rows, pool.threads());
+    let dst = OutPtr(out.as_mut_ptr());
+    let rows = w.rows;
+    pool.for_each_chunk(rows.div_ceil(chunk), |c| {
+        let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(rows));
+        let ops = arm::Operands {
+            w: &w.data[r0 * wrb..r1 * wrb],
+            wrb,
+            a: &acts,
+            arb,
+            cols: w.cols,
+        };
+        let d = dst;
+        // SAFETY: `out` has n_tok * rows elements and this chunk writes
+        // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
+        // no other chunk touches them; `out` is borrowed for the whole call.
+        unsafe { arm::gemm(isa, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
+    });
 }
 
 /// Several products of the same input: `outs[i] = ws[i] · x`, as

@@ -63,7 +63,11 @@ fn simd() -> bool {
     {
         crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        crate::quant::Isa::best() >= crate::quant::Isa::Neon
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         false
     }
@@ -78,6 +82,14 @@ fn block(simd: bool, x: &[f32], qs: &mut [u8]) -> f32 {
         // SAFETY: `simd` is true only when AVX2 (and F16C, FMA) were
         // detected; `x` and `qs` have 32 elements (chunks_exact of 32).
         if let Some(d) = unsafe { avx2::q8_block(x, qs) } {
+            return d;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if simd {
+        // SAFETY: `simd` is true only at a NEON level; `x` and `qs` have 32
+        // elements (chunks_exact of 32).
+        if let Some(d) = unsafe { crate::quant::arm::act::q8_block(x, qs) } {
             return d;
         }
     }
@@ -152,6 +164,14 @@ pub(crate) fn quantize_q8_k_with(simd: bool, x: &[f32], out: &mut [u8]) {
             // SAFETY: `simd` is true only when AVX2 was detected; `x` has 256
             // elements and `b` is one Q8_K block.
             if unsafe { avx2::q8k_block(x, b) } {
+                continue;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if simd {
+            // SAFETY: `simd` is true only at a NEON level; `x` has 256
+            // elements and `b` is one Q8_K block.
+            if unsafe { crate::quant::arm::act::q8k_block(x, b) } {
                 continue;
             }
         }
@@ -351,9 +371,12 @@ mod tests {
 
     #[test]
     fn simd_quantizers_equal_the_scalar_ones() {
+        let level = crate::quant::Isa::best().name();
         if !simd() {
+            println!("SIMD quantizers not run: the level in use is {level}");
             return;
         }
+        println!("SIMD quantizers checked at level {level}");
         for x in rows() {
             for (f, bb, bl) in [
                 (quantize_q8_0_with as fn(bool, &[f32], &mut [u8]), 34, 32),

@@ -36,17 +36,21 @@
 //! Each dot product is a pure function of its inputs: integer sums are exact,
 //! and the per-block float terms are added in a fixed order (8 lanes for
 //! blocks of 32, one accumulator for super-blocks; see [`scalar`]), float
-//! products never fused. The SIMD kernels in `x86` compute exactly the same
-//! operations, so every ISA level gives the same bits as the scalar
-//! reference, and a row gives the same bits whatever batch, tile or thread it
+//! products never fused. The SIMD kernels in `x86` and `arm` compute exactly
+//! the same operations, so every ISA level ([`Isa`]) gives the same bits as
+//! the scalar reference, and a row gives the same bits whatever batch, tile or thread it
 //! is computed in.
 
 mod act;
+#[cfg(target_arch = "aarch64")]
+pub mod arm;
+mod isa;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
 pub use act::{quantize_q8_0, quantize_q8_1, quantize_q8_k, F16_MAX};
+pub use isa::Isa;
 
 use onebit_formats::GgmlType;
 

@@ -47,7 +47,6 @@
 //! reduced once per 256-element super-block.
 
 use onebit_formats::GgmlType;
-use std::sync::OnceLock;
 
 use super::ActFormat;
 
@@ -56,60 +55,8 @@ mod body;
 pub mod avx2;
 pub mod avx512;
 
-/// An instruction-set level with kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Isa {
-    Scalar,
-    Avx2,
-    Avx512,
-}
-
-impl Isa {
-    /// Whether this CPU can run the level.
-    pub fn supported(self) -> bool {
-        match self {
-            Isa::Scalar => true,
-            Isa::Avx2 => {
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            }
-            Isa::Avx512 => {
-                Isa::Avx2.supported()
-                    && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512vnni")
-            }
-        }
-    }
-
-    /// Every level this CPU supports, scalar first.
-    pub fn available() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
-            .into_iter()
-            .filter(|i| i.supported())
-            .collect()
-    }
-
-    /// The best supported level, or the one `ONEBIT_ISA` (scalar, avx2,
-    /// avx512) names when this CPU supports it. Detected once.
-    pub fn best() -> Isa {
-        static BEST: OnceLock<Isa> = OnceLock::new();
-        *BEST.get_or_init(|| {
-            let want = match std::env::var("ONEBIT_ISA").ok().as_deref() {
-                Some("scalar") => Some(Isa::Scalar),
-                Some("avx2") => Some(Isa::Avx2),
-                Some("avx512") => Some(Isa::Avx512),
-                _ => None,
-            };
-            match want {
-                Some(i) if i.supported() => i,
-                _ => *Isa::available().last().expect("scalar is always available"),
-            }
-        })
-    }
-}
+/// The instruction-set levels, shared with the other architectures.
+pub use super::isa::Isa;
 
 /// Whether `t` rows are repacked for the SIMD kernels.
 pub fn packs(t: GgmlType) -> bool {

@@ -1,0 +1,197 @@
+//! Every aarch64 level against the scalar reference, bit for bit: random and
+//! edge-case rows (zero and extreme scales, zero and huge activations), row
+//! and token counts that are not multiples of the tiles (1 x 4 tokens,
+//! `smmla`'s 2 x 2), rows whose block count leaves a tail after the groups
+//! of four blocks. Each test prints the levels it ran and those this CPU
+//! could not run.
+
+use super::*;
+use crate::quant::{act_format, act_row_bytes, dot, quantize_act};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn normal(&mut self) -> f32 {
+        (0..4).map(|_| self.unit()).sum::<f32>() - 2.0
+    }
+}
+
+/// The SIMD levels this CPU runs; prints them and the ones it cannot.
+fn levels(test: &str) -> Vec<Isa> {
+    let ran: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|&i| i != Isa::Scalar)
+        .collect();
+    let names = |v: &[Isa]| v.iter().map(|i| i.name()).collect::<Vec<_>>().join(", ");
+    println!(
+        "{test}: ran levels [{}]; this CPU could not run [{}]",
+        names(&ran),
+        names(&Isa::unavailable())
+    );
+    ran
+}
+
+/// f16 scale offsets per block for the types under test (K-quants: d, dmin).
+fn f16_fields(t: GgmlType) -> &'static [usize] {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q4K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// A row with random codes and scales; `mode` 0: scales in +-[1e-3, 1],
+/// 1: some scales zero, 2: extreme scales (f16 max, subnormal, -0).
+fn weights(rng: &mut Rng, t: GgmlType, n: usize, mode: u32) -> Vec<u8> {
+    if t == GgmlType::F32 {
+        return (0..n)
+            .flat_map(|_| (rng.normal() * if mode == 2 { 1e30 } else { 1.0 }).to_le_bytes())
+            .collect();
+    }
+    let bb = t.block_bytes();
+    let mut row: Vec<u8> = (0..n / t.block_len() * bb)
+        .map(|_| rng.next() as u8)
+        .collect();
+    for b in row.chunks_exact_mut(bb) {
+        for &at in f16_fields(t) {
+            let v = match (mode, rng.next() % 4) {
+                (1, 0) => 0.0,
+                (2, 0) => 65504.0,
+                (2, 1) => 6e-8,
+                (2, 2) => -0.0,
+                _ => (rng.unit() * 0.999 + 1e-3) * if rng.next() & 1 == 0 { 1.0 } else { -1.0 },
+            };
+            b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+        }
+    }
+    row
+}
+
+fn acts(rng: &mut Rng, n: usize, mode: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| match mode {
+            1 if i % 64 < 40 => 0.0,
+            2 => rng.normal() * 1e7,
+            _ => rng.normal(),
+        })
+        .collect()
+}
+
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+fn check(levels: &[Isa], t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let fmt = act_format(t);
+    let wrb = t.row_bytes(cols as u64).unwrap() as usize;
+    let arb = act_row_bytes(fmt, cols);
+    for mode in 0..3 {
+        let w: Vec<u8> = (0..nrows)
+            .flat_map(|_| weights(&mut rng, t, cols, mode))
+            .collect();
+        let mut a = vec![0u8; ntok * arb];
+        for row in a.chunks_exact_mut(arb) {
+            quantize_act(fmt, &acts(&mut rng, cols, mode), row);
+        }
+        let mut want = vec![0f32; ntok * nrows];
+        for tk in 0..ntok {
+            for r in 0..nrows {
+                let (wr, ar) = (&w[r * wrb..(r + 1) * wrb], &a[tk * arb..(tk + 1) * arb]);
+                want[tk * nrows + r] = dot(t, wr, ar, cols);
+            }
+        }
+        for &isa in levels {
+            let ops = Operands {
+                w: &w,
+                wrb,
+                a: &a,
+                arb,
+                cols,
+            };
+            let mut got = vec![f32::NAN; ntok * nrows];
+            // SAFETY: `got` has ntok * nrows elements, ostride nrows.
+            unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    same(*g, *w),
+                    "{isa:?} {t} cols {cols} rows {nrows} mode {mode}: \
+                     element {i} (token {}, row {}): {g} vs scalar {w}",
+                    i / nrows,
+                    i % nrows
+                );
+            }
+        }
+    }
+}
+
+const SHAPES: [(usize, usize); 7] = [(1, 1), (2, 2), (4, 1), (5, 3), (9, 4), (3, 9), (8, 8)];
+
+#[test]
+fn blocks_of_32_equal_the_scalar_reference() {
+    let levels = levels("blocks of 32");
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ] {
+        for (i, cols) in [32, 64, 128, 160, 224, 256, 288, 576, 640, 2048 + 96]
+            .into_iter()
+            .enumerate()
+        {
+            for (nrows, ntok) in SHAPES {
+                let seed = 1000 * i as u64 + nrows as u64 * 10 + ntok as u64;
+                check(&levels, t, cols, nrows, ntok, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quants_equal_the_scalar_reference() {
+    let levels = levels("K-quants");
+    for t in [GgmlType::Q4K, GgmlType::Q6K] {
+        for cols in [256, 512, 1024] {
+            for (nrows, ntok) in SHAPES {
+                let seed = cols as u64 + nrows as u64 * 10 + ntok as u64;
+                check(&levels, t, cols, nrows, ntok, seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_equals_the_scalar_reference() {
+    let levels = levels("F32");
+    for cols in [1, 7, 8, 9, 64, 65, 640] {
+        for (nrows, ntok) in [(1, 1), (5, 3), (9, 4)] {
+            check(&levels, GgmlType::F32, cols, nrows, ntok, cols as u64);
+        }
+    }
+}
+
+#[test]
+fn every_level_is_detected_consistently() {
+    levels("detection");
+    assert!(Isa::available().contains(&Isa::Scalar));
+    assert!(Isa::best().supported());
+    // Each level includes the one before: no gaps in what this CPU runs.
+    let avail = Isa::available();
+    assert_eq!(avail[..], Isa::all()[..avail.len()]);
+    for &isa in Isa::all() {
+        let has = gemm_fn(isa, GgmlType::Q4K).is_some();
+        assert_eq!(has, isa != Isa::Scalar, "{isa:?}");
+    }
+}
