@@ -7,3 +7,4 @@ cd "$(dirname "$0")/.."
 scripts/fetch-models.sh
 scripts/python-deps.sh
 cargo test --workspace --locked
+scripts/test-arm.sh
