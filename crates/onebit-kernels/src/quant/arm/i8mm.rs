@@ -128,12 +128,16 @@ unsafe fn tile_mm<const K: u8>(ops: &Operands, r: usize, t0: usize, out: *mut f3
         }
         facc[b % 8] = vaddq_f32(facc[b % 8], term);
     }
-    let mut l = [[0f32; 4]; 8];
+    // lanes[p][k]: lane p of accumulator k, pair p's reference lane k.
+    let mut lanes = [[0f32; 8]; 4];
     for (k, v) in facc.iter().enumerate() {
-        vst1q_f32(l[k].as_mut_ptr(), *v);
+        let mut l4 = [0f32; 4];
+        vst1q_f32(l4.as_mut_ptr(), *v);
+        for (p, x) in l4.into_iter().enumerate() {
+            lanes[p][k] = x;
+        }
     }
-    for p in 0..4 {
-        let lanes = core::array::from_fn(|k| l[k][p]);
-        *out.add((t0 + p % 2) * os + r + p / 2) = reduce8(&lanes);
+    for (p, lanes) in lanes.iter().enumerate() {
+        *out.add((t0 + p % 2) * os + r + p / 2) = reduce8(lanes);
     }
 }
