@@ -872,51 +872,54 @@ mod tests {
         let s = shape(nh, nkv, dk, dv);
         let q: Vec<f32> = (0..nh * dk).map(|i| val(i + 11) * 2.0).collect();
         let kc = cache(KvType::F32, N_POS, nkv * dk, 0);
-        let mut kw = widened(&kc);
-        // The largest scores sit in the last block, so the running max
-        // changes after the first block.
-        for x in &mut kw[(N_POS - 3) * nkv * dk..] {
-            *x *= 3.0;
-        }
         let vw = widened(&cache(KvType::F32, N_POS, nkv * dv, 5));
-        for (from, to) in [(0, N_POS), (5, 2 * BLOCK + 1), (BLOCK, BLOCK + 1)] {
-            let got = attend_one(
-                s,
-                &q,
-                KvView::F32(&kw),
-                KvView::F32(&vw),
-                from,
-                to,
-                0.2,
-                None,
-            );
-            for h in 0..nh {
-                let kvh = h / (nh / nkv);
-                let sc: Vec<f64> = (from..to)
-                    .map(|p| {
-                        let kr = &kw[p * nkv * dk + kvh * dk..][..dk];
-                        let qh = &q[h * dk..(h + 1) * dk];
-                        0.2 * qh
-                            .iter()
-                            .zip(kr)
-                            .map(|(a, b)| *a as f64 * *b as f64)
+        // The largest scores sit in the last block, so the running max
+        // changes after the first block: by a few units, then by hundreds
+        // (beyond what e^x spans in f32 without the max subtracted).
+        for boost in [3.0, 100.0] {
+            let mut kw = widened(&kc);
+            for x in &mut kw[(N_POS - 3) * nkv * dk..] {
+                *x *= boost;
+            }
+            for (from, to) in [(0, N_POS), (5, 2 * BLOCK + 1), (BLOCK, BLOCK + 1)] {
+                let got = attend_one(
+                    s,
+                    &q,
+                    KvView::F32(&kw),
+                    KvView::F32(&vw),
+                    from,
+                    to,
+                    0.2,
+                    None,
+                );
+                for h in 0..nh {
+                    let kvh = h / (nh / nkv);
+                    let sc: Vec<f64> = (from..to)
+                        .map(|p| {
+                            let kr = &kw[p * nkv * dk + kvh * dk..][..dk];
+                            let qh = &q[h * dk..(h + 1) * dk];
+                            0.2 * qh
+                                .iter()
+                                .zip(kr)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>()
+                        })
+                        .collect();
+                    let m = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                    let l: f64 = w.iter().sum();
+                    for c in 0..dv {
+                        let want: f64 = (from..to)
+                            .zip(&w)
+                            .map(|(p, w)| w * vw[p * nkv * dv + kvh * dv + c] as f64)
                             .sum::<f64>()
-                    })
-                    .collect();
-                let m = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
-                let l: f64 = w.iter().sum();
-                for c in 0..dv {
-                    let want: f64 = (from..to)
-                        .zip(&w)
-                        .map(|(p, w)| w * vw[p * nkv * dv + kvh * dv + c] as f64)
-                        .sum::<f64>()
-                        / l;
-                    let g = got[h * dv + c] as f64;
-                    assert!(
-                        (g - want).abs() <= 2e-6 * (1.0 + want.abs()),
-                        "span {from}..{to} head {h} col {c}: {g} vs {want}"
-                    );
+                            / l;
+                        let g = got[h * dv + c] as f64;
+                        assert!(
+                            (g - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                            "boost {boost} span {from}..{to} head {h} col {c}: {g} vs {want}"
+                        );
+                    }
                 }
             }
         }
