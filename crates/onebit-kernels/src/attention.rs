@@ -873,13 +873,18 @@ mod tests {
         let q: Vec<f32> = (0..nh * dk).map(|i| val(i + 11) * 2.0).collect();
         let kc = cache(KvType::F32, N_POS, nkv * dk, 0);
         let vw = widened(&cache(KvType::F32, N_POS, nkv * dv, 5));
-        // The largest scores sit in the last block, so the running max
-        // changes after the first block: by a few units, then by hundreds
-        // (beyond what e^x spans in f32 without the max subtracted).
+        // The largest scores sit in later blocks, so the running max
+        // changes after the first block: by a few units, then by hundreds in
+        // the second block and by somewhat less in the last (beyond what e^x
+        // spans in f32 without the max subtracted).
         for boost in [3.0, 100.0] {
             let mut kw = widened(&kc);
-            for x in &mut kw[(N_POS - 3) * nkv * dk..] {
+            let row = nkv * dk;
+            for x in &mut kw[(BLOCK + 10) * row..(BLOCK + 13) * row] {
                 *x *= boost;
+            }
+            for x in &mut kw[(N_POS - 3) * row..] {
+                *x *= boost * 0.6;
             }
             for (from, to) in [(0, N_POS), (5, 2 * BLOCK + 1), (BLOCK, BLOCK + 1)] {
                 let got = attend_one(
