@@ -125,7 +125,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             ttft_ms: prefill * 1e3,
         };
         eprintln!(
-            "[bench] run {}/{}: pp{} {:.1} tok/s, tg{} {:.1} tok/s{at}, ttft {:.1} ms",
+            "[bench] run {}/{}{at}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
             rep + 1,
             a.repetitions,
             a.prompt_tokens,
