@@ -10,10 +10,13 @@
 # the repository.
 #
 #   THREADS (2)  PP (512)  TG (64)  ROUNDS (3: alternations of the two engines)
+#   DEPTH (0: tokens in the context before each test, llama-bench -d)
+#   KV (f16: the KV cache type of both engines)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 threads="${THREADS:-2}"; pp="${PP:-512}"; tg="${TG:-64}"; rounds="${ROUNDS:-3}"
+depth="${DEPTH:-0}"; kv="${KV:-f16}"
 llama_bench="${LLAMA_BENCH:-$HOME/.cache/onebit/llamacpp/build/bin/llama-bench}"
 models_dir="${ONEBIT_MODELS:-$HOME/.cache/onebit/models}"
 if [ ! -x "$llama_bench" ]; then
@@ -26,23 +29,24 @@ fi
 cargo build --release --quiet -p onebit
 onebit=target/release/onebit
 
-python3 - "$onebit" "$llama_bench" "$threads" "$pp" "$tg" "$rounds" "$@" <<'PY'
+python3 - "$onebit" "$llama_bench" "$threads" "$pp" "$tg" "$rounds" "$depth" "$kv" "$@" <<'PY'
 import json, statistics, subprocess, sys
-onebit, llama, threads, pp, tg, rounds, *models = sys.argv[1:]
+onebit, llama, threads, pp, tg, rounds, depth, kv, *models = sys.argv[1:]
 def ours(m):
     out = subprocess.run([onebit, "bench", "--model", m, "--threads", threads, "--prompt-tokens", pp,
-                          "--gen-tokens", tg, "--repetitions", "1", "--json"],
+                          "--gen-tokens", tg, "--depth", depth, "--kv-type", kv, "--repetitions", "1", "--json"],
                          capture_output=True, text=True, check=True).stdout
     o = json.loads(out)
     return o["prompt_tps"], o["decode_tps"]
 def theirs(m):
-    out = subprocess.run([llama, "-m", m, "-t", threads, "-p", pp, "-n", tg, "-r", "1", "-o", "json"],
+    out = subprocess.run([llama, "-m", m, "-t", threads, "-p", pp, "-n", tg, "-d", depth, "-ctk", kv, "-ctv", kv,
+                          "-r", "1", "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)
     p = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
     g = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
     return p, g
-print(f"threads {threads}, pp{pp}, tg{tg}, {rounds} alternating rounds; medians (min..max)")
+print(f"threads {threads}, pp{pp}, tg{tg}, depth {depth}, {kv} KV, {rounds} alternating rounds; medians (min..max)")
 print("| model | test | onebit | llama.cpp | ratio |")
 print("|---|---|---|---|---|")
 for m in models:

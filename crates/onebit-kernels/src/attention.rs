@@ -1,14 +1,27 @@
-//! Causal softmax attention of query rows over a KV cache.
+//! Causal softmax attention of query rows over a KV cache of any
+//! [`KvType`](crate::kv::KvType), blocked over the cache rows with a running
+//! max (the online softmax of flash attention).
 //!
-//! Per query head: scores q·k over the visible positions (8-lane fused
-//! multiply-add dot products), scale, optional soft-cap, softmax, then the
-//! weighted sum of values (a fused multiply-add per element). The result for
-//! a query depends only on that query and the cache rows it reads: the same
-//! operations run for it whether it is attended alone, in a batch, or on any
-//! thread, and the AVX2 and scalar paths compute the same fused operations in
-//! the same order, so they give the same bits.
+//! A query's visible positions `from..to` are cut into blocks of [`BLOCK`]
+//! positions counted from `from`. Per block and query head: the scores q·k
+//! (8-lane fused multiply-add dot products over K widened to f32), scale,
+//! optional soft-cap; their max m; weights e^(s - m) ([`exp_fast`]); their
+//! sum l (four f64 lanes); and the unnormalised weighted sum of V rows (a
+//! fused multiply-add per element, position by position from zero). The
+//! blocks' partials (m, l, acc) are then folded in block order: m' = max(m,
+//! m_b), l = l e^(m - m') + l_b e^(m_b - m'), acc likewise (plain products
+//! and sums); the output is acc / l.
+//!
+//! A query's result depends only on that query and the cache rows it reads:
+//! the same operations run for it whether it is attended alone or in a
+//! batch, with the heads of its KV group together or apart, with its blocks
+//! on one thread or spread over all of them. The AVX2 path computes the same
+//! fused operations in the same order as the scalar reference, so the two
+//! give the same bits; the query heads sharing a KV head run together there,
+//! so each K and V load serves all of them.
 
-use crate::ops::softmax;
+use crate::kv::KvView;
+use crate::ops::{exp_fast, exp_sub, sum4_f64};
 use crate::pool::Pool;
 
 /// Shapes of one attention layer.
@@ -19,6 +32,15 @@ pub struct AttnShape {
     pub head_dim_k: usize,
     pub head_dim_v: usize,
 }
+
+/// Cache positions per block of the running softmax.
+pub const BLOCK: usize = 128;
+
+/// A head's partial result: [max score, sum of weights, head_dim_v sums].
+const PART_HEAD: usize = 2;
+
+/// Query heads run together at most (their accumulators fill the registers).
+const MAX_GROUP: usize = 4;
 
 /// Fused dot product: element i into lane i % 8 with `mul_add`, lanes
 /// reduced pairwise as [`crate::quant::scalar::reduce8`].
@@ -36,128 +58,240 @@ fn axpy_scalar(o: &mut [f32], w: f32, v: &[f32]) {
     }
 }
 
+/// A score from its dot product: scale, then the soft-cap.
+#[inline]
+fn finish_score(dot: f32, scale: f32, softcap: Option<f32>) -> f32 {
+    let s = dot * scale;
+    match softcap {
+        Some(cap) => cap * (s / cap).tanh(),
+        None => s,
+    }
+}
+
+/// Per head of a block: the max of its scores, the scores replaced by their
+/// weights e^(s - max), and the weights' sum; writes max and sum to `part`.
+fn weights(scores: &mut [f32], part: &mut [f32]) {
+    let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    exp_sub(scores, m);
+    part[0] = m;
+    part[1] = sum4_f64(scores, |v| v as f64) as f32;
+}
+
+/// Scalar reference of one block: the query heads in `q` ([G][dk]), all
+/// reading KV head `kvh`, over positions `from..to` (not empty); writes
+/// `part` ([G][2 + dv]).
+#[allow(clippy::too_many_arguments)]
+fn block_scalar(
+    shape: AttnShape,
+    kvh: usize,
+    q: &[f32],
+    k: KvView,
+    v: KvView,
+    from: usize,
+    to: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    scores: &mut Vec<f32>,
+    part: &mut [f32],
+) {
+    let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
+    let krow = shape.n_head_kv * dk;
+    let vrow = shape.n_head_kv * dv;
+    let len = to - from;
+    scores.clear();
+    scores.resize(len + dk.max(dv), 0.0);
+    let (sc, row) = scores.split_at_mut(len);
+    for (qg, pg) in q
+        .chunks_exact(dk)
+        .zip(part.chunks_exact_mut(PART_HEAD + dv))
+    {
+        for (i, s) in sc.iter_mut().enumerate() {
+            let at = (from + i) * krow + kvh * dk;
+            for (c, x) in row[..dk].iter_mut().enumerate() {
+                *x = k.get(at + c);
+            }
+            *s = finish_score(dot_scalar(qg, &row[..dk]), scale, softcap);
+        }
+        let m = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for s in sc.iter_mut() {
+            *s = exp_fast(*s - m);
+        }
+        pg[0] = m;
+        pg[1] = sum4_f64(sc, |x| x as f64) as f32;
+        let acc = &mut pg[PART_HEAD..];
+        acc.fill(0.0);
+        for (i, &w) in sc.iter().enumerate() {
+            let at = (from + i) * vrow + kvh * dv;
+            for (c, x) in row[..dv].iter_mut().enumerate() {
+                *x = v.get(at + c);
+            }
+            axpy_scalar(acc, w, &row[..dv]);
+        }
+    }
+}
+
+/// Folds a later block's partial `b` into the running partial `run` (one head).
+fn combine(run: &mut [f32], b: &[f32]) {
+    let m = run[0].max(b[0]);
+    let (sa, sb) = (exp_fast(run[0] - m), exp_fast(b[0] - m));
+    run[0] = m;
+    run[1] = run[1] * sa + b[1] * sb;
+    for (r, x) in run[PART_HEAD..].iter_mut().zip(&b[PART_HEAD..]) {
+        *r = *r * sa + *x * sb;
+    }
+}
+
+/// The output of a head from its folded partial.
+fn finish(run: &[f32], out: &mut [f32]) {
+    let inv = 1.0 / run[1];
+    for (o, x) in out.iter_mut().zip(&run[PART_HEAD..]) {
+        *o = *x * inv;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{softmax, AttnShape};
+    use super::{finish_score, weights, AttnShape, PART_HEAD};
+    use crate::kv::{KvView, Q8_0_BLOCK};
     use core::arch::x86_64::*;
 
-    /// As `dot_scalar`, eight lanes at a time.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let n8 = n / 8 * 8;
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        while i < n8 {
-            // SAFETY: i + 8 <= n8 <= len of both slices.
-            let (x, y) = unsafe {
-                (
-                    _mm256_loadu_ps(a.as_ptr().add(i)),
-                    _mm256_loadu_ps(b.as_ptr().add(i)),
-                )
-            };
-            acc = _mm256_fmadd_ps(x, y, acc);
-            i += 8;
-        }
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` has 8 elements.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        for i in n8..n {
-            lanes[i - n8] = a[i].mul_add(b[i], lanes[i - n8]);
-        }
-        crate::quant::scalar::reduce8(&lanes)
+    /// Cache elements as the kernel reads them: one widened to f32, or
+    /// eight at a time.
+    pub trait Elems: Copy {
+        fn len(&self) -> usize;
+        fn get(&self, i: usize) -> f32;
+        /// Elements i..i + 8 widened to f32, the same values as `get`.
+        ///
+        /// # Safety
+        /// i + 8 <= len(); for q8_0, i is a multiple of 8 (so the eight
+        /// share one block); AVX2 and F16C are available.
+        unsafe fn load8(&self, i: usize) -> __m256;
     }
 
-    /// o = w * v + o, fused, elementwise.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn axpy(o: &mut [f32], w: f32, v: &[f32]) {
-        let n = o.len().min(v.len());
-        let n8 = n / 8 * 8;
-        let wv = _mm256_set1_ps(w);
-        let mut i = 0;
-        while i < n8 {
-            // SAFETY: i + 8 <= n8 <= len of both slices.
-            unsafe {
-                let p = o.as_mut_ptr().add(i);
-                let r = _mm256_fmadd_ps(wv, _mm256_loadu_ps(v.as_ptr().add(i)), _mm256_loadu_ps(p));
-                _mm256_storeu_ps(p, r);
+    #[derive(Clone, Copy)]
+    pub struct F32s<'a>(pub &'a [f32]);
+    #[derive(Clone, Copy)]
+    pub struct F16s<'a>(pub &'a [u16]);
+    #[derive(Clone, Copy)]
+    pub struct Q8s<'a>(pub &'a [i8], pub &'a [u16]);
+
+    impl Elems for F32s<'_> {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        #[inline(always)]
+        fn get(&self, i: usize) -> f32 {
+            self.0[i]
+        }
+        #[inline(always)]
+        unsafe fn load8(&self, i: usize) -> __m256 {
+            // SAFETY: i + 8 <= len (the caller's contract).
+            unsafe { _mm256_loadu_ps(self.0.as_ptr().add(i)) }
+        }
+    }
+
+    impl Elems for F16s<'_> {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        #[inline(always)]
+        fn get(&self, i: usize) -> f32 {
+            KvView::F16(self.0).get(i)
+        }
+        #[inline(always)]
+        unsafe fn load8(&self, i: usize) -> __m256 {
+            // SAFETY: i + 8 <= len, 16 bytes; F16C is available (the
+            // caller's contract). vcvtph2ps widens exactly, as `get` does.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self.0.as_ptr().add(i).cast())) }
+        }
+    }
+
+    impl Elems for Q8s<'_> {
+        fn len(&self) -> usize {
+            self.0.len().min(self.1.len() * Q8_0_BLOCK)
+        }
+        #[inline(always)]
+        fn get(&self, i: usize) -> f32 {
+            KvView::Q8_0 {
+                q: self.0,
+                d: self.1,
             }
-            i += 8;
+            .get(i)
         }
-        for i in n8..n {
-            o[i] = w.mul_add(v[i], o[i]);
+        #[inline(always)]
+        unsafe fn load8(&self, i: usize) -> __m256 {
+            // SAFETY: i + 8 <= len, so 8 quant bytes and the scale i / 32
+            // exist (len counts only elements whose scale is stored).
+            unsafe {
+                let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                    self.0.as_ptr().add(i).cast(),
+                )));
+                let d = *self.1.get_unchecked(i / Q8_0_BLOCK);
+                let d = _mm256_cvtph_ps(_mm_set1_epi16(d as i16));
+                // d * q, exact (see crate::kv), as `get`.
+                _mm256_mul_ps(d, q)
+            }
         }
     }
 
-    /// A score from a dot product's lane sums: the tail elements into lanes
-    /// 0.., the pairwise reduction, then scale and soft-cap, as `attend_head`.
-    #[target_feature(enable = "avx2,fma")]
-    fn finish_score(acc: __m256, q: &[f32], k: &[f32], scale: f32, softcap: Option<f32>) -> f32 {
+    /// A dot product's eight lanes with the tail elements added into lanes
+    /// 0.., reduced pairwise as `dot_scalar`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn reduce<E: Elems>(acc: __m256, q: &[f32], k: E, at: usize) -> f32 {
         let n8 = q.len() / 8 * 8;
-        let sum = if n8 == q.len() {
+        if n8 == q.len() {
             // reduce8 in registers: [l0+l4, l1+l5, l2+l6, l3+l7], then
             // [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7)], then their sum.
             let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
             let t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)))
-        } else {
-            let mut lanes = [0f32; 8];
-            // SAFETY: `lanes` has 8 elements.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-            for i in n8..q.len() {
-                lanes[i - n8] = q[i].mul_add(k[i], lanes[i - n8]);
-            }
-            crate::quant::scalar::reduce8(&lanes)
-        };
-        let mut s = sum * scale;
-        if let Some(cap) = softcap {
-            s = cap * (s / cap).tanh();
+            return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
         }
-        s
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` has 8 elements.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        for i in n8..q.len() {
+            lanes[i - n8] = q[i].mul_add(k.get(at + i), lanes[i - n8]);
+        }
+        crate::quant::scalar::reduce8(&lanes)
     }
 
-    /// `attend_head` for the G query heads whose vectors are `q` ([G][dk])
-    /// and which all read KV head `kvh`, over positions `from..to`: writes
-    /// `out` ([G][dv]). Each K and V load serves all G heads (and a K row pair
-    /// gives 2G independent accumulator chains), while every head sees the
-    /// same operations in the same order as `attend_head`: its dot products
-    /// with one 8-lane accumulator per position, its softmax, and its
-    /// weighted sum accumulated position by position from zero.
+    /// `block_scalar` for the G query heads in `q`, K and V read through
+    /// `k` and `v`: the same operations in the same order per head. A K row
+    /// pair gives 2G independent accumulator chains; each V load serves all
+    /// G heads.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub fn attend_group<const G: usize>(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub fn block<E: Elems, const G: usize>(
         shape: AttnShape,
         kvh: usize,
         q: &[f32],
-        k_cache: &[f32],
-        v_cache: &[f32],
+        k: E,
+        v: E,
         from: usize,
         to: usize,
         scale: f32,
         softcap: Option<f32>,
         scores: &mut Vec<f32>,
-        out: &mut [f32],
+        part: &mut [f32],
     ) {
         let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
         let krow = shape.n_head_kv * dk;
         let vrow = shape.n_head_kv * dv;
+        let ph = PART_HEAD + dv;
+        assert!(kvh < shape.n_head_kv && from < to, "attention block: span");
         assert!(
-            kvh < shape.n_head_kv && from <= to,
-            "attend_group: head or span"
+            q.len() == G * dk && part.len() == G * ph,
+            "attention block: q/part shape"
         );
         assert!(
-            q.len() == G * dk && out.len() == G * dv,
-            "attend_group: q/out shape"
-        );
-        assert!(
-            to * krow <= k_cache.len() && to * vrow <= v_cache.len(),
-            "attend_group: cache rows"
+            to * krow <= k.len() && to * vrow <= v.len(),
+            "attention block: cache rows"
         );
         let len = to - from;
         let dk8 = dk / 8 * 8;
         scores.clear();
         scores.resize(G * len, 0.0);
-        let k_at = |p: usize| &k_cache[p * krow + kvh * dk..p * krow + (kvh + 1) * dk];
+        let k_at = |p: usize| p * krow + kvh * dk;
 
         // Scores, two positions at a time.
         let mut i = 0;
@@ -168,11 +302,13 @@ mod avx2 {
             let mut acc = [[_mm256_setzero_ps(); 2]; G];
             let mut j = 0;
             while j < dk8 {
-                // SAFETY: j + 8 <= dk8 <= dk, the length of k0, k1 and of each
-                // head's part of q (g * dk + j + 8 <= G * dk = q.len()).
+                // SAFETY: k0 + j + 8 <= k0 + dk <= to * krow <= k.len(), the
+                // same for k1; j is a multiple of 8 and so is k0 for q8_0
+                // (its head dims are multiples of 32); g * dk + j + 8 <= G *
+                // dk = q.len(). AVX2 and F16C are enabled here.
                 unsafe {
-                    let a = _mm256_loadu_ps(k0.as_ptr().add(j));
-                    let b = _mm256_loadu_ps(k1.as_ptr().add(j));
+                    let a = k.load8(k0 + j);
+                    let b = k.load8(k1 + j);
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let qv = _mm256_loadu_ps(q.as_ptr().add(g * dk + j));
                         acc[0] = _mm256_fmadd_ps(qv, a, acc[0]);
@@ -183,36 +319,36 @@ mod avx2 {
             }
             for (g, acc) in acc.iter().enumerate() {
                 let qg = &q[g * dk..(g + 1) * dk];
-                scores[g * len + i] = finish_score(acc[0], qg, k0, scale, softcap);
+                scores[g * len + i] = finish_score(reduce(acc[0], qg, k, k0), scale, softcap);
                 if pair {
-                    scores[g * len + i + 1] = finish_score(acc[1], qg, k1, scale, softcap);
+                    scores[g * len + i + 1] =
+                        finish_score(reduce(acc[1], qg, k, k1), scale, softcap);
                 }
             }
             i += 2;
         }
         for g in 0..G {
-            softmax(&mut scores[g * len..(g + 1) * len]);
+            weights(
+                &mut scores[g * len..(g + 1) * len],
+                &mut part[g * ph..g * ph + 2],
+            );
         }
 
         // Weighted sums of values, 16 then 8 columns of all G heads at a
         // time, then the remaining columns one by one.
         let sp = scores.as_ptr();
-        let v_at = |p: usize, c: usize| {
-            debug_assert!(c < dv);
-            // SAFETY: p < to and c < dv, so the index is below to * vrow <=
-            // v_cache.len() (asserted above).
-            unsafe { v_cache.as_ptr().add(p * vrow + kvh * dv + c) }
-        };
+        let v_at = |p: usize, c: usize| p * vrow + kvh * dv + c;
         let mut c = 0;
         while c + 16 <= dv {
             let mut acc = [[_mm256_setzero_ps(); 2]; G];
             for i in 0..len {
-                let vp = v_at(from + i, c);
-                // SAFETY: columns c..c + 16 <= dv of row from + i (see v_at);
-                // g * len + i < G * len = scores.len().
+                let at = v_at(from + i, c);
+                // SAFETY: at + 16 <= (from + i) * vrow + kvh * dv + dv <= to
+                // * vrow <= v.len(); at is a multiple of 8 for q8_0 (head
+                // dims multiples of 32); g * len + i < G * len = scores.len().
                 unsafe {
-                    let v0 = _mm256_loadu_ps(vp);
-                    let v1 = _mm256_loadu_ps(vp.add(8));
+                    let v0 = v.load8(at);
+                    let v1 = v.load8(at + 8);
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let w = _mm256_set1_ps(*sp.add(g * len + i));
                         acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
@@ -221,10 +357,11 @@ mod avx2 {
                 }
             }
             for (g, acc) in acc.iter().enumerate() {
-                // SAFETY: g * dv + c + 16 <= G * dv = out.len().
+                let o = g * ph + PART_HEAD + c;
+                // SAFETY: o + 16 <= g * ph + ph <= G * ph = part.len().
                 unsafe {
-                    _mm256_storeu_ps(out.as_mut_ptr().add(g * dv + c), acc[0]);
-                    _mm256_storeu_ps(out.as_mut_ptr().add(g * dv + c + 8), acc[1]);
+                    _mm256_storeu_ps(part.as_mut_ptr().add(o), acc[0]);
+                    _mm256_storeu_ps(part.as_mut_ptr().add(o + 8), acc[1]);
                 }
             }
             c += 16;
@@ -232,10 +369,9 @@ mod avx2 {
         if c + 8 <= dv {
             let mut acc = [_mm256_setzero_ps(); G];
             for i in 0..len {
-                let vp = v_at(from + i, c);
                 // SAFETY: as above, for columns c..c + 8 <= dv.
                 unsafe {
-                    let v0 = _mm256_loadu_ps(vp);
+                    let v0 = v.load8(v_at(from + i, c));
                     for (g, acc) in acc.iter_mut().enumerate() {
                         let w = _mm256_set1_ps(*sp.add(g * len + i));
                         *acc = _mm256_fmadd_ps(w, v0, *acc);
@@ -243,8 +379,8 @@ mod avx2 {
                 }
             }
             for (g, acc) in acc.iter().enumerate() {
-                // SAFETY: g * dv + c + 8 <= G * dv = out.len().
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(g * dv + c), *acc) };
+                // SAFETY: g * ph + 2 + c + 8 <= G * ph = part.len().
+                unsafe { _mm256_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
             }
             c += 8;
         }
@@ -252,381 +388,618 @@ mod avx2 {
             for g in 0..G {
                 let mut acc = 0f32;
                 for i in 0..len {
-                    let p = from + i;
-                    acc = scores[g * len + i].mul_add(v_cache[p * vrow + kvh * dv + c], acc);
+                    acc = scores[g * len + i].mul_add(v.get(v_at(from + i, c)), acc);
                 }
-                out[g * dv + c] = acc;
+                part[g * ph + PART_HEAD + c] = acc;
             }
         }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-fn use_avx2() -> bool {
-    crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2
-}
-
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// Whether the AVX2 kernels run (AVX2, FMA and F16C detected, and not
+/// forced off by `ONEBIT_ISA=scalar`).
+fn use_simd() -> bool {
     #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.
-        return unsafe { avx2::dot(a, b) };
+    {
+        crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2
     }
-    dot_scalar(a, b)
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
-#[inline]
-fn axpy(o: &mut [f32], w: f32, v: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() {
-        // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.
-        return unsafe { avx2::axpy(o, w, v) };
-    }
-    axpy_scalar(o, w, v)
-}
-
-/// One query head over positions `from..to`: writes `oh` ([head_dim_v]).
+/// One block on the chosen path; `q` holds 1..=4 heads.
 #[allow(clippy::too_many_arguments)]
-fn attend_head(
+fn run_block(
+    simd: bool,
     shape: AttnShape,
-    h: usize,
-    qh: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
-    from: usize,
-    to: usize,
-    scale: f32,
-    softcap: Option<f32>,
-    scores: &mut Vec<f32>,
-    oh: &mut [f32],
-) {
-    let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
-    let kvh = h / (shape.n_head / shape.n_head_kv);
-    let kv_row_k = shape.n_head_kv * dk;
-    let kv_row_v = shape.n_head_kv * dv;
-    scores.clear();
-    for p in from..to {
-        let kh = &k_cache[p * kv_row_k + kvh * dk..p * kv_row_k + (kvh + 1) * dk];
-        let mut s = dot(qh, kh) * scale;
-        if let Some(cap) = softcap {
-            s = cap * (s / cap).tanh();
-        }
-        scores.push(s);
-    }
-    softmax(scores);
-    oh.fill(0.0);
-    for (i, p) in (from..to).enumerate() {
-        let vh = &v_cache[p * kv_row_v + kvh * dv..p * kv_row_v + (kvh + 1) * dv];
-        axpy(oh, scores[i], vh);
-    }
-}
-
-/// Attention for one query row over cache positions `from..to` (the query's own
-/// position is `to - 1`). `q` is [n_head * head_dim_k], already scaled by nothing;
-/// `k_cache` rows are [n_head_kv * head_dim_k] per position, `v_cache` likewise.
-/// Query head h reads KV head h / (n_head / n_head_kv). Writes [n_head * head_dim_v].
-#[allow(clippy::too_many_arguments)]
-pub fn attend(
-    shape: AttnShape,
+    kvh: usize,
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k: KvView,
+    v: KvView,
     from: usize,
     to: usize,
     scale: f32,
     softcap: Option<f32>,
     scores: &mut Vec<f32>,
-    out: &mut [f32],
+    part: &mut [f32],
 ) {
-    let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
-    for h in 0..shape.n_head {
-        attend_head(
-            shape,
-            h,
-            &q[h * dk..(h + 1) * dk],
-            k_cache,
-            v_cache,
-            from,
-            to,
-            scale,
-            softcap,
-            scores,
-            &mut out[h * dv..(h + 1) * dv],
-        );
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        use avx2::{block, Elems, F16s, F32s, Q8s};
+        /// # Safety
+        /// AVX2, FMA and F16C must be available.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn by_group<E: Elems>(
+            shape: AttnShape,
+            kvh: usize,
+            q: &[f32],
+            k: E,
+            v: E,
+            from: usize,
+            to: usize,
+            scale: f32,
+            softcap: Option<f32>,
+            scores: &mut Vec<f32>,
+            part: &mut [f32],
+        ) {
+            let a = (shape, kvh, q, k, v, from, to, scale, softcap);
+            // SAFETY (each call): the caller guarantees the features.
+            unsafe {
+                match q.len() / shape.head_dim_k {
+                    4 => block::<E, 4>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
+                    3 => block::<E, 3>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
+                    2 => block::<E, 2>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
+                    _ => block::<E, 1>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
+                }
+            }
+        }
+        let a = (shape, kvh, q, from, to, scale, softcap);
+        // SAFETY (each call): `simd` is true only when use_simd() found
+        // AVX2, FMA and F16C.
+        unsafe {
+            match (k, v) {
+                (KvView::F32(k), KvView::F32(v)) => {
+                    let (k, v) = (F32s(k), F32s(v));
+                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, scores, part);
+                }
+                (KvView::F16(k), KvView::F16(v)) => {
+                    let (k, v) = (F16s(k), F16s(v));
+                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, scores, part);
+                }
+                (KvView::Q8_0 { q: kq, d: kd }, KvView::Q8_0 { q: vq, d: vd }) => {
+                    let (k, v) = (Q8s(kq, kd), Q8s(vq, vd));
+                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, scores, part);
+                }
+                // K and V of different types: the scalar reference.
+                _ => {}
+            }
+        }
+    }
+    let _ = simd;
+    block_scalar(shape, kvh, q, k, v, from, to, scale, softcap, scores, part)
+}
+
+/// A pointer to a buffer several threads write disjoint parts of.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: every user writes only the elements of its own work item, which
+// no other item reads or writes while the parallel call runs; the buffer
+// outlives the call.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// # Safety
+    /// `at + len` is within the buffer and no other thread touches that range
+    /// while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, at: usize, len: usize) -> &mut [f32] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
     }
 }
 
-/// A pointer to the output that several threads write disjoint heads of.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: each (row, head) work item writes only its own head_dim_v elements,
-// which no other item reads or writes; the buffer outlives the call.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+/// The `g`-head groups of query heads of KV head `kvh`: (first head, count).
+fn head_groups(shape: AttnShape, kvh: usize, g: usize) -> impl Iterator<Item = (usize, usize)> {
+    let group = shape.n_head / shape.n_head_kv;
+    let end = (kvh + 1) * group;
+    (kvh * group..end)
+        .step_by(g)
+        .map(move |h| (h, g.min(end - h)))
+}
 
-/// [`attend`] for `spans.len()` query rows at once. `q` is [rows][n_head *
-/// head_dim_k], row i sees cache positions `spans[i].0..spans[i].1`; `out` is
-/// [rows][n_head * head_dim_v]. Each row's result is the same bits as
-/// [`attend`] gives for it.
+/// Attention for `spans.len()` query rows. `q` is [rows][n_head *
+/// head_dim_k]; row i sees cache positions `spans[i].0..spans[i].1` (its own
+/// position is `spans[i].1 - 1`); the cache rows of `k` are [n_head_kv *
+/// head_dim_k] per position, of `v` likewise. Query head h reads KV head h /
+/// (n_head / n_head_kv). Writes `out`, [rows][n_head * head_dim_v]. Each
+/// row's result is the same bits whatever the other rows and the threads.
 ///
-/// With several rows (prefill) the work items are (row, KV head) pairs, and
-/// the query heads sharing a KV head run together so each K and V row load
-/// serves all of them; with few rows (decode) they are (row, query head)
-/// pairs, so a single query still uses every thread.
+/// With many rows (prefill) the work items are (row, KV head) pairs, each
+/// folding its blocks as it goes; with few (decode), the blocks themselves
+/// are the items, so one query at a long context uses every thread, and
+/// their partials are folded afterwards in the same order.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_rows(
     pool: &Pool,
     shape: AttnShape,
     q: &[f32],
     spans: &[(usize, usize)],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k: KvView,
+    v: KvView,
     scale: f32,
     softcap: Option<f32>,
     out: &mut [f32],
 ) {
-    let (nh, dk, dv) = (shape.n_head, shape.head_dim_k, shape.head_dim_v);
+    let (nh, nkv, dk, dv) = (
+        shape.n_head,
+        shape.n_head_kv,
+        shape.head_dim_k,
+        shape.head_dim_v,
+    );
     let rows = spans.len();
+    assert!(
+        nkv > 0 && nh.is_multiple_of(nkv),
+        "attend_rows: {nh} query heads over {nkv} KV heads"
+    );
     assert_eq!(q.len(), rows * nh * dk, "attend_rows: q shape");
     assert_eq!(out.len(), rows * nh * dv, "attend_rows: out shape");
-    let dst = OutPtr(out.as_mut_ptr());
-    #[cfg(target_arch = "x86_64")]
-    if use_avx2() && rows * shape.n_head_kv >= 2 * pool.threads() {
-        let nkv = shape.n_head_kv;
-        let group = nh / nkv;
+    let simd = use_simd();
+    let ph = PART_HEAD + dv;
+    let threads = pool.threads();
+    let dst = SharedMut(out.as_mut_ptr());
+    let n_blocks = |(from, to): (usize, usize)| to.saturating_sub(from).div_ceil(BLOCK);
+    let block_span =
+        |(from, to): (usize, usize), b: usize| (from + b * BLOCK, (from + (b + 1) * BLOCK).min(to));
+
+    if rows * nkv >= 2 * threads {
         let items = rows * nkv;
         // Work per item grows with its span; aim for ~8 chunks per thread.
-        let per = items.div_ceil(pool.threads() * 8).max(1);
+        let per = items.div_ceil(threads * 8).max(1);
         pool.for_each_chunk(items.div_ceil(per), |c| {
             let mut scores = Vec::new();
+            let mut run = vec![0f32; MAX_GROUP * ph];
+            let mut part = vec![0f32; MAX_GROUP * ph];
             for it in c * per..((c + 1) * per).min(items) {
                 let (r, kvh) = (it / nkv, it % nkv);
-                let (from, to) = spans[r];
-                let heads_end = (kvh + 1) * group;
-                let mut h = kvh * group;
-                while h < heads_end {
-                    let g = (heads_end - h).min(4);
+                for (h, g) in head_groups(shape, kvh, MAX_GROUP) {
                     let at = r * nh + h;
                     let qs = &q[at * dk..(at + g) * dk];
-                    let d = dst;
-                    // SAFETY: at + g <= (r + 1) * nh, so the slice is inside
-                    // `out` (length rows * nh * dv, checked above); each
-                    // (row, KV head) item is claimed by exactly one participant
-                    // and writes only its own heads.
-                    let os = unsafe { std::slice::from_raw_parts_mut(d.0.add(at * dv), g * dv) };
-                    let args = (shape, kvh, qs, k_cache, v_cache, from, to, scale, softcap);
-                    // SAFETY (each call): use_avx2() means AVX2 and FMA were detected.
-                    unsafe {
-                        match g {
-                            4 => call_group::<4>(args, &mut scores, os),
-                            3 => call_group::<3>(args, &mut scores, os),
-                            2 => call_group::<2>(args, &mut scores, os),
-                            _ => call_group::<1>(args, &mut scores, os),
+                    // SAFETY: at + g <= (r + 1) * nh, inside `out` (rows * nh
+                    // * dv, checked above); each (row, KV head) item is
+                    // claimed by one participant and writes only its heads.
+                    let os = unsafe { dst.slice(at * dv, g * dv) };
+                    let nb = n_blocks(spans[r]);
+                    if nb == 0 {
+                        os.fill(0.0);
+                        continue;
+                    }
+                    let (run, part) = (&mut run[..g * ph], &mut part[..g * ph]);
+                    for b in 0..nb {
+                        let (f, t) = block_span(spans[r], b);
+                        let dstp = if b == 0 { &mut *run } else { &mut *part };
+                        run_block(
+                            simd,
+                            shape,
+                            kvh,
+                            qs,
+                            k,
+                            v,
+                            f,
+                            t,
+                            scale,
+                            softcap,
+                            &mut scores,
+                            dstp,
+                        );
+                        if b > 0 {
+                            for (rh, bh) in run.chunks_exact_mut(ph).zip(part.chunks_exact(ph)) {
+                                combine(rh, bh);
+                            }
                         }
                     }
-                    h += g;
+                    for (rh, oh) in run.chunks_exact(ph).zip(os.chunks_exact_mut(dv)) {
+                        finish(rh, oh);
+                    }
                 }
             }
         });
         return;
     }
-    let items = rows * nh;
-    // Work per item grows with its span; aim for ~4 chunks per thread.
-    let per = items.div_ceil(pool.threads() * 4).max(1);
-    pool.for_each_chunk(items.div_ceil(per), |c| {
+
+    // Few rows: every (row, head group, block) is an item with its own
+    // partial. Heads go one by one when groups of four leave threads idle.
+    let total_blocks: usize = spans.iter().map(|&s| n_blocks(s)).sum();
+    let gsize = if total_blocks * nkv >= 2 * threads {
+        MAX_GROUP
+    } else {
+        1
+    };
+    // (row, kv head, first head, heads, block, partial offset)
+    let mut tasks = Vec::new();
+    let mut len = 0;
+    for (r, &span) in spans.iter().enumerate() {
+        for kvh in 0..nkv {
+            for (h, g) in head_groups(shape, kvh, gsize) {
+                for b in 0..n_blocks(span) {
+                    tasks.push((r, kvh, h, g, b, len));
+                    len += g * ph;
+                }
+            }
+        }
+    }
+    let mut parts = vec![0f32; len];
+    let pp = SharedMut(parts.as_mut_ptr());
+    let per = tasks.len().div_ceil(threads * 4).max(1);
+    pool.for_each_chunk(tasks.len().div_ceil(per), |c| {
         let mut scores = Vec::new();
-        for it in c * per..((c + 1) * per).min(items) {
-            let (r, h) = (it / nh, it % nh);
-            let (from, to) = spans[r];
-            let d = dst;
-            // SAFETY: (r, h) < (rows, n_head), so the slice is inside `out`
-            // (length rows * nh * dv, checked above); each item is claimed by
-            // exactly one participant and writes only its own head.
-            let oh = unsafe { std::slice::from_raw_parts_mut(d.0.add(it * dv), dv) };
-            attend_head(
+        for &(r, kvh, h, g, b, off) in &tasks[c * per..((c + 1) * per).min(tasks.len())] {
+            let at = r * nh + h;
+            let (f, t) = block_span(spans[r], b);
+            // SAFETY: tasks own disjoint ranges off..off + g * ph of `parts`
+            // (laid out one after another above); each task is claimed once.
+            let part = unsafe { pp.slice(off, g * ph) };
+            let qs = &q[at * dk..(at + g) * dk];
+            run_block(
+                simd,
                 shape,
-                h,
-                &q[it * dk..(it + 1) * dk],
-                k_cache,
-                v_cache,
-                from,
-                to,
+                kvh,
+                qs,
+                k,
+                v,
+                f,
+                t,
                 scale,
                 softcap,
                 &mut scores,
-                oh,
+                part,
             );
         }
     });
-}
-
-/// The arguments of [`avx2::attend_group`] before its buffers.
-#[cfg(target_arch = "x86_64")]
-type GroupArgs<'a> = (
-    AttnShape,
-    usize,
-    &'a [f32],
-    &'a [f32],
-    &'a [f32],
-    usize,
-    usize,
-    f32,
-    Option<f32>,
-);
-
-/// # Safety
-/// AVX2 and FMA must be available.
-#[cfg(target_arch = "x86_64")]
-unsafe fn call_group<const G: usize>(a: GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    // SAFETY: the caller guarantees AVX2 and FMA.
-    unsafe { avx2::attend_group::<G>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, out) }
+    // Fold each head's blocks in order (the tasks of one head group are
+    // consecutive, block 0 first).
+    out.fill(0.0);
+    let mut run = vec![0f32; MAX_GROUP * ph];
+    let mut i = 0;
+    while i < tasks.len() {
+        let (r, _, h, g, _, off) = tasks[i];
+        let run = &mut run[..g * ph];
+        run.copy_from_slice(&parts[off..off + g * ph]);
+        let mut j = i + 1;
+        while j < tasks.len() && tasks[j].4 > 0 {
+            let o = tasks[j].5;
+            for (rh, bh) in run
+                .chunks_exact_mut(ph)
+                .zip(parts[o..o + g * ph].chunks_exact(ph))
+            {
+                combine(rh, bh);
+            }
+            j += 1;
+        }
+        let at = r * nh + h;
+        for (rh, oh) in run
+            .chunks_exact(ph)
+            .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
+        {
+            finish(rh, oh);
+        }
+        i = j;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::{KvRows, KvType};
+
+    fn shape(n_head: usize, n_head_kv: usize, head_dim_k: usize, head_dim_v: usize) -> AttnShape {
+        AttnShape {
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+        }
+    }
+
+    /// One row attended alone on one thread.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_one(
+        s: AttnShape,
+        q: &[f32],
+        k: KvView,
+        v: KvView,
+        from: usize,
+        to: usize,
+        scale: f32,
+        cap: Option<f32>,
+    ) -> Vec<f32> {
+        let mut out = vec![0f32; s.n_head * s.head_dim_v];
+        attend_rows(
+            &Pool::new(1),
+            s,
+            q,
+            &[(from, to)],
+            k,
+            v,
+            scale,
+            cap,
+            &mut out,
+        );
+        out
+    }
 
     #[test]
     fn one_head_two_positions_by_hand() {
         // q = [1, 0]; keys [1, 0] and [0, 1]: scores 1 and 0 (scale 1);
         // weights e/(e+1) = 0.7310586 and 0.2689414; values [10], [20].
-        let shape = AttnShape {
-            n_head: 1,
-            n_head_kv: 1,
-            head_dim_k: 2,
-            head_dim_v: 1,
-        };
-        let mut out = [0.0];
-        attend(
-            shape,
-            &[1.0, 0.0],
-            &[1.0, 0.0, 0.0, 1.0],
-            &[10.0, 20.0],
-            0,
-            2,
-            1.0,
-            None,
-            &mut Vec::new(),
-            &mut out,
-        );
+        let s = shape(1, 1, 2, 1);
+        let (k, v) = ([1.0, 0.0, 0.0, 1.0], [10.0, 20.0]);
+        let (k, v) = (KvView::F32(&k), KvView::F32(&v));
+        let out = attend_one(s, &[1.0, 0.0], k, v, 0, 2, 1.0, None);
         assert!((out[0] - (10.0 * 0.731_058_6 + 20.0 * 0.268_941_4)).abs() < 1e-4);
         // A window that starts at position 1 sees only the second value.
-        attend(
-            shape,
-            &[1.0, 0.0],
-            &[1.0, 0.0, 0.0, 1.0],
-            &[10.0, 20.0],
-            1,
-            2,
-            1.0,
-            None,
-            &mut Vec::new(),
-            &mut out,
-        );
+        let out = attend_one(s, &[1.0, 0.0], k, v, 1, 2, 1.0, None);
         assert_eq!(out[0], 20.0);
     }
 
     #[test]
     fn grouped_heads_share_kv() {
         // 2 query heads, 1 kv head: both read the same single value.
-        let shape = AttnShape {
-            n_head: 2,
-            n_head_kv: 1,
-            head_dim_k: 1,
-            head_dim_v: 1,
-        };
-        let mut out = [0.0; 2];
-        attend(
-            shape,
+        let s = shape(2, 1, 1, 1);
+        let out = attend_one(
+            s,
             &[1.0, -1.0],
-            &[0.5],
-            &[7.0],
+            KvView::F32(&[0.5]),
+            KvView::F32(&[7.0]),
             0,
             1,
             1.0,
             None,
-            &mut Vec::new(),
-            &mut out,
         );
         assert_eq!(out, [7.0, 7.0]);
     }
 
+    fn val(i: usize) -> f32 {
+        ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 1.3
+    }
+
+    /// A cache of `n_pos` rows of `width` values stored as `ty`.
+    fn cache(ty: KvType, n_pos: usize, width: usize, salt: usize) -> KvRows {
+        let mut r = KvRows::new(ty, width);
+        let x: Vec<f32> = (0..n_pos * width).map(|i| val(i + salt)).collect();
+        r.push(&x);
+        r
+    }
+
+    /// The same rows widened to f32.
+    fn widened(r: &KvRows) -> Vec<f32> {
+        let mut x = vec![0f32; r.rows() * r.width()];
+        for (p, row) in x.chunks_exact_mut(r.width()).enumerate() {
+            r.row_f32(p, row);
+        }
+        x
+    }
+
+    /// (n_head, n_head_kv, head_dim_k, head_dim_v, rows): query groups of 1,
+    /// 3, 4, 5 (4 + 1) and 8 (4 + 4) heads; value widths with 16-, 8- and
+    /// 1-column parts; row counts that take the per-row path and the
+    /// per-block one (fewer rows than 2 * threads).
+    const CASES: [(usize, usize, usize, usize, usize); 8] = [
+        (6, 2, 20, 13, 5),
+        (4, 1, 256, 256, 7),
+        (5, 1, 24, 24, 6),
+        (8, 1, 9, 31, 4),
+        (3, 3, 16, 8, 4),
+        (4, 1, 32, 40, 1),
+        (6, 2, 20, 13, 2),
+        (9, 3, 64, 64, 1),
+    ];
+
+    /// Positions in the test caches: three blocks and a part.
+    const N_POS: usize = 2 * BLOCK + BLOCK / 2 + 7;
+
     #[test]
-    fn rows_equal_one_at_a_time_and_levels_agree() {
-        let f = |i: usize| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 1.3;
-        // (n_head, n_head_kv, head_dim_k, head_dim_v, rows): query groups of
-        // 1, 3, 4, 5 (4 + 1) and 8 (4 + 4) heads; value widths with 16-, 8-
-        // and 1-column parts; row counts that take the grouped path and the
-        // per-head one (fewer rows than 2 * threads).
-        let cases = [
-            (6, 2, 20, 13, 5),
-            (4, 1, 256, 256, 7),
-            (5, 1, 24, 24, 6),
-            (8, 1, 9, 31, 4),
-            (3, 3, 16, 8, 4),
-            (4, 1, 32, 40, 1),
-            (6, 2, 20, 13, 2),
-        ];
-        for (nh, nkv, dk, dv, rows) in cases {
-            let shape = AttnShape {
-                n_head: nh,
-                n_head_kv: nkv,
-                head_dim_k: dk,
-                head_dim_v: dv,
-            };
-            let n_pos = 37;
-            let kc: Vec<f32> = (0..n_pos * nkv * dk).map(f).collect();
-            let vc: Vec<f32> = (0..n_pos * nkv * dv).map(|i| f(i + 5)).collect();
-            let q: Vec<f32> = (0..rows * nh * dk).map(|i| f(i + 11)).collect();
-            // Spans of odd and even lengths (the K rows go in pairs), and one
-            // that starts late (a sliding window).
-            let spans: Vec<(usize, usize)> =
-                (0..rows).map(|r| (r * 3, n_pos - rows + r + 1)).collect();
-            for cap in [Some(5.0), None] {
-                for threads in [1, 2, 3] {
-                    let pool = Pool::new(threads);
-                    let mut batch = vec![0f32; rows * nh * dv];
-                    attend_rows(&pool, shape, &q, &spans, &kc, &vc, 0.3, cap, &mut batch);
-                    for (r, &(from, to)) in spans.iter().enumerate() {
-                        let mut one = vec![0f32; nh * dv];
-                        let qr = &q[r * nh * dk..(r + 1) * nh * dk];
-                        attend(
-                            shape,
-                            qr,
-                            &kc,
-                            &vc,
-                            from,
-                            to,
-                            0.3,
-                            cap,
-                            &mut Vec::new(),
-                            &mut one,
-                        );
-                        let got = &batch[r * nh * dv..(r + 1) * nh * dv];
+    fn rows_equal_one_at_a_time_for_every_kv_type() {
+        for ty in KvType::ALL {
+            for (nh, nkv, dk, dv, rows) in CASES {
+                if ty.check_head_dim(dk).is_err() || ty.check_head_dim(dv).is_err() {
+                    continue;
+                }
+                let s = shape(nh, nkv, dk, dv);
+                let (kc, vc) = (cache(ty, N_POS, nkv * dk, 0), cache(ty, N_POS, nkv * dv, 5));
+                let q: Vec<f32> = (0..rows * nh * dk).map(|i| val(i + 11)).collect();
+                // Spans of odd and even lengths (the K rows go in pairs),
+                // over one to three blocks, one that starts late (a sliding
+                // window).
+                let spans: Vec<(usize, usize)> = (0..rows)
+                    .map(|r| (r * 37, N_POS - rows + r + 1 - (r % 3) * BLOCK))
+                    .collect();
+                for cap in [Some(5.0), None] {
+                    for threads in [1, 2, 3] {
+                        let pool = Pool::new(threads);
+                        let mut batch = vec![0f32; rows * nh * dv];
+                        let (k, v) = (kc.view(), vc.view());
+                        attend_rows(&pool, s, &q, &spans, k, v, 0.3, cap, &mut batch);
+                        for (r, &(from, to)) in spans.iter().enumerate() {
+                            let qr = &q[r * nh * dk..(r + 1) * nh * dk];
+                            let one = attend_one(s, qr, k, v, from, to, 0.3, cap);
+                            let got = &batch[r * nh * dv..(r + 1) * nh * dv];
+                            assert!(
+                                one.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                "{ty}: {s:?} rows {rows} row {r} threads {threads} cap {cap:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attention over an f16 or q8_0 cache is the f32 attention over the
+    /// cache's widened values, bit for bit: the types differ only in what
+    /// they store.
+    #[test]
+    fn every_type_attends_as_f32_over_its_widened_values() {
+        let (nh, nkv, dk, dv) = (9, 3, 64, 64);
+        let s = shape(nh, nkv, dk, dv);
+        let q: Vec<f32> = (0..nh * dk).map(|i| val(i + 11)).collect();
+        for ty in [KvType::F16, KvType::Q8_0] {
+            let (kc, vc) = (cache(ty, N_POS, nkv * dk, 0), cache(ty, N_POS, nkv * dv, 5));
+            let (kw, vw) = (widened(&kc), widened(&vc));
+            let a = attend_one(s, &q, kc.view(), vc.view(), 0, N_POS, 0.125, None);
+            let b = attend_one(
+                s,
+                &q,
+                KvView::F32(&kw),
+                KvView::F32(&vw),
+                0,
+                N_POS,
+                0.125,
+                None,
+            );
+            assert_eq!(a, b, "{ty}");
+        }
+    }
+
+    /// Against softmax attention in f64 over the same (widened) values: a
+    /// block left out of the running max or the fold, or a fold with the
+    /// wrong rescaling, is far outside the bound.
+    #[test]
+    fn blocked_softmax_matches_a_float64_reference() {
+        let (nh, nkv, dk, dv) = (4, 2, 32, 24);
+        let s = shape(nh, nkv, dk, dv);
+        let q: Vec<f32> = (0..nh * dk).map(|i| val(i + 11) * 2.0).collect();
+        let kc = cache(KvType::F32, N_POS, nkv * dk, 0);
+        let vw = widened(&cache(KvType::F32, N_POS, nkv * dv, 5));
+        // The largest scores sit in later blocks, so the running max
+        // changes after the first block: by a few units, then by hundreds in
+        // the second block and by somewhat less in the last (beyond what e^x
+        // spans in f32 without the max subtracted).
+        for boost in [3.0, 100.0] {
+            let mut kw = widened(&kc);
+            let row = nkv * dk;
+            for x in &mut kw[(BLOCK + 10) * row..(BLOCK + 13) * row] {
+                *x *= boost;
+            }
+            for x in &mut kw[(N_POS - 3) * row..] {
+                *x *= boost * 0.6;
+            }
+            for (from, to) in [(0, N_POS), (5, 2 * BLOCK + 1), (BLOCK, BLOCK + 1)] {
+                let got = attend_one(
+                    s,
+                    &q,
+                    KvView::F32(&kw),
+                    KvView::F32(&vw),
+                    from,
+                    to,
+                    0.2,
+                    None,
+                );
+                for h in 0..nh {
+                    let kvh = h / (nh / nkv);
+                    let sc: Vec<f64> = (from..to)
+                        .map(|p| {
+                            let kr = &kw[p * nkv * dk + kvh * dk..][..dk];
+                            let qh = &q[h * dk..(h + 1) * dk];
+                            0.2 * qh
+                                .iter()
+                                .zip(kr)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>()
+                        })
+                        .collect();
+                    let m = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                    let l: f64 = w.iter().sum();
+                    for c in 0..dv {
+                        let want: f64 = (from..to)
+                            .zip(&w)
+                            .map(|(p, w)| w * vw[p * nkv * dv + kvh * dv + c] as f64)
+                            .sum::<f64>()
+                            / l;
+                        let g = got[h * dv + c] as f64;
                         assert!(
-                            one.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "shape {shape:?} rows {rows} row {r} threads {threads} cap {cap:?}"
+                            (g - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                            "boost {boost} span {from}..{to} head {h} col {c}: {g} vs {want}"
                         );
                     }
                 }
             }
         }
-        // The scalar and AVX2 inner loops give the same bits.
-        let a: Vec<f32> = (0..77).map(f).collect();
-        let b: Vec<f32> = (0..77).map(|i| f(i + 3)).collect();
-        for n in [0, 1, 8, 9, 64, 77] {
-            #[cfg(target_arch = "x86_64")]
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                // SAFETY: the features were just detected.
-                let simd = unsafe { avx2::dot(&a[..n], &b[..n]) };
-                assert_eq!(simd.to_bits(), dot_scalar(&a[..n], &b[..n]).to_bits());
-                let (mut o1, mut o2) = (b[..n].to_vec(), b[..n].to_vec());
-                // SAFETY: as above.
-                unsafe { avx2::axpy(&mut o1, 0.37, &a[..n]) };
-                axpy_scalar(&mut o2, 0.37, &a[..n]);
-                assert_eq!(o1, o2);
+    }
+
+    /// The AVX2 block kernel and the scalar reference give the same bits, for
+    /// every type and head group; the AVX-512 level runs the AVX2 kernel.
+    #[test]
+    fn simd_block_equals_scalar_reference() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::quant::x86::Isa;
+            if !Isa::Avx2.supported() {
+                eprintln!("attention levels: ran scalar; this CPU cannot run avx2");
+                return;
             }
+            for ty in KvType::ALL {
+                for (nh, nkv, dk, dv, _) in CASES {
+                    if ty.check_head_dim(dk).is_err() || ty.check_head_dim(dv).is_err() {
+                        continue;
+                    }
+                    let s = shape(nh, nkv, dk, dv);
+                    let (kc, vc) = (cache(ty, N_POS, nkv * dk, 0), cache(ty, N_POS, nkv * dv, 5));
+                    let q: Vec<f32> = (0..nh * dk).map(|i| val(i + 11)).collect();
+                    for (h, g) in head_groups(s, nkv - 1, MAX_GROUP) {
+                        for (from, to) in [(0, BLOCK), (3, 4), (7, 7 + BLOCK - 1)] {
+                            for cap in [None, Some(5.0)] {
+                                let qs = &q[h * dk..(h + g) * dk];
+                                let mut a = vec![0f32; g * (dv + PART_HEAD)];
+                                let mut b = a.clone();
+                                let (k, v) = (kc.view(), vc.view());
+                                let args = (s, nkv - 1, qs, k, v, from, to, 0.3, cap);
+                                run_block(
+                                    true,
+                                    args.0,
+                                    args.1,
+                                    args.2,
+                                    args.3,
+                                    args.4,
+                                    args.5,
+                                    args.6,
+                                    args.7,
+                                    args.8,
+                                    &mut Vec::new(),
+                                    &mut a,
+                                );
+                                block_scalar(
+                                    args.0,
+                                    args.1,
+                                    args.2,
+                                    args.3,
+                                    args.4,
+                                    args.5,
+                                    args.6,
+                                    args.7,
+                                    args.8,
+                                    &mut Vec::new(),
+                                    &mut b,
+                                );
+                                assert!(
+                                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                    "{ty} {s:?} heads {h}+{g} span {from}..{to} cap {cap:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            let skipped: Vec<_> = [Isa::Avx512].iter().filter(|i| !i.supported()).collect();
+            eprintln!(
+                "attention levels: ran scalar and avx2 (avx512 uses the avx2 kernel); \
+                 not runnable here: {skipped:?}"
+            );
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        eprintln!("attention levels: ran scalar; no SIMD attention on this architecture");
     }
 }

@@ -3,6 +3,7 @@
 //! tests hold one to the other.
 
 pub mod attention;
+pub mod kv;
 pub mod matmul;
 pub mod ops;
 pub mod pool;

@@ -34,7 +34,7 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
 
 /// The sum of `f(v)` over `x` in f64: element i into lane i % 4 (so the adds
 /// need not wait on each other), lanes added as (l0 + l2) + (l1 + l3).
-fn sum4_f64(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+pub(crate) fn sum4_f64(x: &[f32], f: impl Fn(f32) -> f64) -> f64 {
     let mut acc = [0f64; 4];
     let chunks = x.chunks_exact(4);
     let tail = chunks.remainder();
@@ -289,7 +289,7 @@ pub fn softmax(x: &mut [f32]) {
 }
 
 /// `x[i] = exp_fast(x[i] - m)`.
-fn exp_sub(x: &mut [f32], m: f32) {
+pub(crate) fn exp_sub(x: &mut [f32], m: f32) {
     #[cfg(target_arch = "x86_64")]
     if crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2 {
         // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.

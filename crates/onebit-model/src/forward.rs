@@ -11,6 +11,7 @@
 //! sequences gives the same logits, bit for bit.
 
 use onebit_kernels::attention::{attend_rows, AttnShape};
+use onebit_kernels::kv::KvType;
 use onebit_kernels::ops::{glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
@@ -35,6 +36,8 @@ pub struct ExecConfig {
     pub precision: Precision,
     /// Positions a sequence may reach; 0 = the model's trained context.
     pub max_context: usize,
+    /// What the KV caches of new sequences store.
+    pub kv_type: KvType,
 }
 
 impl Default for ExecConfig {
@@ -43,6 +46,7 @@ impl Default for ExecConfig {
             threads: 0,
             precision: Precision::Quantized,
             max_context: 0,
+            kv_type: KvType::default(),
         }
     }
 }
@@ -74,6 +78,7 @@ pub struct Model {
     pool: Pool,
     precision: Precision,
     max_context: usize,
+    kv_type: KvType,
 }
 
 /// A sequence's rows in the stacked activations.
@@ -125,6 +130,7 @@ impl Model {
             pool,
             precision: exec.precision,
             max_context,
+            kv_type: exec.kv_type,
         }
     }
 
@@ -136,8 +142,13 @@ impl Model {
         self.max_context
     }
 
+    /// What new sequences' KV caches store.
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
+    }
+
     pub fn new_state(&self) -> SeqState {
-        SeqState::new(&self.sem)
+        SeqState::new(&self.sem, self.kv_type)
     }
 
     pub(crate) fn mm(&self, w: &QMatrix, x: &[f32], n: usize) -> Vec<f32> {
@@ -155,11 +166,10 @@ impl Model {
             // refused before the state changes, as for one batch.
             self.check_input(state, tokens)?;
             // The KV cache grows once, to its final size, not per batch.
-            let d = &self.sem.dims;
             for layer in state.layers.iter_mut() {
                 if let LayerState::Attention(c) = layer {
-                    c.k.reserve_exact(tokens.len() * d.n_head_kv * d.head_dim_k);
-                    c.v.reserve_exact(tokens.len() * d.n_head_kv * d.head_dim_v);
+                    c.k.reserve_rows(tokens.len());
+                    c.v.reserve_rows(tokens.len());
                 }
             }
             let mut out = Vec::new();
@@ -459,8 +469,8 @@ impl Model {
             let LayerState::Attention(cache) = &mut s.state.layers[il] else {
                 unreachable!("attention layers hold KV caches (SeqState::new)")
             };
-            append_kv(&mut cache.k, &k[seg.rows.start * kw..seg.rows.end * kw]);
-            append_kv(&mut cache.v, &v[seg.rows.start * vw..seg.rows.end * vw]);
+            cache.k.push(&k[seg.rows.start * kw..seg.rows.end * kw]);
+            cache.v.push(&v[seg.rows.start * vw..seg.rows.end * vw]);
             let spans: Vec<(usize, usize)> = (0..seg.rows.len())
                 .map(|i| {
                     let p = seg.pos0 + i;
@@ -472,8 +482,8 @@ impl Model {
                 shape,
                 &q[seg.rows.start * qw..seg.rows.end * qw],
                 &spans,
-                &cache.k,
-                &cache.v,
+                cache.k.view(),
+                cache.v.view(),
                 scale,
                 cap,
                 &mut ctx[seg.rows.start * width..seg.rows.end * width],
@@ -602,16 +612,6 @@ fn par_rows<const N: usize>(
             f(r0, part);
         }
     });
-}
-
-/// Appends rows to a KV cache growing it by a quarter at a time rather than
-/// doubling: after a long prompt, the first decoded token would otherwise
-/// leave the cache with twice the memory it uses.
-fn append_kv(cache: &mut Vec<f32>, rows: &[f32]) {
-    if cache.capacity() - cache.len() < rows.len() {
-        cache.reserve_exact(rows.len().max(cache.len() / 4));
-    }
-    cache.extend_from_slice(rows);
 }
 
 fn segs_rows(segs: &[Segment]) -> Vec<std::ops::Range<usize>> {

@@ -61,8 +61,25 @@ pub fn open(path: &Path) -> Result<Opened> {
 }
 
 impl Opened {
+    /// The model path: the GGUF file or the pack directory.
+    pub fn path(&self) -> &Path {
+        match &self.container {
+            Container::Gguf(g) => g.path(),
+            Container::Pack(p) => p.dir(),
+        }
+    }
+
     /// Loads the weights the semantics name.
     pub fn load(&self, exec: &ExecConfig) -> Result<Model> {
+        let d = &self.sem.dims;
+        for dim in [d.head_dim_k, d.head_dim_v] {
+            if let Err(what) = exec.kv_type.check_head_dim(dim) {
+                return Err(ModelError::Unsupported {
+                    path: self.path().to_path_buf(),
+                    what,
+                });
+            }
+        }
         let w = weights::load(self.container.tensors(), &self.sem)?;
         let model = Model::new(self.sem.clone(), w, exec);
         // Packing each matrix read its neighbours' edges too (read-around);

@@ -1,16 +1,48 @@
 //! Per-sequence state: everything a sequence carries between forward calls
 //! (attention KV caches, short-conv histories, delta-net recurrent states).
 //! One value, cloned to snapshot and assigned to restore, so speculative
-//! decoding and a prefix cache can rewind a sequence exactly.
+//! decoding and a prefix cache can rewind a sequence exactly. The KV caches
+//! hold the run's [`KvType`]; snapshots, truncation and prefixes copy the
+//! stored elements as they are, so a rewound sequence continues bit for bit.
+
+pub use onebit_kernels::kv::{KvRows, KvType};
 
 use crate::semantics::{LayerKind, Semantics};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct KvCache {
     /// [positions][n_head_kv * head_dim_k]
-    pub k: Vec<f32>,
+    pub k: KvRows,
     /// [positions][n_head_kv * head_dim_v]
-    pub v: Vec<f32>,
+    pub v: KvRows,
+}
+
+impl KvCache {
+    /// An empty cache of `ty` for rows of `k_width` and `v_width` elements.
+    pub fn new(ty: KvType, k_width: usize, v_width: usize) -> KvCache {
+        KvCache {
+            k: KvRows::new(ty, k_width),
+            v: KvRows::new(ty, v_width),
+        }
+    }
+
+    /// A copy of the first `n` positions.
+    pub fn prefix(&self, n: usize) -> KvCache {
+        KvCache {
+            k: self.k.prefix(n),
+            v: self.v.prefix(n),
+        }
+    }
+
+    /// Keeps the first `n` positions.
+    pub fn truncate(&mut self, n: usize) {
+        self.k.truncate(n);
+        self.v.truncate(n);
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.k.bytes() + self.v.bytes()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -35,15 +67,20 @@ pub struct SeqState {
 }
 
 impl SeqState {
-    /// An empty sequence for a model: zero conv histories and recurrent states.
-    pub fn new(sem: &Semantics) -> SeqState {
+    /// An empty sequence for a model: empty KV caches of type `kv`, zero
+    /// conv histories and recurrent states.
+    pub fn new(sem: &Semantics, kv: KvType) -> SeqState {
         let d = &sem.dims;
         let layers = sem
             .layer_kinds
             .value
             .iter()
             .map(|k| match k {
-                LayerKind::Full | LayerKind::Sliding => LayerState::Attention(KvCache::default()),
+                LayerKind::Full | LayerKind::Sliding => LayerState::Attention(KvCache::new(
+                    kv,
+                    d.n_head_kv * d.head_dim_k,
+                    d.n_head_kv * d.head_dim_v,
+                )),
                 LayerKind::ShortConv => {
                     let l = sem.short_conv.as_ref().map_or(1, |s| s.value);
                     LayerState::ShortConv {
@@ -81,10 +118,7 @@ impl SeqState {
         self.pos = 0;
         for l in &mut self.layers {
             match l {
-                LayerState::Attention(c) => {
-                    c.k.clear();
-                    c.v.clear();
-                }
+                LayerState::Attention(c) => c.truncate(0),
                 LayerState::ShortConv { history } => history.fill(0.0),
                 LayerState::DeltaNet { history, s } => {
                     history.fill(0.0);
@@ -107,12 +141,9 @@ impl SeqState {
         if n > self.pos || recurrent {
             return false;
         }
-        let pos = self.pos;
         for l in &mut self.layers {
             if let LayerState::Attention(c) = l {
-                let (rk, rv) = (c.k.len() / pos, c.v.len() / pos);
-                c.k.truncate(n * rk);
-                c.v.truncate(n * rv);
+                c.truncate(n);
             }
         }
         self.pos = n;
@@ -124,11 +155,10 @@ impl SeqState {
         self.layers
             .iter()
             .map(|l| match l {
-                LayerState::Attention(c) => c.k.len() + c.v.len(),
-                LayerState::ShortConv { history } => history.len(),
-                LayerState::DeltaNet { history, s } => history.len() + s.len(),
+                LayerState::Attention(c) => c.bytes(),
+                LayerState::ShortConv { history } => 4 * history.len(),
+                LayerState::DeltaNet { history, s } => 4 * (history.len() + s.len()),
             })
             .sum::<usize>()
-            * 4
     }
 }

@@ -11,8 +11,15 @@
 //!   cosine >= 0.998 at every position, max |diff| <= 0.05 * M, same argmax
 //!   wherever the reference margin is >= 0.5.
 //!
-//! And batched prefill equals one token at a time, bit for bit.
+//! With an f16 KV cache, against llama.cpp's run with its default f16 KV
+//! (`*.kvf16.logits.bin`): the quantized tolerances above, for f32 and
+//! quantized weights alike (f16 rounding of K and V moves a logit by up to
+//! 1e-3 * M in llama.cpp itself).
+//!
+//! And batched prefill equals one token at a time, bit for bit, for every
+//! KV type.
 
+use onebit_kernels::kv::KvType;
 use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits};
 use onebit_testdata::{compare, Fixture};
@@ -23,6 +30,7 @@ fn run(
     precision: Precision,
     tokens: &[u32],
     sequential: bool,
+    kv_type: KvType,
 ) -> Vec<f32> {
     // llama.cpp ran the fixtures with a 128-token context (phi3's LongRoPE
     // picks its factor table by context size).
@@ -30,6 +38,7 @@ fn run(
         threads: 2,
         precision,
         max_context: 128,
+        kv_type,
     };
     let (model, _) =
         load::load(&fx.dir.join(file), &exec).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -56,7 +65,7 @@ fn check_close(
 ) {
     let fx = Fixture::new(family);
     let toks = fx.tokens(tokens_key);
-    let ours = run(&fx, file, precision, &toks, false);
+    let ours = run(&fx, file, precision, &toks, false, KvType::F32);
     let m = fx.max_abs_logit(run_name);
     let c = compare(
         &ours,
@@ -80,8 +89,15 @@ fn check_close(
 
 /// Quantized-activation path: per-position cosine, loose max, and argmax where clear.
 fn check_quantized(family: &str, tokens_key: &str) {
+    let q = Fixture::new(family).quant();
+    check_within_quantized_tolerances(family, &q, tokens_key, KvType::F32);
+}
+
+/// `weights` (f32 or the quantized file) against llama.cpp's run with the
+/// same KV type (F32: `<w>.logits.bin`, F16: `<w>.kvf16.logits.bin`), at
+/// the quantized tolerances.
+fn check_within_quantized_tolerances(family: &str, q: &str, tokens_key: &str, kv: KvType) {
     let fx = Fixture::new(family);
-    let q = fx.quant();
     let toks = fx.tokens(tokens_key);
     let suffix = if tokens_key == "tokens" {
         String::new()
@@ -95,16 +111,22 @@ fn check_quantized(family: &str, tokens_key: &str) {
         Precision::Quantized,
         &toks,
         false,
+        kv,
     );
     let m = fx.max_abs_logit(&run_name);
+    let reference = match kv {
+        KvType::F32 => format!("{q}{suffix}.logits.bin"),
+        KvType::F16 => format!("{q}{suffix}.kvf16.logits.bin"),
+        KvType::Q8_0 => unreachable!("llama.cpp made no q8_0-KV fixture"),
+    };
     let c = compare(
         &ours,
-        &fx.logits(&format!("{q}{suffix}.logits.bin")),
+        &fx.logits(&reference),
         fx.n_vocab(),
         &fx.top1_margin(&run_name),
     );
     eprintln!(
-        "{family} {q} {tokens_key} quantized acts: max|diff| {:.3e} = {:.2e} M, min cosine {:.6}, argmax flips {:?}",
+        "{family} {q} {tokens_key} {kv} KV vs {reference}: max|diff| {:.3e} = {:.2e} M, min cosine {:.6}, argmax flips {:?}",
         c.max_abs_diff,
         c.max_abs_diff / m,
         c.min_cosine,
@@ -129,17 +151,27 @@ fn check_quantized(family: &str, tokens_key: &str) {
 }
 
 fn check_batch_equals_sequential(family: &str, file: &str, precision: Precision, tokens_key: &str) {
+    check_batch_equals_sequential_kv(family, file, precision, tokens_key, KvType::F32);
+}
+
+fn check_batch_equals_sequential_kv(
+    family: &str,
+    file: &str,
+    precision: Precision,
+    tokens_key: &str,
+    kv: KvType,
+) {
     let fx = Fixture::new(family);
     let toks = fx.tokens(tokens_key);
-    let batch = run(&fx, file, precision, &toks, false);
-    let seq = run(&fx, file, precision, &toks, true);
+    let batch = run(&fx, file, precision, &toks, false, kv);
+    let seq = run(&fx, file, precision, &toks, true, kv);
     let same = batch
         .iter()
         .zip(&seq)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     assert!(
         same,
-        "{family} {file}: batched and sequential logits differ"
+        "{family} {file} {kv} KV: batched and sequential logits differ"
     );
 }
 
@@ -297,5 +329,35 @@ fn batched_prefill_equals_sequential_in_every_family() {
     }
     if families.contains(&"gemma3") {
         check_batch_equals_sequential("gemma3", "Q5_0.gguf", Precision::Quantized, "tokens2");
+    }
+}
+
+#[test]
+fn f16_kv_matches_llamacpp_f16_kv_in_every_family() {
+    for family in FAMILIES.iter().chain(&["gemma3"]) {
+        let q = Fixture::new(family).quant();
+        check_within_quantized_tolerances(family, "f32", "tokens", KvType::F16);
+        check_within_quantized_tolerances(family, &q, "tokens", KvType::F16);
+    }
+    check_within_quantized_tolerances("gemma3", "f32", "tokens2", KvType::F16);
+}
+
+#[test]
+fn batched_prefill_equals_sequential_for_every_kv_type() {
+    for family in FAMILIES.iter().chain(&["gemma3"]) {
+        let fx = Fixture::new(family);
+        let q = fx.quant();
+        let file = format!("{q}.gguf");
+        let d = load::open(&fx.dir.join(&file)).unwrap().sem.dims;
+        for kv in [KvType::F16, KvType::Q8_0] {
+            if [d.head_dim_k, d.head_dim_v]
+                .iter()
+                .any(|&h| kv.check_head_dim(h).is_err())
+            {
+                // Refused at load, by name (checked in refusals.rs).
+                continue;
+            }
+            check_batch_equals_sequential_kv(family, &file, Precision::Quantized, "tokens", kv);
+        }
     }
 }

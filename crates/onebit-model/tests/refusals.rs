@@ -125,3 +125,26 @@ fn hunyuan_alpha_key_applies_on_top_of_the_folded_base() {
         .source
         .contains("hunyuan-dense.rope.scaling.alpha"));
 }
+
+#[test]
+fn a_q8_0_kv_cache_on_heads_of_16_is_refused_by_name() {
+    // qwen2's fixture has 16-wide heads; q8_0 blocks hold 32 values.
+    let path = Fixture::new("qwen2").dir.join("f32.gguf");
+    let exec = ExecConfig {
+        kv_type: onebit_kernels::kv::KvType::Q8_0,
+        ..ExecConfig::default()
+    };
+    let e = load::load(&path, &exec)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&path.display().to_string()) && e.contains("q8_0") && e.contains("is 16"),
+        "{e}"
+    );
+    let f16 = ExecConfig {
+        kv_type: onebit_kernels::kv::KvType::F16,
+        ..ExecConfig::default()
+    };
+    load::load(&path, &f16).unwrap();
+}

@@ -168,6 +168,7 @@ fn variant_matches(
         threads: 2,
         precision: Precision::Quantized,
         max_context: 0,
+        kv_type: onebit_kernels::kv::KvType::F32,
     };
     let (model, _) = load::load(&p, &exec).unwrap();
     let mut st = model.new_state();

@@ -1,8 +1,10 @@
 //! Sequence state is one value: snapshot, decode, restore, decode again gives
 //! the same logits bit for bit, in every family (the hybrids' conv and
 //! recurrent states included). Several sequences in one batched call get
-//! exactly what each gets alone.
+//! exactly what each gets alone. Both for every KV cache type the model's
+//! head size allows.
 
+use onebit_kernels::kv::KvType;
 use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits, Model, SeqInput};
 use onebit_testdata::Fixture;
@@ -19,15 +21,33 @@ const FAMILIES: &[&str] = &[
 ];
 
 fn model(family: &str) -> Model {
+    model_kv(family, KvType::F32).expect("f32 KV loads")
+}
+
+/// The family's quantized fixture with `kv` caches; None when its head
+/// size cannot hold them (q8_0 blocks of 32).
+fn model_kv(family: &str, kv: KvType) -> Option<Model> {
     let fx = Fixture::new(family);
     let exec = ExecConfig {
         threads: 2,
         precision: Precision::Quantized,
         max_context: 128,
+        kv_type: kv,
     };
-    load::load(&fx.dir.join(format!("{}.gguf", fx.quant())), &exec)
-        .unwrap()
-        .0
+    match load::load(&fx.dir.join(format!("{}.gguf", fx.quant())), &exec) {
+        Ok((m, _)) => Some(m),
+        Err(e) if kv == KvType::Q8_0 && e.to_string().contains("KV type q8_0") => None,
+        Err(e) => panic!("{family} {kv}: {e}"),
+    }
+}
+
+/// Every (family, KV type) the fixtures can run.
+fn models() -> impl Iterator<Item = (&'static str, KvType, Model)> {
+    FAMILIES.iter().flat_map(|&family| {
+        KvType::ALL
+            .into_iter()
+            .filter_map(move |kv| model_kv(family, kv).map(|m| (family, kv, m)))
+    })
 }
 
 fn decode(m: &Model, st: &mut onebit_model::SeqState, ids: &[u32]) -> Vec<u32> {
@@ -39,9 +59,9 @@ fn decode(m: &Model, st: &mut onebit_model::SeqState, ids: &[u32]) -> Vec<u32> {
 
 #[test]
 fn snapshot_restore_replays_the_same_logits_in_every_family() {
-    for family in FAMILIES {
-        let m = model(family);
+    for (family, kv, m) in models() {
         let toks = Fixture::new(family).tokens("tokens");
+        let family = &format!("{family} {kv}");
         let (first, rest) = toks.split_at(12);
         let mut st = m.new_state();
         decode(&m, &mut st, first);
@@ -88,9 +108,9 @@ fn restoring_matters_for_recurrent_state() {
 
 #[test]
 fn batched_sequences_get_what_each_gets_alone() {
-    for family in FAMILIES {
-        let m = model(family);
+    for (family, kv, m) in models() {
         let toks = Fixture::new(family).tokens("tokens");
+        let family = &format!("{family} {kv}");
         let (a_ids, b_ids) = (&toks[..9], &toks[20..33]);
         let alone = |ids: &[u32]| {
             let mut st = m.new_state();

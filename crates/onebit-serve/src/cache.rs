@@ -9,7 +9,7 @@
 //! gives the same logits as any split of it, bit for bit, output is the same
 //! with the cache on or off.
 
-use onebit_model::state::{KvCache, LayerState};
+use onebit_model::state::LayerState;
 use onebit_model::SeqState;
 
 struct Entry {
@@ -39,13 +39,7 @@ fn prefix_copy(s: &SeqState, n: usize) -> SeqState {
         .layers
         .iter()
         .map(|l| match l {
-            LayerState::Attention(c) if s.pos > 0 => {
-                let (rk, rv) = (c.k.len() / s.pos, c.v.len() / s.pos);
-                LayerState::Attention(KvCache {
-                    k: c.k[..n * rk].to_vec(),
-                    v: c.v[..n * rv].to_vec(),
-                })
-            }
+            LayerState::Attention(c) => LayerState::Attention(c.prefix(n)),
             other => other.clone(),
         })
         .collect();
@@ -157,29 +151,42 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use onebit_model::state::{KvCache, KvType};
 
-    fn attn_state(tokens: &[u32]) -> SeqState {
-        // one layer, one float per position in k and v: the token itself
-        let k: Vec<f32> = tokens.iter().map(|&t| t as f32).collect();
+    /// One layer whose K and V rows (32 wide, the q8_0 block) hold the
+    /// token of their position and a ramp, stored as `ty`.
+    fn attn_state_of(ty: KvType, tokens: &[u32]) -> SeqState {
+        let mut c = KvCache::new(ty, 32, 32);
+        for &t in tokens {
+            let row: Vec<f32> = (0..32).map(|i| t as f32 + i as f32 * 0.1).collect();
+            c.k.push(&row);
+            c.v.push(&row);
+        }
         SeqState {
             pos: tokens.len(),
-            layers: vec![LayerState::Attention(KvCache { k: k.clone(), v: k })],
+            layers: vec![LayerState::Attention(c)],
         }
+    }
+
+    fn attn_state(tokens: &[u32]) -> SeqState {
+        attn_state_of(KvType::F32, tokens)
     }
 
     #[test]
     fn longest_common_prefix_is_reused_and_cut() {
-        let mut c = PrefixCache::new(1 << 20);
-        c.insert(vec![1, 2, 3, 4], attn_state(&[1, 2, 3, 4]));
-        c.insert(vec![1, 2, 9], attn_state(&[1, 2, 9]));
-        let (s, n) = c.lookup(&[1, 2, 3, 7, 8]).unwrap();
-        assert_eq!(n, 3);
-        assert_eq!(s, attn_state(&[1, 2, 3]));
-        // identical prompt: all but the last token
-        let (_, n) = c.lookup(&[1, 2, 3, 4]).unwrap();
-        assert_eq!(n, 3);
-        assert!(c.lookup(&[5, 1]).is_none());
-        assert!(c.lookup(&[1]).is_none());
+        for ty in KvType::ALL {
+            let mut c = PrefixCache::new(1 << 20);
+            c.insert(vec![1, 2, 3, 4], attn_state_of(ty, &[1, 2, 3, 4]));
+            c.insert(vec![1, 2, 9], attn_state_of(ty, &[1, 2, 9]));
+            let (s, n) = c.lookup(&[1, 2, 3, 7, 8]).unwrap();
+            assert_eq!(n, 3);
+            assert_eq!(s, attn_state_of(ty, &[1, 2, 3]), "{ty}");
+            // identical prompt: all but the last token
+            let (_, n) = c.lookup(&[1, 2, 3, 4]).unwrap();
+            assert_eq!(n, 3);
+            assert!(c.lookup(&[5, 1]).is_none());
+            assert!(c.lookup(&[1]).is_none());
+        }
     }
 
     #[test]

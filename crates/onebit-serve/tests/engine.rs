@@ -2,24 +2,26 @@
 //! short-conv LFM2, delta-net Qwen3.5): greedy sequences batched together get
 //! the tokens each gets alone, and the prefix cache (rewinding attention
 //! states, exact-prefix snapshots of recurrent ones) changes nothing but the
-//! work done.
+//! work done; for the attention-only model with every KV cache type.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
 use onebit_model::sampler::SamplerConfig;
+use onebit_model::state::KvType;
 use onebit_model::ExecConfig;
 use onebit_serve::engine::{Engine, EngineConfig, Event, Finish, GenParams, Job};
 use onebit_serve::metrics::Metrics;
 use tokio::sync::mpsc;
 
-fn engine(family: &str, max_seqs: usize, cache: bool) -> Engine {
+fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine {
     let path = onebit_testdata::fixture(family).join("f32.gguf");
     let (model, _) = onebit_model::load::load(
         &path,
         &ExecConfig {
             threads: 1,
+            kv_type,
             ..ExecConfig::default()
         },
     )
@@ -92,10 +94,10 @@ fn prompts() -> Vec<Vec<u32>> {
     vec![base, longer, other, vec![42, 43], fresh]
 }
 
-fn check(family: &str) {
+fn check(family: &str, kv: KvType) {
     let ps = prompts();
     let max_new = 6;
-    let alone_engine = engine(family, 1, false);
+    let alone_engine = engine(family, 1, false, kv);
     let alone: Vec<Vec<u32>> = ps
         .iter()
         .map(|p| run_one(&alone_engine, p, max_new).0)
@@ -103,7 +105,7 @@ fn check(family: &str) {
     alone_engine.shutdown();
 
     // All at once, batched, cache on.
-    let e = engine(family, 4, true);
+    let e = engine(family, 4, true, kv);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let batched = &ps[..4];
     e.submit(
@@ -145,15 +147,17 @@ fn check(family: &str) {
 
 #[test]
 fn attention_only_model() {
-    check("llama");
+    for kv in KvType::ALL {
+        check("llama", kv);
+    }
 }
 
 #[test]
 fn short_conv_model() {
-    check("lfm2");
+    check("lfm2", KvType::default());
 }
 
 #[test]
 fn delta_net_model() {
-    check("qwen35");
+    check("qwen35", KvType::default());
 }

@@ -1,13 +1,15 @@
 //! `onebit bench`: prompt processing and decode speed, as llama-bench
 //! measures them (a prompt of N synthetic tokens in one batch; G tokens
-//! decoded one at a time from an empty context), repeated R times; min,
-//! median and max reported.
+//! decoded one at a time; both from an empty context, or, with `--depth D`
+//! as `llama-bench -d D`, after D tokens filled the context untimed),
+//! repeated R times; min, median and max reported.
 
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use onebit_model::sampler::argmax;
+use onebit_model::state::LayerState;
 use onebit_model::Logits;
 
 use crate::open::{load_model, Loaded};
@@ -21,6 +23,10 @@ pub struct BenchArgs {
     pub prompt_tokens: usize,
     #[arg(long, default_value_t = 64)]
     pub gen_tokens: usize,
+    /// Tokens in the context before each measurement (`llama-bench -d`);
+    /// with --prompt-tokens 0 only decode at that depth is measured.
+    #[arg(long, default_value_t = 0)]
+    pub depth: usize,
     #[arg(long, default_value_t = 3)]
     pub repetitions: usize,
     /// Print one JSON object instead of a table.
@@ -35,14 +41,18 @@ struct Run {
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
-    if a.prompt_tokens == 0 || a.repetitions == 0 {
-        bail!("--prompt-tokens and --repetitions must be at least 1");
+    if a.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    if a.prompt_tokens == 0 && a.gen_tokens == 0 {
+        bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
     }
     let Loaded { model, .. } = load_model(&a.model.model, &a.model.exec())?;
     let n_vocab = model.sem.dims.n_vocab as u64;
-    if a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
+    if a.depth + a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
         bail!(
-            "{} prompt or {} generated tokens exceed the context limit {}",
+            "a depth of {} plus {} prompt or {} generated tokens exceeds the context limit {} (--ctx)",
+            a.depth,
             a.prompt_tokens,
             a.gen_tokens,
             model.max_context()
@@ -50,7 +60,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     // Synthetic prompt ids from a fixed LCG: the same prompt every run.
     let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let prompt: Vec<u32> = (0..a.prompt_tokens)
+    let mut ids: Vec<u32> = (0..a.depth + a.prompt_tokens.max(1))
         .map(|_| {
             x = x
                 .wrapping_mul(6364136223846793005)
@@ -58,17 +68,43 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             ((x >> 33) % n_vocab) as u32
         })
         .collect();
+    let prompt = ids.split_off(a.depth);
+    let fill = ids;
 
+    // llama-bench's label for a test at a depth.
+    let at = if a.depth > 0 {
+        format!(" @ d{}", a.depth)
+    } else {
+        String::new()
+    };
     let mut runs = Vec::with_capacity(a.repetitions);
     for rep in 0..a.repetitions {
         let mut st = model.new_state();
-        let t0 = Instant::now();
-        let logits = model.forward(&mut st, &prompt, Logits::Last)?;
-        let mut next = argmax(&logits);
-        let prefill = t0.elapsed().as_secs_f64();
-        // Decode from an empty context, as llama-bench's tg test does, so the
-        // two engines decode over the same cache lengths.
-        st.reset();
+        if !fill.is_empty() {
+            model.forward(&mut st, &fill, Logits::None)?;
+        }
+        // Recurrent states cannot be cut back to the depth: keep a copy.
+        let rewindable = st
+            .layers
+            .iter()
+            .all(|l| matches!(l, LayerState::Attention(_)));
+        let at_depth = (!rewindable).then(|| st.snapshot());
+        let mut next = prompt[0];
+        let mut prefill = 0.0;
+        if a.prompt_tokens > 0 {
+            let t0 = Instant::now();
+            let logits = model.forward(&mut st, &prompt, Logits::Last)?;
+            next = argmax(&logits);
+            prefill = t0.elapsed().as_secs_f64();
+        }
+        // Decode from the depth, as llama-bench's tg test does, so the two
+        // engines decode over the same cache lengths.
+        match &at_depth {
+            Some(snap) => st.restore(snap),
+            None => {
+                st.truncate(a.depth);
+            }
+        }
         let t1 = Instant::now();
         for _ in 0..a.gen_tokens {
             let l = model.forward(&mut st, &[next], Logits::Last)?;
@@ -76,7 +112,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
         let decode = t1.elapsed().as_secs_f64();
         let r = Run {
-            prompt_tps: a.prompt_tokens as f64 / prefill,
+            prompt_tps: if a.prompt_tokens > 0 {
+                a.prompt_tokens as f64 / prefill
+            } else {
+                0.0
+            },
             decode_tps: if a.gen_tokens > 0 {
                 a.gen_tokens as f64 / decode
             } else {
@@ -85,7 +125,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             ttft_ms: prefill * 1e3,
         };
         eprintln!(
-            "[bench] run {}/{}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
+            "[bench] run {}/{}{at}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
             rep + 1,
             a.repetitions,
             a.prompt_tokens,
@@ -115,6 +155,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             "model": a.model.model.display().to_string(),
             "prompt_tokens": a.prompt_tokens,
             "gen_tokens": a.gen_tokens,
+            "depth": a.depth,
+            "kv_type": model.kv_type().name(),
             "threads": model.threads(),
             "repetitions": a.repetitions,
             "prompt_tps": pp_med,
@@ -130,17 +172,22 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     } else {
         println!("| test | median tok/s | min | max |");
         println!("|---|---|---|---|");
+        if a.prompt_tokens > 0 {
+            println!(
+                "| pp{}{at} | {pp_med:.1} | {pp_min:.1} | {pp_max:.1} |",
+                a.prompt_tokens
+            );
+        }
+        if a.gen_tokens > 0 {
+            println!(
+                "| tg{}{at} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |",
+                a.gen_tokens
+            );
+        }
         println!(
-            "| pp{} | {pp_med:.1} | {pp_min:.1} | {pp_max:.1} |",
-            a.prompt_tokens
-        );
-        println!(
-            "| tg{} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |",
-            a.gen_tokens
-        );
-        println!(
-            "time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads)",
-            model.threads()
+            "time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads, {} KV)",
+            model.threads(),
+            model.kv_type()
         );
     }
     Ok(())

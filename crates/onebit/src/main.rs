@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use onebit_kernels::Precision;
 use onebit_model::load::{self, Container};
 use onebit_model::sampler::{Sampler, SamplerConfig};
+use onebit_model::state::KvType;
 use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
 
@@ -93,6 +94,10 @@ pub struct ModelArgs {
     /// Context limit in tokens (0 = the model's trained context).
     #[arg(long, default_value_t = 0)]
     pub ctx: usize,
+    /// What the KV cache stores: f32, f16 (half the memory) or q8_0 (about
+    /// a quarter; needs head sizes that are multiples of 32).
+    #[arg(long, default_value_t = KvType::F16)]
+    pub kv_type: KvType,
 }
 
 impl ModelArgs {
@@ -105,6 +110,7 @@ impl ModelArgs {
                 Precision::Quantized
             },
             max_context: self.ctx,
+            kv_type: self.kv_type,
         }
     }
 }

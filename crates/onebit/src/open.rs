@@ -24,10 +24,11 @@ pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     }
     let model = opened.load(exec)?;
     eprintln!(
-        "[load] {} in {:.2} s, {} threads",
+        "[load] {} in {:.2} s, {} threads, {} KV cache",
         path.display(),
         t.elapsed().as_secs_f64(),
-        model.threads()
+        model.threads(),
+        model.kv_type()
     );
     Ok(Loaded { model, opened })
 }

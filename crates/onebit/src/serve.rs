@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use onebit_kernels::Precision;
+use onebit_model::state::KvType;
 use onebit_model::ExecConfig;
 use onebit_serve::ServeConfig;
 use onebit_text::ChatLimits;
@@ -59,6 +60,10 @@ pub struct ServeArgs {
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
+    /// What the KV cache stores: f32, f16 (half the memory) or q8_0 (about
+    /// a quarter; needs head sizes that are multiples of 32).
+    #[arg(long, default_value_t = KvType::F16)]
+    kv_type: KvType,
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -70,6 +75,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             Precision::Quantized
         },
         max_context: a.ctx,
+        kv_type: a.kv_type,
     };
     let Loaded { model, opened } = load_model(&a.model, &exec)?;
     let tok = open::tokenizer(&opened)?;
