@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use half::{bf16, f16};
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::{self, Q4Shape, TileForm};
-use onebit_formats::safetensors::{self, SafeTensors, StDtype, StOut};
+use onebit_formats::safetensors::{self, SafeTensors, StOut};
 use onebit_formats::{blocks, GgmlType};
 use onebit_model::load;
 use onebit_model::pack::{self, import, names, Pack};
