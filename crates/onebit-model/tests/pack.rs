@@ -341,3 +341,54 @@ fn every_tile_form_of_a_pack_reads_back_to_the_same_weights() {
         }
     }
 }
+
+/// `verify` on gemma3's fixture in quarter tiles (tied: lm_head is written
+/// from the embedding): the tie holds and every row is finite. A copy with
+/// one matrix's quarter tiles declared as full tiles fails on that matrix's
+/// rows; a copy with lm_head's tile rows reversed fails the tie test.
+#[test]
+fn verify_names_a_matrix_read_in_the_wrong_form_and_a_broken_tie() {
+    use onebit_model::pack::verify;
+    let fx = Fixture::new("gemma3");
+    let gguf = fx.dir.join("Q5_0.gguf");
+    let fresh = || {
+        let tmp = TempDir::new("pack-verify");
+        import_as(&gguf, tmp.path(), import::Tiles::Force(TileForm::Quarter));
+        tmp
+    };
+    let tmp = fresh();
+    let r = verify::verify(&Pack::open(tmp.path()).unwrap()).unwrap();
+    let verify::Tie::Checked { correlation, .. } = r.tie else {
+        panic!("the gemma3 fixture is tied");
+    };
+    assert!(correlation >= 0.99, "{correlation}");
+    assert!(r.matrices.len() >= 7 * 7, "{}", r.matrices.len());
+    assert!(r.failures().is_empty(), "{:?}", r.failures());
+
+    let name = "model.layers.2.mlp.down_proj.weight";
+    rewrite(tmp.path(), name, |t| {
+        assert_eq!(t.shape, vec![256 / 16, 2, 1280]);
+        t.shape = vec![256 / 32, 5120];
+    });
+    let r = verify::verify(&Pack::open(tmp.path()).unwrap()).unwrap();
+    let f = r.failures();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with(name) && f[0].contains("non-finite"),
+        "{f:?}"
+    );
+
+    let tmp = fresh();
+    rewrite(tmp.path(), "lm_head.weight", |t| {
+        let row = 2 * 1280; // one tile row: 16 rows of the matrix
+        let rows: Vec<Vec<u8>> = t.data.chunks(row).rev().map(<[u8]>::to_vec).collect();
+        t.data = rows.concat();
+    });
+    let r = verify::verify(&Pack::open(tmp.path()).unwrap()).unwrap();
+    let f = r.failures();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with("lm_head.weight") && f[0].contains("correlation"),
+        "{f:?}"
+    );
+}
