@@ -173,7 +173,7 @@ impl Pack {
         let mut tensors: Vec<PackTensor> = Vec::new();
         for pass in [false, true] {
             for (g, t) in by_gguf.iter().filter(|(g, _)| second_pass(g) == pass) {
-                let tiled = matches!(t.dtype, StDtype::I8 | StDtype::U8);
+                let tiled = t.dtype == StDtype::I8;
                 let (hint, k_cols) = if !tiled {
                     (KHint::None, None)
                 } else if pass {
@@ -342,7 +342,13 @@ fn read_tensor(
         StDtype::BF16 => return plain(GgmlType::BF16, "BF16"),
         StDtype::F16 => return plain(GgmlType::F16, "F16"),
         StDtype::F32 => return plain(GgmlType::F32, "F32"),
-        StDtype::I8 | StDtype::U8 => {}
+        StDtype::I8 => {}
+        StDtype::U8 => {
+            return Err(err(
+                "is U8; a pack's tiled matrices are I8 (FastFlowLM writes its tiles as int8)"
+                    .into(),
+            ))
+        }
     }
     let tiled =
         |n: usize, k: usize, form: Form, dtype: GgmlType, data: Vec<u8>, inexact| PackTensor {
@@ -422,7 +428,7 @@ fn read_tensor(
             };
             Ok(tiled(n, k, Form::Q4(form, kind.name()), dtype, data, inexact))
         }
-        [.., w] if matches!(t.dtype, StDtype::I8 | StDtype::U8) && t.shape.len() <= 3 => {
+        [.., w] if t.shape.len() <= 3 => {
             Err(err(format!(
                 "rows of {w} bytes are not a tile form onebit reads (5,120: the full Q4 tile or the Q8 tile; 1,280: the quarter tile; 4,608: the symmetric chunk)"
             )))
