@@ -5,9 +5,12 @@
 //!
 //! The reader maps the pack's HF-style names to the GGUF names the loader
 //! asks for (`names`), and repacks each tiled tensor at open into the ggml
-//! block type the kernels already run: asymmetric Q4 tiles into Q4_1 blocks,
-//! symmetric ones into Q4_0, Q8 tiles into Q8_0 (bf16 scales become f16,
-//! exact at or above 2^-17). BF16/F16/F32 tensors are used in place
+//! block type the kernels already run. A Q4 tensor's tile form is named by
+//! its declared row width: 5,120 bytes the full tile ([tiles, 5120]), 1,280
+//! the quarter tile ([N/16, Kp/128, 1280]), 4,608 the symmetric chunk
+//! ([N/32, Kp/256, 4608]); any other width is refused by name. Asymmetric Q4
+//! tiles become Q4_1 blocks, symmetric ones Q4_0, Q8 tiles Q8_0 (bf16 scales
+//! become f16, exact at or above 2^-17). BF16/F16/F32 tensors are used in place
 //! (memory-mapped). The kernels never read tiles.
 
 pub mod config;
@@ -401,8 +404,9 @@ fn read_tensor(
                 }
                 KHint::Rows(n) => {
                     let k = k_cols.ok_or_else(|| err("input width unknown".into()))?;
-                    let want = n / rows * k.div_ceil(cols);
-                    if n_tiles != want || !n.is_multiple_of(rows) {
+                    let want = (n / rows).checked_mul(k.div_ceil(cols));
+                    if want != Some(n_tiles) || !n.is_multiple_of(rows) {
+                        let want = want.map_or("more than a usize counts".into(), |w| w.to_string());
                         return Err(err(format!(
                             "{n_tiles} tiles of the {}, but {n} rows by {k} columns take {want}",
                             form.name()
