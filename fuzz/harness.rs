@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use onebit_formats::gguf::{self, writer::GgufWriter, Gguf, Value};
-use onebit_formats::q4nx::{self, Q4Shape, Q8Shape, TILE_BYTES};
+use onebit_formats::q4nx::{self, Q4Shape, Q8Shape, TileForm};
 use onebit_formats::safetensors::{SafeTensors, StDtype};
 use onebit_serve::api::{self, Endpoint, Limits};
 use onebit_text::{ChatLimits, ChatTemplate, TemplateTokens, Tokenizer};
@@ -76,8 +76,9 @@ pub fn gguf(data: &[u8]) {
     }
 }
 
-/// A safetensors image: parse; on success decode every I8 tensor as Q4 and
-/// as Q8 tiles of the widths its tile count allows.
+/// A safetensors image: parse; on success decode every I8 tensor as Q4 tiles
+/// of each form (full, quarter, chunk) and as Q8 tiles, of the widths its
+/// tile count allows.
 pub fn safetensors(data: &[u8]) {
     let Ok(st) = SafeTensors::from_bytes("fuzz.q4nx", data) else {
         return;
@@ -88,19 +89,25 @@ pub fn safetensors(data: &[u8]) {
         if !matches!(t.dtype, StDtype::I8 | StDtype::U8) || b.is_empty() {
             continue;
         }
-        let tiles = b.len() / TILE_BYTES;
         let _ = q4nx::tensor_kind(&b);
-        for rows_of_tiles in [1, tiles.max(1)] {
-            let per_row = tiles / rows_of_tiles;
-            let Ok(shape) = Q4Shape::new(32 * rows_of_tiles, 256 * per_row.max(1)) else {
-                continue;
-            };
-            let _ = q4nx::to_ggml(&b, shape);
-            if let Ok(s8) = Q8Shape::new(32 * rows_of_tiles, 128 * per_row.max(1)) {
-                let _ = q4nx::q8_to_q8_0(&b, s8);
+        for form in TileForm::ALL {
+            let tiles = b.len() / form.bytes();
+            let _ = q4nx::tensor_kind_of(form, &b);
+            for rows_of_tiles in [1, tiles.max(1)] {
+                let per_row = tiles / rows_of_tiles;
+                let (n, k) = (form.rows() * rows_of_tiles, form.cols() * per_row.max(1));
+                let Ok(shape) = Q4Shape::of(form, n, k) else {
+                    continue;
+                };
+                let _ = q4nx::to_ggml(&b, shape);
+                if form == TileForm::Full {
+                    if let Ok(s8) = Q8Shape::new(32 * rows_of_tiles, 128 * per_row.max(1)) {
+                        let _ = q4nx::q8_to_q8_0(&b, s8);
+                    }
+                }
+                let mut row = vec![0f32; shape.kp()];
+                let _ = q4nx::decode_row(&b, shape, 0, &mut row);
             }
-            let mut row = vec![0f32; shape.kp()];
-            let _ = q4nx::decode_row(&b, shape, 0, &mut row);
         }
     }
 }

@@ -1,23 +1,33 @@
 //! Packs made by the importer, read back: exact repacking of Q4_1 tensors on
-//! SmolLM2, every converter family's fixture end to end against its GGUF, and
-//! the refusals a pack reader owes (mixed tile kinds, quarter tiles).
+//! SmolLM2 (in quarter tiles, as `--tiles auto` writes a 576-wide model),
+//! every converter family's fixture end to end against its GGUF, the same
+//! weights from every tile form, and the refusals a pack reader owes (mixed
+//! tile kinds in either Q4 form, a chunk size that is no form).
 
 use std::collections::BTreeMap;
 
 use half::{bf16, f16};
 use onebit_formats::gguf::Gguf;
-use onebit_formats::q4nx::{self, Q4Shape};
-use onebit_formats::safetensors::{self, SafeTensors, StDtype, StOut};
+use onebit_formats::q4nx::{self, Q4Shape, TileForm};
+use onebit_formats::safetensors::{self, SafeTensors, StOut};
 use onebit_formats::{blocks, GgmlType};
 use onebit_model::load;
-use onebit_model::pack::{import, names, Pack};
+use onebit_model::pack::{self, import, names, Pack};
 use onebit_model::{ExecConfig, Logits};
 use onebit_testdata::{real_model, Fixture, TempDir, SMOLLM2_135M};
 
-fn import_to(gguf: &std::path::Path, dir: &std::path::Path, keep_q8: bool) {
+fn import_as(gguf: &std::path::Path, dir: &std::path::Path, tiles: import::Tiles) {
     let g = Gguf::open(gguf).unwrap();
-    let imp = import::import(&g, import::ImportOptions { keep_q8 }, &mut |_, _, _| {}).unwrap();
+    let opts = import::ImportOptions {
+        keep_q8: false,
+        tiles,
+    };
+    let imp = import::import(&g, opts, &mut |_, _, _| {}).unwrap();
     import::write(dir, &imp).unwrap();
+}
+
+fn import_to(gguf: &std::path::Path, dir: &std::path::Path) {
+    import_as(gguf, dir, import::Tiles::Auto)
 }
 
 /// GGUF Q4_1 blocks with d and m passed through bf16: what the format keeps.
@@ -57,7 +67,7 @@ fn unpermute(b: &[u8], row_bytes: usize, heads: usize) -> Vec<u8> {
 fn smollm2_pack_decodes_to_exactly_the_gguf_q4_1_weights() {
     let path = real_model(SMOLLM2_135M);
     let tmp = TempDir::new("pack-smol");
-    import_to(&path, tmp.path(), false);
+    import_to(&path, tmp.path());
     let g = Gguf::open(&path).unwrap();
     let pack = Pack::open(tmp.path()).unwrap();
     let st = SafeTensors::open(tmp.path().join("model.q4nx")).unwrap();
@@ -82,10 +92,13 @@ fn smollm2_pack_decodes_to_exactly_the_gguf_q4_1_weights() {
             "{}: repacked blocks differ",
             t.name
         );
-        // The tiles themselves, decoded by the tile reader.
+        // The tiles themselves, decoded by the tile reader: quarter tiles
+        // [N/16, Kp/128, 1280], hidden size 576 being off the 256 grid.
         let stored = st.tensor(&names::to_pack(&rows, &t.name).unwrap()).unwrap();
-        let (_, vals) =
-            q4nx::decode_tensor(&st.bytes(stored), Q4Shape::new(n, k).unwrap()).unwrap();
+        let s = Q4Shape::of(TileForm::Quarter, n, k).unwrap();
+        assert_eq!(stored.shape, s.stored_shape(), "{}", t.name);
+        assert_eq!(stored.shape[2], 1280, "{}", t.name);
+        let (_, vals) = q4nx::decode_tensor(&st.bytes(stored), s).unwrap();
         let mut ref_vals = vec![0f32; n * k];
         blocks::dequantize(GgmlType::Q4_1, &want, &mut ref_vals).unwrap();
         assert!(vals == ref_vals, "{}: decoded tiles differ", t.name);
@@ -127,7 +140,7 @@ fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
         let fx = Fixture::new(fam);
         let gguf = fx.dir.join("f32.gguf");
         let tmp = TempDir::new(&format!("pack-fx-{fam}"));
-        import_to(&gguf, tmp.path(), false);
+        import_to(&gguf, tmp.path());
         let gs = load::open(&gguf).unwrap().sem;
         let ps = load::open(tmp.path()).unwrap().sem;
         assert_eq!(gs.dims, ps.dims, "{fam}");
@@ -176,10 +189,13 @@ fn q4_0_fixture_repacks_as_symmetric_tiles() {
     let fx = Fixture::new("qwen3");
     let gguf = fx.dir.join("Q4_0.gguf");
     let tmp = TempDir::new("pack-q4_0");
-    import_to(&gguf, tmp.path(), false);
+    import_to(&gguf, tmp.path());
     let pack = Pack::open(tmp.path()).unwrap();
     let census = pack.census().join("\n");
-    assert!(census.contains("I8 Q4 tiles, symmetric"), "{census}");
+    assert!(
+        census.contains("I8 Q4 quarter tiles (16 x 128), symmetric"),
+        "{census}"
+    );
     let g = Gguf::open(&gguf).unwrap();
     let t = g.tensor("blk.0.ffn_down.weight").unwrap();
     assert_eq!(t.dtype, GgmlType::Q4_0);
@@ -216,33 +232,163 @@ fn rewrite(dir: &std::path::Path, name: &str, f: impl Fn(&mut StOut)) {
     safetensors::write(&p, &out, &BTreeMap::new()).unwrap();
 }
 
+/// A symmetric tensor with one tile given a non-zero minimum is refused by
+/// name, in full tiles and in quarter tiles alike.
 #[test]
-fn a_mixed_kind_tensor_or_a_quarter_tile_is_refused_by_name() {
+fn a_mixed_kind_tensor_is_refused_by_name_in_either_q4_form() {
     let fx = Fixture::new("qwen3");
-    let tmp = TempDir::new("pack-mixed");
-    import_to(&fx.dir.join("Q4_0.gguf"), tmp.path(), false);
     let name = "model.layers.1.mlp.up_proj.weight";
-    // Symmetric tensor; give its last tile non-zero minimums.
-    rewrite(tmp.path(), name, |t| {
-        let n = t.data.len();
-        t.data[n - 5120 + 512] = 0x80;
-        t.data[n - 5120 + 513] = 0x3f;
-    });
-    let e = Pack::open(tmp.path())
-        .err()
-        .expect("mixed refused")
-        .to_string();
-    assert!(e.contains(name) && e.contains("both tile kinds"), "{e}");
+    for (form, mins_at) in [(TileForm::Full, 512), (TileForm::Quarter, 128)] {
+        let tmp = TempDir::new("pack-mixed");
+        import_as(
+            &fx.dir.join("Q4_0.gguf"),
+            tmp.path(),
+            import::Tiles::Force(form),
+        );
+        let tb = form.bytes();
+        rewrite(tmp.path(), name, |t| {
+            assert_eq!(*t.shape.last().unwrap(), tb as u64);
+            let n = t.data.len();
+            t.data[n - tb + mins_at] = 0x80;
+            t.data[n - tb + mins_at + 1] = 0x3f;
+        });
+        let e = Pack::open(tmp.path())
+            .err()
+            .expect("mixed refused")
+            .to_string();
+        assert!(
+            e.contains(name) && e.contains("both tile kinds"),
+            "{form:?}: {e}"
+        );
+    }
+}
 
-    let tmp = TempDir::new("pack-quarter");
-    import_to(&fx.dir.join("Q4_0.gguf"), tmp.path(), false);
+/// Rows of a width that is no tile form are refused naming the tensor and
+/// the width; so is a 3-D quarter-tile shape that does not fit the matrix.
+#[test]
+fn a_chunk_size_that_is_no_form_is_refused_by_name() {
+    let fx = Fixture::new("qwen3");
+    let name = "model.layers.1.mlp.up_proj.weight";
+    for w in [1024u64, 2560, 4266] {
+        let tmp = TempDir::new("pack-width");
+        import_to(&fx.dir.join("Q4_0.gguf"), tmp.path());
+        rewrite(tmp.path(), name, |t| {
+            let len = t.data.len() as u64 / w * w;
+            t.data.truncate(len as usize);
+            t.shape = vec![len / w, w];
+        });
+        let e = Pack::open(tmp.path()).err().expect("refused").to_string();
+        assert!(
+            e.contains(name) && e.contains(&format!("rows of {w} bytes are not a tile form")),
+            "{w}: {e}"
+        );
+    }
+    // [N/16, Kp/128, 1280] with the two leading dims swapped.
+    let tmp = TempDir::new("pack-shape");
+    import_to(&fx.dir.join("Q4_0.gguf"), tmp.path());
+    rewrite(tmp.path(), name, |t| t.shape.swap(0, 1));
+    let e = Pack::open(tmp.path()).err().expect("refused").to_string();
+    assert!(e.contains(name) && e.contains("Kp/128"), "{e}");
+}
+
+/// One GGUF imported in every tile form: the packs read back to the same
+/// kernel blocks, byte for byte (exact repacks of Q4_0; re-quantization of
+/// Q5_1 to lfm2's Q4_0 and of Q4_K/Q6_K to llama's Q4_1 per 32-column group,
+/// which no form changes). The chunk holds Q4_0 only: the Q4_1 model is
+/// compared in the two other forms, and qwen3's re-quantized (Q4_1)
+/// matrices come out of the chunk pack as Q4_0.
+#[test]
+fn every_tile_form_of_a_pack_reads_back_to_the_same_weights() {
+    use TileForm::*;
+    for (fam, file, forms) in [
+        ("qwen3", "Q4_0.gguf", vec![Full, Quarter, Chunk4608]),
+        ("lfm2", "Q5_1.gguf", vec![Full, Quarter, Chunk4608]),
+        ("llama", "Q4_K_M.gguf", vec![Full, Quarter]),
+    ] {
+        let fx = Fixture::new(fam);
+        let packs: Vec<(TileForm, TempDir)> = forms
+            .iter()
+            .map(|&f| {
+                let tmp = TempDir::new("pack-forms");
+                import_as(&fx.dir.join(file), tmp.path(), import::Tiles::Force(f));
+                (f, tmp)
+            })
+            .collect();
+        let base = Pack::open(packs[0].1.path()).unwrap();
+        for (form, dir) in &packs[1..] {
+            let p = Pack::open(dir.path()).unwrap();
+            let mut q4 = 0;
+            for t in &base.tensors {
+                let u = p.by_gguf(&t.gguf_name).unwrap();
+                if *form == Chunk4608 && t.raw.dtype == GgmlType::Q4_1 {
+                    // Re-quantized to Q4_0, the one kind the chunk holds.
+                    assert_eq!(u.raw.dtype, GgmlType::Q4_0, "{fam} {}", t.gguf_name);
+                    continue;
+                }
+                assert_eq!(u.raw.dtype, t.raw.dtype, "{fam} {form:?} {}", t.gguf_name);
+                assert_eq!(u.raw.dims, t.raw.dims, "{fam} {form:?} {}", t.gguf_name);
+                assert!(
+                    u.raw.bytes[..] == t.raw.bytes[..],
+                    "{fam} {form:?} {}: weights differ from the full-tile pack's",
+                    t.gguf_name
+                );
+                if let pack::Form::Q4(f, _) = u.form {
+                    assert_eq!(f, *form, "{fam} {}", t.gguf_name);
+                    q4 += 1;
+                }
+            }
+            assert!(q4 >= 10, "{fam} {form:?}: {q4} Q4 tensors");
+        }
+    }
+}
+
+/// `verify` on gemma3's fixture in quarter tiles (tied: lm_head is written
+/// from the embedding): the tie holds and every row is finite. A copy with
+/// one matrix's quarter tiles declared as full tiles fails on that matrix's
+/// rows; a copy with lm_head's tile rows reversed fails the tie test.
+#[test]
+fn verify_names_a_matrix_read_in_the_wrong_form_and_a_broken_tie() {
+    use onebit_model::pack::verify;
+    let fx = Fixture::new("gemma3");
+    let gguf = fx.dir.join("Q5_0.gguf");
+    let fresh = || {
+        let tmp = TempDir::new("pack-verify");
+        import_as(&gguf, tmp.path(), import::Tiles::Force(TileForm::Quarter));
+        tmp
+    };
+    let tmp = fresh();
+    let r = verify::verify(&Pack::open(tmp.path()).unwrap()).unwrap();
+    let verify::Tie::Checked { correlation, .. } = r.tie else {
+        panic!("the gemma3 fixture is tied");
+    };
+    assert!(correlation >= 0.99, "{correlation}");
+    assert!(r.matrices.len() >= 7 * 7, "{}", r.matrices.len());
+    assert!(r.failures().is_empty(), "{:?}", r.failures());
+
+    let name = "model.layers.2.mlp.down_proj.weight";
     rewrite(tmp.path(), name, |t| {
-        t.shape = vec![t.data.len() as u64 / 1280, 1280];
-        t.dtype = StDtype::I8;
+        assert_eq!(t.shape, vec![256 / 16, 2, 1280]);
+        t.shape = vec![256 / 32, 5120];
     });
-    let e = Pack::open(tmp.path())
-        .err()
-        .expect("quarter refused")
-        .to_string();
-    assert!(e.contains(name) && e.contains("quarter tile"), "{e}");
+    let r = verify::verify(&Pack::open(tmp.path()).unwrap()).unwrap();
+    let f = r.failures();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with(name) && f[0].contains("non-finite"),
+        "{f:?}"
+    );
+
+    let tmp = fresh();
+    rewrite(tmp.path(), "lm_head.weight", |t| {
+        let row = 2 * 1280; // one tile row: 16 rows of the matrix
+        let rows: Vec<Vec<u8>> = t.data.chunks(row).rev().map(<[u8]>::to_vec).collect();
+        t.data = rows.concat();
+    });
+    let r = verify::verify(&Pack::open(tmp.path()).unwrap()).unwrap();
+    let f = r.failures();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(
+        f[0].starts_with("lm_head.weight") && f[0].contains("correlation"),
+        "{f:?}"
+    );
 }

@@ -27,6 +27,33 @@ pub struct ImportArgs {
     /// family's 4-bit type (more faithful; FastFlowLM's runtime reads only the latter).
     #[arg(long)]
     pub keep_q8: bool,
+    /// The Q4 tile form: auto writes what FastFlowLM writes (16 x 128
+    /// quarter tiles when the hidden size is off the 256-column grid, full
+    /// 32 x 256 tiles otherwise); quarter, full and chunk4608 (the symmetric
+    /// 4,608-byte chunk, Q4_0 only) force one form.
+    #[arg(long, value_enum, default_value_t = TilesArg::Auto)]
+    pub tiles: TilesArg,
+}
+
+/// `--tiles` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TilesArg {
+    Auto,
+    Quarter,
+    Full,
+    Chunk4608,
+}
+
+impl TilesArg {
+    fn tiles(self) -> imp::Tiles {
+        use onebit_formats::q4nx::TileForm;
+        match self {
+            TilesArg::Auto => imp::Tiles::Auto,
+            TilesArg::Quarter => imp::Tiles::Force(TileForm::Quarter),
+            TilesArg::Full => imp::Tiles::Force(TileForm::Full),
+            TilesArg::Chunk4608 => imp::Tiles::Force(TileForm::Chunk4608),
+        }
+    }
 }
 
 pub fn import(a: ImportArgs) -> Result<()> {
@@ -39,7 +66,10 @@ pub fn import(a: ImportArgs) -> Result<()> {
     );
     let imported = imp::import(
         &g,
-        imp::ImportOptions { keep_q8: a.keep_q8 },
+        imp::ImportOptions {
+            keep_q8: a.keep_q8,
+            tiles: a.tiles.tiles(),
+        },
         &mut |done, total, name| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);

@@ -66,6 +66,12 @@ enum Cmd {
     Inspect {
         #[command(flatten)]
         model: ModelArgs,
+        /// For a pack: check that its tiles read as the model they were
+        /// written from (the tied output matrix's correlation with the
+        /// embedding, and the rows of every matrix that decode to finite
+        /// values); exits non-zero naming each tensor that fails.
+        #[arg(long)]
+        verify: bool,
     },
     /// Convert a GGUF file into a FastFlowLM pack directory.
     Import(import::ImportArgs),
@@ -156,7 +162,7 @@ fn main() -> ExitCode {
             out,
             sequential,
         } => logits(model, &ids, &out, sequential),
-        Cmd::Inspect { model } => inspect(model),
+        Cmd::Inspect { model, verify } => inspect(model, verify),
         Cmd::Import(a) => import::import(a),
         Cmd::Eval { model, text } => eval(model, &text),
         Cmd::Bench(a) => bench::bench(a),
@@ -301,8 +307,14 @@ fn eval(a: ModelArgs, text: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn inspect(a: ModelArgs) -> Result<()> {
+fn inspect(a: ModelArgs, verify: bool) -> Result<()> {
     let opened = load::open(&a.model)?;
+    if verify && !matches!(opened.container, Container::Pack(_)) {
+        bail!(
+            "--verify checks a FastFlowLM pack's tiles; {} is a GGUF file",
+            a.model.display()
+        );
+    }
     for l in open::semantics_lines(&opened) {
         println!("[semantics] {l}");
     }
@@ -320,6 +332,9 @@ fn inspect(a: ModelArgs) -> Result<()> {
             }
             for l in p.census() {
                 println!("[tensors] {l}");
+            }
+            if verify {
+                verify_pack(p)?;
             }
             return Ok(());
         }
@@ -343,5 +358,52 @@ fn inspect(a: ModelArgs) -> Result<()> {
             bytes as f64 / (1 << 20) as f64
         );
     }
+    Ok(())
+}
+
+/// `inspect --verify` on a pack: one line per check, an error naming every
+/// tensor that failed.
+fn verify_pack(p: &onebit_model::pack::Pack) -> Result<()> {
+    use onebit_model::pack::verify::{self, Tie};
+    let r = verify::verify(p)?;
+    match &r.tie {
+        Tie::Checked {
+            output,
+            embedding,
+            correlation,
+            values,
+            source,
+        } => println!(
+            "[verify] tie: {output} vs {embedding}: correlation {correlation:.4} over {values} values (tied: {source}; at least {} passes)",
+            verify::MIN_TIE_CORRELATION
+        ),
+        Tie::NotChecked(why) => println!("[verify] tie: not checked: {why}"),
+    }
+    for m in &r.matrices {
+        println!(
+            "[verify] {} ({}): {:.2} % of {} rows finite",
+            m.pack_name,
+            m.form,
+            100.0 * m.fraction(),
+            m.rows
+        );
+    }
+    let failures = r.failures();
+    if !failures.is_empty() {
+        bail!(
+            "{} fails verification: {}",
+            p.dir().display(),
+            failures.join("; ")
+        );
+    }
+    println!(
+        "[verify] ok: {} matrices, every row finite{}",
+        r.matrices.len(),
+        if matches!(r.tie, Tie::Checked { .. }) {
+            ", the output matrix reads as the embedding"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }

@@ -7,9 +7,15 @@
 //! letter of a token, a rope base still positive), but nothing panics (exit
 //! 101, "panicked"), dies of a signal or hangs (each command has a deadline).
 //!
+//! The pack is SmolLM2 as `onebit import` writes it by default: quarter
+//! tiles (16 x 128, 1,280 bytes), its hidden size 576 being off the 256
+//! grid. Every truncation and every change of its JSON header is refused
+//! with a sentence, including each quarter-tile shape's row width changed to
+//! a size that is no form or to another form's size.
+//!
 //! Counts (printed by each test): GGUF 35 truncations and 124 flips (3
 //! commands each: inspect, run, logits); pack 12 truncations of model.q4nx,
-//! 20 flips in its JSON header and 23 config.json edits (inspect and run),
+//! 25 changes in its JSON header and 23 config.json edits (inspect and run),
 //! plus the import that makes the pack (~13 s). About 25 s of test time in
 //! all on two busy cores; each test runs its cases two at a time.
 
@@ -657,6 +663,12 @@ fn pack_of_smollm(tmp: &TempDir) -> PathBuf {
     ])
     .unwrap();
     assert_eq!(o.code, Some(0), "import failed: {}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("quarter tile (16 x 128, 1,280 bytes) for every Q4 matrix"),
+        "{}",
+        o.stderr
+    );
     out
 }
 
@@ -703,6 +715,7 @@ fn pack_truncated_flipped_and_misconfigured_never_panics() {
         cases.push(PackCase::Truncate(what.into(), at));
     }
     // The header is JSON: flip structural characters, digits and the length.
+    // Every change is refused.
     cases.push(PackCase::Flip(flip(
         "header length + 1",
         0,
@@ -711,6 +724,29 @@ fn pack_truncated_flipped_and_misconfigured_never_panics() {
     )));
     cases.push(PackCase::Flip(flip("header length huge", 7, &[0x10], true)));
     let header = &q[8..data];
+    // The quarter tiles' declared row width: to sizes that are no form, and
+    // to the chunk's and the full tile's sizes (same bytes, wrong geometry).
+    let quarter: Vec<usize> = header
+        .windows(6)
+        .enumerate()
+        .filter(|(_, w)| w == b",1280]")
+        .map(|(i, _)| i + 9)
+        .collect();
+    assert!(
+        quarter.len() >= 200,
+        "{} quarter-tile tensors",
+        quarter.len()
+    );
+    let mut qrng = Rng(0x1280_1280);
+    for to in [b"1281", b"1024", b"4608", b"5120", b"0280"] {
+        let at = quarter[qrng.below(quarter.len())];
+        cases.push(PackCase::Flip(flip(
+            format!("quarter row width 1280 -> {}", String::from_utf8_lossy(to)),
+            at,
+            to,
+            true,
+        )));
+    }
     let mut rng = Rng(0x5eed_f00d);
     let find_all = |c: u8| -> Vec<usize> {
         header
@@ -738,7 +774,7 @@ fn pack_truncated_flipped_and_misconfigured_never_panics() {
                 format!("header {:?} -> {:?}", c as char, to as char),
                 at,
                 &[to],
-                false,
+                true,
             )));
         }
     }

@@ -1,7 +1,11 @@
 //! Packs through the command line: `onebit import` on the real models, the
 //! written tokenizer.json against llama.cpp's ids, `onebit eval` of pack
 //! against GGUF (default and --keep-q8), the Gemma 3 known answer, and
-//! `onebit inspect`'s semantics lines and census.
+//! `onebit inspect`'s semantics lines and census. Both models' hidden sizes
+//! (576, 640) are off the 256 grid, so `--tiles auto` writes quarter tiles;
+//! Gemma 3 is also imported with `--tiles full` (the same top-1), checked by
+//! `inspect --verify` (the tie test), and a copy with one tensor's quarter
+//! tiles declared as full tiles is named by it.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,13 +22,41 @@ fn ok(args: &[&str]) -> (String, String) {
     (String::from_utf8(out.stdout).unwrap(), stderr)
 }
 
-fn import(model: &Path, out: &Path, keep_q8: bool) -> String {
+fn import(model: &Path, out: &Path, extra: &[&str]) -> String {
     let (m, o) = (model.to_str().unwrap(), out.to_str().unwrap());
     let mut args = vec!["import", "--model", m, "--out", o];
-    if keep_q8 {
-        args.push("--keep-q8");
-    }
+    args.extend(extra);
     ok(&args).1
+}
+
+/// A copy of `pack` whose tensor `name`, stored as quarter tiles
+/// [N/16, Kp/128, 1280], is declared as [N*Kp/8192, 5120] full tiles: the
+/// same bytes, read in the wrong form.
+fn copy_with_wrong_form(pack: &Path, to: &Path, name: &str) {
+    use std::io::{Read, Write};
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(pack).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "model.q4nx" {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    let mut f = std::fs::File::open(pack.join("model.q4nx")).unwrap();
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).unwrap();
+    let mut header = vec![0u8; u64::from_le_bytes(len) as usize];
+    f.read_exact(&mut header).unwrap();
+    let mut h: serde_json::Value = serde_json::from_slice(&header).unwrap();
+    let shape: Vec<u64> = serde_json::from_value(h[name]["shape"].clone()).unwrap();
+    assert_eq!(shape[2], 1280, "{name} is not in quarter tiles: {shape:?}");
+    assert_eq!(shape[1] % 2, 0, "{name}: K must be on the 256 grid too");
+    h[name]["shape"] = serde_json::json!([shape[0] * shape[1] / 4, 5120]);
+    let mut header = serde_json::to_vec(&h).unwrap();
+    header.resize(header.len().div_ceil(8) * 8, b' ');
+    let mut out = std::fs::File::create(to.join("model.q4nx")).unwrap();
+    out.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    out.write_all(&header).unwrap();
+    std::io::copy(&mut f, &mut out).unwrap();
 }
 
 fn eval_top1(model: &Path) -> f64 {
@@ -78,10 +110,15 @@ fn real_models_import_to_packs_that_tokenize_and_answer_as_their_ggufs() {
         let gguf = real_model(file);
         let tmp = TempDir::new("pack-cli");
         let pack = tmp.path().join("pack");
-        let log = import(&gguf, &pack, false);
+        let log = import(&gguf, &pack, &[]);
         assert!(
             log.contains(&format!("{q8_note} matrices re-quantized"))
                 && log.contains("keeps only 4 bits"),
+            "{log}"
+        );
+        assert!(
+            log.contains("quarter tile (16 x 128, 1,280 bytes) for every Q4 matrix")
+                && log.contains("off the 256-column grid"),
             "{log}"
         );
         check_tokenizer(&pack, file);
@@ -89,7 +126,7 @@ fn real_models_import_to_packs_that_tokenize_and_answer_as_their_ggufs() {
         let g = eval_top1(&gguf);
         let p = eval_top1(&pack);
         let pack8 = tmp.path().join("pack-q8");
-        let log8 = import(&gguf, &pack8, true);
+        let log8 = import(&gguf, &pack8, &["--keep-q8"]);
         assert!(log8.contains("kept as Q8 tiles"), "{log8}");
         let p8 = eval_top1(&pack8);
         eprintln!(
@@ -110,7 +147,7 @@ fn real_models_import_to_packs_that_tokenize_and_answer_as_their_ggufs() {
             "<- config.json rope_theta",
             "[semantics] bos: id",
             "[tensors] BF16:",
-            "[tensors] I8 Q4 tiles, asymmetric:",
+            "[tensors] I8 Q4 quarter tiles (16 x 128), asymmetric:",
             "[tensors] I8 Q8 tiles:",
         ] {
             assert!(out.contains(want), "{file}: inspect lacks {want:?}:\n{out}");
@@ -129,6 +166,59 @@ fn real_models_import_to_packs_that_tokenize_and_answer_as_their_ggufs() {
             assert!(ok(&["inspect", "--model", pack.to_str().unwrap()])
                 .0
                 .contains("embedding stored pre-scaled"));
+            gemma_tile_forms(&gguf, &pack, p, &tmp);
         }
     }
+}
+
+/// Gemma 3's quarter-tile pack (`pack`, top-1 `quarter_top1`) against the
+/// same GGUF in full tiles, and `inspect --verify` on it and on a copy with
+/// one tensor read in the wrong form.
+fn gemma_tile_forms(gguf: &Path, pack: &Path, quarter_top1: f64, tmp: &TempDir) {
+    let full = tmp.path().join("pack-full");
+    let log = import(gguf, &full, &["--tiles", "full"]);
+    assert!(log.contains("full tile (32 x 256, 5,120 bytes)"), "{log}");
+    let (out, _) = ok(&["inspect", "--model", full.to_str().unwrap()]);
+    assert!(out.contains("[tensors] I8 Q4 tiles, asymmetric:"), "{out}");
+    assert!(!out.contains("quarter"), "{out}");
+    let f = eval_top1(&full);
+    eprintln!(
+        "gemma 3 270m: top-1 quarter tiles {:.2} %, full tiles {:.2} %",
+        100.0 * quarter_top1,
+        100.0 * f
+    );
+    assert!(
+        (quarter_top1 - f).abs() <= 0.01,
+        "quarter {quarter_top1} vs full {f}"
+    );
+
+    let (out, _) = ok(&["inspect", "--model", pack.to_str().unwrap(), "--verify"]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("[verify] tie: lm_head.weight vs model.embed_tokens.weight"))
+        .unwrap_or_else(|| panic!("no tie line:\n{out}"));
+    let corr: f64 = line
+        .split("correlation ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    eprintln!("{line}");
+    assert!(corr >= 0.99, "{line}");
+    assert!(out.contains("[verify] ok: 127 matrices"), "{out}");
+
+    let name = "model.layers.3.mlp.down_proj.weight";
+    let wrong = tmp.path().join("pack-wrong-form");
+    copy_with_wrong_form(pack, &wrong, name);
+    let o = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(["inspect", "--model", wrong.to_str().unwrap(), "--verify"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let last = stderr.lines().last().unwrap_or("");
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        last.starts_with("error: ") && last.contains(name) && last.contains("fails verification"),
+        "{last}"
+    );
 }

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use half::bf16;
 use onebit_formats::gguf::Gguf;
-use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape};
+use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, TileForm};
 use onebit_formats::safetensors::{self, StDtype, StOut};
 use onebit_formats::{blocks, GgmlType};
 use serde_json::{json, Value as Json};
@@ -35,6 +35,45 @@ pub struct ImportOptions {
     /// Keep Q8_0 matrices as Q8 tiles (readable by onebit; FastFlowLM's
     /// runtime reads the family's Q4 type).
     pub keep_q8: bool,
+    /// The Q4 tile form to write.
+    pub tiles: Tiles,
+}
+
+/// Which Q4 tile form an import writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tiles {
+    /// What FastFlowLM writes: quarter tiles for every Q4 matrix of a model
+    /// whose hidden size is off the 256-column grid (its Gemma3-270M pack,
+    /// K = 640), full tiles otherwise.
+    #[default]
+    Auto,
+    /// One form for every Q4 matrix (for testing the readers).
+    Force(TileForm),
+}
+
+impl Tiles {
+    /// The form for a model of hidden size `hidden`, and why.
+    pub fn resolve(self, hidden: usize) -> (TileForm, String) {
+        match self {
+            Tiles::Force(f) => (f, format!("{} for every Q4 matrix (forced)", f.name())),
+            Tiles::Auto if !hidden.is_multiple_of(q4nx::COLS) => (
+                TileForm::Quarter,
+                format!(
+                    "{} for every Q4 matrix: hidden size {hidden} is off the {}-column grid, so FastFlowLM writes quarter tiles (--tiles auto)",
+                    TileForm::Quarter.name(),
+                    q4nx::COLS
+                ),
+            ),
+            Tiles::Auto => (
+                TileForm::Full,
+                format!(
+                    "{} for every Q4 matrix: hidden size {hidden} is on the {}-column grid (--tiles auto)",
+                    TileForm::Full.name(),
+                    q4nx::COLS
+                ),
+            ),
+        }
+    }
 }
 
 /// What an import produced, before it is written.
@@ -57,6 +96,10 @@ fn converter_family(arch: &str) -> Option<(&'static str, &'static str, Q4Kind)> 
         "lfm2" => ("lfm2", "Lfm2ForCausalLM", Q4Kind::Symmetric),
         _ => return None,
     })
+}
+
+fn kind_name_of(k: Q4Kind) -> &'static str {
+    k.ggml().name()
 }
 
 /// llama.cpp's permutation of q/k rows, undone: within each head of `hd`
@@ -104,6 +147,23 @@ pub fn import(
     let sem = families::semantics_from_gguf(g)?;
     let d = &sem.dims;
     let mut notes = Vec::new();
+    let (form, why) = opts.tiles.resolve(d.n_embd);
+    notes.push(format!("tiles: {why}"));
+    // The chunk holds only the symmetric kind: re-quantize to Q4_0 there.
+    let default_kind = match form.fixed_kind() {
+        Some(k) if k != default_kind => {
+            notes.push(format!(
+                "the {} holds only {} weights: matrices re-quantized to {} instead of {arch}'s {}; {} matrices cannot be written in it",
+                form.name(),
+                k.name(),
+                kind_name_of(k),
+                kind_name_of(default_kind),
+                kind_name_of(default_kind)
+            ));
+            k
+        }
+        _ => default_kind,
+    };
     let terr = |name: &str, what: String| ModelError::Tensor {
         path: path.clone(),
         tensor: name.to_string(),
@@ -200,7 +260,7 @@ pub fn import(
                 }
             }
             dt @ (GgmlType::Q4_0 | GgmlType::Q4_1) => {
-                let s = Q4Shape::new(n, k).map_err(|e| terr(gname, e.0))?;
+                let s = Q4Shape::of(form, n, k).map_err(|e| terr(gname, e.0))?;
                 StOut {
                     name: pname.clone(),
                     dtype: StDtype::I8,
@@ -223,12 +283,12 @@ pub fn import(
                     q8_seen += 1;
                 }
                 *requantized.entry(dt.name().to_string()).or_default() += 1;
-                let s = Q4Shape::new(n, k).map_err(|e| terr(gname, e.0))?;
-                // 32-row bands: tiles are in row-major block order, so the
-                // bands' tiles concatenate into the tensor's.
-                let band = Q4Shape::new(q4nx::ROWS, k).expect("checked above");
-                let band_bytes = row_bytes * q4nx::ROWS;
-                let n_bands = n / q4nx::ROWS;
+                let s = Q4Shape::of(form, n, k).map_err(|e| terr(gname, e.0))?;
+                // Bands of one tile row: tiles are in row-major block order,
+                // so the bands' tiles concatenate into the tensor's.
+                let band = Q4Shape::of(form, form.rows(), k).expect("checked above");
+                let band_bytes = row_bytes * form.rows();
+                let n_bands = n / form.rows();
                 let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
                 let per = n_bands.div_ceil(threads).max(1);
                 let parts: Vec<Result<Vec<u8>>> = std::thread::scope(|sc| {
@@ -237,7 +297,7 @@ pub fn import(
                         .map(|chunk| {
                             sc.spawn(move || -> Result<Vec<u8>> {
                                 let mut tiles = Vec::new();
-                                let mut v = vec![0f32; q4nx::ROWS * k];
+                                let mut v = vec![0f32; band.n * k];
                                 for rows in chunk.chunks_exact(band_bytes) {
                                     blocks::dequantize(dt, rows, &mut v)
                                         .map_err(|e| terr(gname, e.to_string()))?;
@@ -262,7 +322,7 @@ pub fn import(
                     data: tiles,
                 };
                 if default_kind == Q4Kind::Symmetric
-                    && q4nx::tensor_kind(&out.data).ok() != Some(Q4Kind::Symmetric)
+                    && q4nx::tensor_kind_of(form, &out.data).ok() != Some(Q4Kind::Symmetric)
                 {
                     return Err(terr(
                         gname,

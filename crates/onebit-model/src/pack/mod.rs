@@ -5,19 +5,23 @@
 //!
 //! The reader maps the pack's HF-style names to the GGUF names the loader
 //! asks for (`names`), and repacks each tiled tensor at open into the ggml
-//! block type the kernels already run: asymmetric Q4 tiles into Q4_1 blocks,
-//! symmetric ones into Q4_0, Q8 tiles into Q8_0 (bf16 scales become f16,
-//! exact at or above 2^-17). BF16/F16/F32 tensors are used in place
+//! block type the kernels already run. A Q4 tensor's tile form is named by
+//! its declared row width: 5,120 bytes the full tile ([tiles, 5120]), 1,280
+//! the quarter tile ([N/16, Kp/128, 1280]), 4,608 the symmetric chunk
+//! ([N/32, Kp/256, 4608]); any other width is refused by name. Asymmetric Q4
+//! tiles become Q4_1 blocks, symmetric ones Q4_0, Q8 tiles Q8_0 (bf16 scales
+//! become f16, exact at or above 2^-17). BF16/F16/F32 tensors are used in place
 //! (memory-mapped). The kernels never read tiles.
 
 pub mod config;
 pub mod import;
 pub mod names;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, TILE_BYTES};
+use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, TileForm, TILE_BYTES};
 use onebit_formats::safetensors::{SafeTensors, StDtype, StTensor};
 use onebit_formats::{ByteView, GgmlType};
 use serde_json::Value as Json;
@@ -34,7 +38,8 @@ pub use config::{SpecialFacts, TokenRef};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Form {
     Plain(&'static str),
-    Q4(&'static str),
+    /// Q4 tiles of a form, and the tensor's kind.
+    Q4(TileForm, &'static str),
     Q8,
 }
 
@@ -42,7 +47,9 @@ impl std::fmt::Display for Form {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Form::Plain(d) => write!(f, "{d}"),
-            Form::Q4(k) => write!(f, "I8 Q4 tiles, {k}"),
+            Form::Q4(TileForm::Full, k) => write!(f, "I8 Q4 tiles, {k}"),
+            Form::Q4(TileForm::Quarter, k) => write!(f, "I8 Q4 quarter tiles (16 x 128), {k}"),
+            Form::Q4(TileForm::Chunk4608, k) => write!(f, "I8 Q4 4,608-byte chunks, {k}"),
             Form::Q8 => write!(f, "I8 Q8 tiles"),
         }
     }
@@ -169,7 +176,7 @@ impl Pack {
         let mut tensors: Vec<PackTensor> = Vec::new();
         for pass in [false, true] {
             for (g, t) in by_gguf.iter().filter(|(g, _)| second_pass(g) == pass) {
-                let tiled = matches!(t.dtype, StDtype::I8 | StDtype::U8);
+                let tiled = t.dtype == StDtype::I8;
                 let (hint, k_cols) = if !tiled {
                     (KHint::None, None)
                 } else if pass {
@@ -338,7 +345,13 @@ fn read_tensor(
         StDtype::BF16 => return plain(GgmlType::BF16, "BF16"),
         StDtype::F16 => return plain(GgmlType::F16, "F16"),
         StDtype::F32 => return plain(GgmlType::F32, "F32"),
-        StDtype::I8 | StDtype::U8 => {}
+        StDtype::I8 => {}
+        StDtype::U8 => {
+            return Err(err(
+                "is U8; a pack's tiled matrices are I8 (FastFlowLM writes its tiles as int8)"
+                    .into(),
+            ))
+        }
     }
     let tiled =
         |n: usize, k: usize, form: Form, dtype: GgmlType, data: Vec<u8>, inexact| PackTensor {
@@ -369,50 +382,63 @@ fn read_tensor(
             let (data, inexact) = q4nx::q8_to_q8_0(&bytes, s).map_err(|e| err(e.0))?;
             Ok(tiled(n, k, Form::Q8, GgmlType::Q8_0, data, inexact))
         }
-        &[n_tiles, w] if w as usize == TILE_BYTES => {
-            let n_tiles = n_tiles as usize;
+        // Q4 tiles: [tiles, bytes] (FastFlowLM's converter, full tiles) or
+        // [N/rows, Kp/cols, bytes] (its own packs); the row width names the form.
+        [.., w] if TileForm::from_row_bytes(*w as usize).is_some() && t.shape.len() <= 3 => {
+            let form = TileForm::from_row_bytes(*w as usize).expect("matched");
+            let (rows, cols) = (form.rows(), form.cols());
+            let n_tiles = t.shape[..t.shape.len() - 1]
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d as usize))
+                .ok_or_else(|| err(format!("shape {:?} overflows", t.shape)))?;
             let (n, k) = match shape_hint {
                 KHint::Cols(k) => {
-                    let tpr = k.div_ceil(q4nx::COLS);
+                    let tpr = k.div_ceil(cols);
                     if !n_tiles.is_multiple_of(tpr) {
                         return Err(err(format!(
-                            "{n_tiles} tiles are not whole tile rows of input width {k} ({tpr} tiles each)"
+                            "{n_tiles} tiles of the {} are not whole tile rows of input width {k} ({tpr} tiles each)",
+                            form.name()
                         )));
                     }
-                    (n_tiles / tpr * q4nx::ROWS, k)
+                    (n_tiles / tpr * rows, k)
                 }
                 KHint::Rows(n) => {
                     let k = k_cols.ok_or_else(|| err("input width unknown".into()))?;
-                    let tpr = k.div_ceil(q4nx::COLS);
-                    if n_tiles != n / q4nx::ROWS * tpr {
+                    let want = (n / rows).checked_mul(k.div_ceil(cols));
+                    if want != Some(n_tiles) || !n.is_multiple_of(rows) {
+                        let want = want.map_or("more than a usize counts".into(), |w| w.to_string());
                         return Err(err(format!(
-                            "{n_tiles} tiles, but {n} rows by {k} columns take {}",
-                            n / q4nx::ROWS * tpr
+                            "{n_tiles} tiles of the {}, but {n} rows by {k} columns take {want}",
+                            form.name()
                         )));
                     }
                     (n, k)
                 }
                 KHint::None => return Err(err("a tiled tensor where a vector was expected".into())),
             };
-            let s = Q4Shape::new(n, k).map_err(|e| err(e.0))?;
+            let s = Q4Shape::of(form, n, k).map_err(|e| err(e.0))?;
+            if t.shape.len() == 3 && t.shape[..2] != s.stored_shape()[..2] {
+                return Err(err(format!(
+                    "shape {:?} is not [N/{rows}, Kp/{cols}, {w}] = {:?} for {n} rows by {k} columns",
+                    t.shape,
+                    s.stored_shape()
+                )));
+            }
             let (dtype, data, inexact) = q4nx::to_ggml(&bytes, s).map_err(|e| err(e.0))?;
             let kind = if dtype == GgmlType::Q4_0 {
                 Q4Kind::Symmetric
             } else {
                 Q4Kind::Asymmetric
             };
-            Ok(tiled(n, k, Form::Q4(kind.name()), dtype, data, inexact))
+            Ok(tiled(n, k, Form::Q4(form, kind.name()), dtype, data, inexact))
         }
-        [_, w] if *w as usize == q4nx::QUARTER_TILE_BYTES => Err(err(format!(
-            "rows of {} bytes are FastFlowLM's quarter tile (16 x 128 blocks), which onebit does not read; re-import the model from GGUF with `onebit import`",
-            q4nx::QUARTER_TILE_BYTES
-        ))),
-        [_, w] if *w as usize == q4nx::SYM_CHUNK_BYTES => Err(err(format!(
-            "rows of {} bytes are FastFlowLM's symmetric chunk, which onebit does not read",
-            q4nx::SYM_CHUNK_BYTES
-        ))),
+        [.., w] if t.shape.len() <= 3 => {
+            Err(err(format!(
+                "rows of {w} bytes are not a tile form onebit reads (5,120: the full Q4 tile or the Q8 tile; 1,280: the quarter tile; 4,608: the symmetric chunk)"
+            )))
+        }
         other => Err(err(format!(
-            "{} tensor of shape {other:?} is not a tiled form onebit reads ([tiles, 5120] Q4 or [N/32, Kp/128, 5120] Q8)",
+            "{} tensor of shape {other:?} is not a tiled form onebit reads ([tiles, 5120] or [N/16, Kp/128, 1280] or [N/32, Kp/256, 4608] Q4, [N/32, Kp/128, 5120] Q8)",
             t.dtype.name()
         ))),
     }
