@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use onebit_model::sampler::SamplerConfig;
-use onebit_text::{ChatError, ChatTemplate, StreamDecoder, Tokenizer};
+use onebit_text::{ChatTemplate, StreamDecoder, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -21,6 +21,7 @@ use crate::access::{self, Access};
 use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
 use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
 use crate::metrics::Metrics;
+use crate::prompt;
 use crate::text::{tidy_reasoning, Split, StopMatcher, ThinkSplitter};
 
 pub struct App {
@@ -262,20 +263,15 @@ fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
                 )
                 .with_code("no_chat_template")
             })?;
-            let text = t
-                .render(messages, true, req.template_kwargs.as_ref())
-                .map_err(|e| match e {
-                    ChatError::Raised(m) => ApiError::invalid(
-                        "messages",
-                        format!("the chat template refused the conversation: {m}"),
-                    ),
-                    other => ApiError::invalid("messages", other.to_string()),
-                })?;
-            check_bytes(app, ep, text.len())?;
-            let ids = app
-                .tok
-                .encode(&text, false)
-                .map_err(|e| ApiError::server(format!("tokenizing the prompt: {e}")))?;
+            let r = prompt::render(
+                t,
+                messages,
+                req.template_kwargs.as_ref(),
+                !app.allow_special_in_content,
+            )?;
+            check_bytes(app, ep, r.text.len())?;
+            let ids = prompt::ids(&app.tok, &r, messages, app.allow_special_in_content)?;
+            let text = r.text;
             let think = t.source().contains("<think>");
             let open = think && {
                 let tail = text.trim_end();
@@ -534,7 +530,14 @@ async fn drive(
                 if c.finish.is_some() {
                     continue;
                 }
-                (index, c.dec.finish(), None, Some(finish))
+                let mut rest = c.dec.finish();
+                if finish == Finish::Length {
+                    // Cut by max_tokens mid-character: the decoder holds the
+                    // incomplete bytes back and would give them as U+FFFD.
+                    let whole = rest.trim_end_matches('\u{FFFD}').len();
+                    rest.truncate(whole);
+                }
+                (index, rest, None, Some(finish))
             }
         };
         let c = &mut choices[index];
@@ -731,7 +734,8 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
         }
         let mut offsets = vec![0usize; n];
         let tok = app.tok.clone();
-        let result = drive(&tok, run, n, |u| {
+        let gone = out_tx.clone();
+        let driving = drive(&tok, run, n, |u| {
             let c = match u {
                 Update::Delta {
                     index,
@@ -773,8 +777,15 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
                 }
             };
             out_tx.send(chunk(c)).is_ok()
-        })
-        .await;
+        });
+        // A client that hangs up (hyper drops the body) ends the run at once,
+        // also while its prompt is still prefilling and no token has come:
+        // dropping `driving` drops the engine's receiver, and the engine
+        // frees the sequence before its next step.
+        let result = tokio::select! {
+            r = driving => r,
+            _ = gone.closed() => return,
+        };
         match result {
             Ok(per) => {
                 if meta.include_usage {

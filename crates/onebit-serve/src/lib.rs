@@ -14,6 +14,7 @@ pub mod conn;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod prompt;
 pub mod text;
 
 use std::net::SocketAddr;
