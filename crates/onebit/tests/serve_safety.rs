@@ -458,15 +458,24 @@ fn stream(
         }
         buf.extend_from_slice(&chunk[..n]);
         let text = String::from_utf8_lossy(&buf);
-        let events = text.matches("data: ").count();
+        // Events that carry text (not the opening role delta).
+        let events = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: {"))
+            .filter_map(|d| serde_json::from_str::<Value>(&format!("{{{d}")).ok())
+            .filter(|v| {
+                let c = &v["choices"][0];
+                c["delta"]["content"]
+                    .as_str()
+                    .or(c["text"].as_str())
+                    .is_some_and(|t| !t.is_empty())
+            })
+            .count();
         if events > seen_events {
             let now = Instant::now();
-            let has_content = text.contains("\"content\":\"")
-                && !text.contains("\"content\":\"\"}")
-                || text.contains("\"text\":\"");
-            if first.is_none() && has_content {
+            if first.is_none() {
                 first = Some(now - t0);
-            } else if first.is_some() {
+            } else {
                 gaps.push(now - last);
             }
             last = now;
