@@ -538,8 +538,13 @@ fn chunked_prefill_keeps_short_requests_and_streams_moving_and_hangups_free_thei
         (ttft, text, l.join().unwrap().2)
     });
     eprintln!("[fair] short TTFT during the long prefill {short_ttft:?}");
+    // The bound is 3x alone plus one chunk (the step in flight when
+    // it arrives); one more chunk of slack absorbs this shared machine's
+    // load swings between the calibration and this run (1.28 s against a
+    // 1.14 s bound was seen once). Without the shortest-first budget it
+    // waits the whole prefill (7.6 s, ~8 chunks, with the mutant).
     assert!(
-        short_ttft < short_ttft_alone * 3 + chunk_time,
+        short_ttft < short_ttft_alone * 3 + chunk_time * 2,
         "short TTFT {short_ttft:?} during a long prefill; alone {short_ttft_alone:?}, one chunk {chunk_time:?}"
     );
     assert_eq!(short_text, short_alone);
