@@ -151,6 +151,16 @@ impl Engine {
     /// Queues all of a request's sequences, or none when they do not fit.
     pub fn submit(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
         let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.waiting.len() + jobs.len() > self.shared.max_queue {
+            // Sequences whose clients hung up while waiting hold no slot.
+            let before = q.waiting.len();
+            q.waiting
+                .retain(|j| !j.tx.is_closed() && !j.cancel.load(Ordering::Relaxed));
+            Metrics::add(
+                &self.shared.metrics.sequences_cancelled,
+                (before - q.waiting.len()) as u64,
+            );
+        }
         if q.shutdown || q.waiting.len() + jobs.len() > self.shared.max_queue {
             return Err(QueueFull);
         }
