@@ -151,6 +151,16 @@ impl Engine {
     /// Queues all of a request's sequences, or none when they do not fit.
     pub fn submit(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
         let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.waiting.len() + jobs.len() > self.shared.max_queue {
+            // Sequences whose clients hung up while waiting hold no slot.
+            let before = q.waiting.len();
+            q.waiting
+                .retain(|j| !j.tx.is_closed() && !j.cancel.load(Ordering::Relaxed));
+            Metrics::add(
+                &self.shared.metrics.sequences_cancelled,
+                (before - q.waiting.len()) as u64,
+            );
+        }
         if q.shutdown || q.waiting.len() + jobs.len() > self.shared.max_queue {
             return Err(QueueFull);
         }
@@ -313,7 +323,14 @@ impl Worker {
         // How many pending tokens each sequence runs this step.
         let mut budget = self.cfg.prefill_chunk.max(1);
         let mut takes = vec![0usize; active.len()];
-        for (i, s) in active.iter_mut().enumerate() {
+        // Decoding sequences run their last sampled token every step; the
+        // prefill budget goes to the prompts with the least left first, so
+        // a short request is not held behind a long prompt's whole prefill
+        // (the long one still gets the rest of every step's budget).
+        let mut order: Vec<usize> = (0..active.len()).collect();
+        order.sort_by_key(|&i| (active[i].generated == 0, active[i].pending.len()));
+        for i in order {
+            let s = &mut active[i];
             if s.generated > 0 {
                 takes[i] = 1; // decoding: the last sampled token
                 continue;
@@ -447,7 +464,7 @@ impl Worker {
                 }
             }
         }
-        // Keep admission order stable for fairness in prefill budgeting.
+        // Admission order, for a stable batch layout.
         active.sort_by_key(|s| s.job.submitted);
     }
 }

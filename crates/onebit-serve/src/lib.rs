@@ -7,15 +7,20 @@
 //! parses and checks requests ([`api`]), renders templates, tokenizes, and
 //! turns the engine's tokens into OpenAI's response shapes ([`http`], [`text`]).
 
+pub mod access;
 pub mod api;
 pub mod cache;
+pub mod conn;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod prompt;
 pub mod text;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use onebit_model::Model;
@@ -46,6 +51,18 @@ pub struct ServeConfig {
     pub cache_bytes: usize,
     pub max_body_bytes: usize,
     pub prefill_chunk: usize,
+    /// Who may use the server (keys, hosts).
+    pub access: access::Access,
+    /// Origins CORS admits (`*`: any); empty: CORS off.
+    pub cors_origins: Vec<String>,
+    pub header_timeout: Duration,
+    /// The whole request body must arrive within this.
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_timeout: Duration,
+    /// Special-token text inside message content becomes control tokens
+    /// (the old behaviour); otherwise it is tokenized as plain text.
+    pub allow_special_in_content: bool,
 }
 
 impl Default for ServeConfig {
@@ -63,11 +80,19 @@ impl Default for ServeConfig {
             cache_bytes: 1 << 30,
             max_body_bytes: 4 << 20,
             prefill_chunk: 512,
+            access: access::Access::default(),
+            cors_origins: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            shutdown_timeout: Duration::from_secs(30),
+            allow_special_in_content: false,
         }
     }
 }
 
-/// Serves until SIGINT or SIGTERM, then lets running requests finish.
+/// Serves until SIGINT or SIGTERM, then lets running requests finish
+/// within `shutdown_timeout`.
 pub fn serve(
     cfg: ServeConfig,
     model: Model,
@@ -79,7 +104,10 @@ pub fn serve(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run(cfg, model, tok, template, stops))
+    let r = rt.block_on(run(cfg, model, tok, template, stops));
+    // A tokenization still running on the blocking pool is not waited for.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    r
 }
 
 async fn run(
@@ -89,6 +117,7 @@ async fn run(
     template: Option<ChatTemplate>,
     stops: Vec<u32>,
 ) -> Result<()> {
+    let cors = access::cors_layer(&cfg.cors_origins).map_err(anyhow::Error::msg)?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -110,9 +139,15 @@ async fn run(
         metrics.clone(),
     );
     let has_template = template.is_some();
+    let max_token_bytes = http::max_token_bytes(&tok);
     let app = Arc::new(http::App {
         engine,
         tok: Arc::new(tok),
+        max_token_bytes,
+        max_body_bytes: cfg.max_body_bytes,
+        body_timeout: cfg.body_timeout,
+        allow_special_in_content: cfg.allow_special_in_content,
+        draining: AtomicBool::new(false),
         template,
         model_name: cfg.model_name.clone(),
         n_vocab,
@@ -135,11 +170,33 @@ async fn run(
         if cfg.prefix_cache { "on" } else { "off" },
         if has_template { "yes" } else { "none (chat requests answer 400)" },
     );
-    axum::serve(listener, http::router(app.clone(), cfg.max_body_bytes))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("the HTTP server failed")?;
-    eprintln!("[serve] shutting down: finishing running requests");
+    if !local.ip().is_loopback() && cfg.access.api_keys.is_empty() {
+        eprintln!(
+            "[serve] warning: listening on {local}, beyond this machine, with no API key: anyone who can reach it can use it (set --api-key, ONEBIT_API_KEY or --api-key-file)"
+        );
+    }
+    let mut access = cfg.access.clone();
+    access.bound_host = cfg.host.to_ascii_lowercase();
+    let router = http::router(app.clone(), Arc::new(access), cors);
+    let app1 = app.clone();
+    let drain_for = cfg.shutdown_timeout;
+    let signal = async move {
+        shutdown_signal().await;
+        app1.draining.store(true, Ordering::Relaxed);
+        eprintln!("[serve] shutting down: finishing running requests (at most {drain_for:?})");
+    };
+    conn::serve(
+        listener,
+        router,
+        conn::ConnLimits {
+            header_timeout: cfg.header_timeout,
+            max_connections: cfg.max_connections,
+            shutdown_timeout: cfg.shutdown_timeout,
+        },
+        app.metrics.clone(),
+        signal,
+    )
+    .await;
     let app2 = app.clone();
     tokio::task::spawn_blocking(move || app2.engine.shutdown())
         .await

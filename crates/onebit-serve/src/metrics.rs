@@ -56,6 +56,9 @@ pub struct Metrics {
     pub sequences_cancelled: AtomicU64,
     pub queue_depth: AtomicU64,
     pub active_sequences: AtomicU64,
+    pub open_connections: AtomicU64,
+    /// Connections closed at accept: every open one had a request running.
+    pub connections_refused: AtomicU64,
     pub ttft: Histogram,
     pub decode_rate: Histogram,
 }
@@ -73,6 +76,8 @@ impl Default for Metrics {
             sequences_cancelled: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             active_sequences: AtomicU64::new(0),
+            open_connections: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
             ttft: Histogram::new(&[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             decode_rate: Histogram::new(&[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]),
         }
@@ -154,6 +159,20 @@ impl Metrics {
             "Sequences being prefilled or decoded.",
             "gauge",
             g(&self.active_sequences),
+        );
+        one(
+            &mut out,
+            "onebit_open_connections",
+            "HTTP connections open.",
+            "gauge",
+            g(&self.open_connections),
+        );
+        one(
+            &mut out,
+            "onebit_connections_refused_total",
+            "Connections closed at once: at --max-connections, all busy.",
+            "counter",
+            g(&self.connections_refused),
         );
         self.ttft.write(
             &mut out,

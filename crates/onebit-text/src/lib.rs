@@ -61,6 +61,11 @@ impl SpecialTokens {
 /// A tokenizer and its special-token facts.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// `inner` with special-token parsing off: control-token text is
+    /// tokenized as the plain text it spells.
+    plain: tokenizers::Tokenizer,
+    /// Ids of the special (control) added tokens.
+    special_ids: std::collections::HashSet<u32>,
     special: SpecialTokens,
     vocab_size: usize,
 }
@@ -87,8 +92,18 @@ impl Tokenizer {
             .max()
             .map_or(0, |&m| m as usize + 1);
         let vocab_size = tokenizers::Model::get_vocab_size(model).max(added_max);
+        let special_ids = inner
+            .get_added_tokens_decoder()
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut plain = inner.clone();
+        plain.set_encode_special_tokens(true);
         Tokenizer {
             inner,
+            plain,
+            special_ids,
             special,
             vocab_size,
         }
@@ -123,6 +138,67 @@ impl Tokenizer {
                     .first()
                     .ok_or(TextError::MissingSpecial { which: "EOS" })?,
             );
+        }
+        Ok(ids)
+    }
+
+    /// Ids for `text` with special-token parsing off: text that spells a
+    /// control token (`<|im_end|>`) is tokenized as that text, as llama.cpp
+    /// does with `parse_special` false. No BOS/EOS is added.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, TextError> {
+        let enc = self
+            .plain
+            .encode_fast(text, false)
+            .map_err(|e| TextError::Encode {
+                text_start: text.chars().take(40).collect(),
+                what: e.to_string(),
+            })?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Whether `id` is a special (control) token.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special_ids.contains(&id)
+    }
+
+    /// Ids for `text` (no BOS/EOS added) where control-token text is parsed
+    /// as control tokens outside `plain_spans` (byte ranges, sorted, not
+    /// overlapping) and kept as plain text inside them. Everything else is
+    /// as [`encode`](Self::encode): the text is cut at the control tokens
+    /// found outside the spans, exactly where `encode` cuts it, and each
+    /// piece between them is tokenized whole with parsing off.
+    pub fn encode_with_plain_spans(
+        &self,
+        text: &str,
+        plain_spans: &[(usize, usize)],
+    ) -> Result<Vec<u32>, TextError> {
+        let err = |e: tokenizers::Error| TextError::Encode {
+            text_start: text.chars().take(40).collect(),
+            what: e.to_string(),
+        };
+        let enc = self.inner.encode(text, false).map_err(err)?;
+        let inside = |(a, b): (usize, usize)| plain_spans.iter().any(|&(s, e)| a < e && s < b);
+        let specials: Vec<(u32, (usize, usize))> = enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_offsets())
+            .filter(|(id, _)| self.special_ids.contains(id))
+            .map(|(&id, &o)| (id, o))
+            .collect();
+        if !specials.iter().any(|&(_, o)| inside(o)) {
+            return Ok(enc.get_ids().to_vec());
+        }
+        let mut ids = Vec::with_capacity(enc.get_ids().len());
+        let mut at = 0;
+        for (id, (a, b)) in specials.into_iter().filter(|&(_, o)| !inside(o)) {
+            if at < a {
+                ids.extend(self.encode_plain(&text[at..a])?);
+            }
+            ids.push(id);
+            at = b;
+        }
+        if at < text.len() {
+            ids.extend(self.encode_plain(&text[at..])?);
         }
         Ok(ids)
     }

@@ -45,7 +45,9 @@ enum Cmd {
         model: ModelArgs,
         #[arg(long)]
         text: String,
-        /// Do not add BOS/EOS even where the model adds them.
+        /// Special tokens off: no BOS/EOS added, and text that spells a
+        /// control token (`<|im_end|>`) tokenized as plain text, which is how
+        /// `onebit serve` encodes message content.
         #[arg(long)]
         no_special: bool,
     },
@@ -155,7 +157,7 @@ fn main() -> ExitCode {
             model,
             text,
             no_special,
-        } => tokenize(model, &text, !no_special),
+        } => tokenize(model, &text, no_special),
         Cmd::Logits {
             model,
             ids,
@@ -251,9 +253,13 @@ fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn tokenize(a: ModelArgs, text: &str, add_special: bool) -> Result<()> {
+fn tokenize(a: ModelArgs, text: &str, no_special: bool) -> Result<()> {
     let tok = open::tokenizer(&load::open(&a.model)?)?;
-    let ids = tok.encode(text, add_special)?;
+    let ids = if no_special {
+        tok.encode_plain(text)?
+    } else {
+        tok.encode(text, true)?
+    };
     println!("{}", serde_json::to_string(&ids)?);
     Ok(())
 }

@@ -6,8 +6,14 @@
 //! answer equals that prompt's answer sent alone, and the server's RSS is
 //! back near its baseline.
 //!
-//! Clients: `ONEBIT_LOAD_CLIENTS`, default 16 (CI); 64 locally
-//! (`ONEBIT_LOAD_CLIENTS=64 cargo test -p onebit --test load`).
+//! Also mixed in (issue 15): idle sockets, slow-loris heads, a 415
+//! (text/plain), a 405, and longer prompts prefilled in chunks beside the
+//! short ones.
+//!
+//! Clients: `ONEBIT_LOAD_CLIENTS`, default 16 (CI); each repeats its kind
+//! until `ONEBIT_LOAD_SECS` have passed, default 20 (CI, kept short for this
+//! shared 2-core machine). The issue's full run is 64 clients for 2 minutes:
+//! `ONEBIT_LOAD_CLIENTS=64 ONEBIT_LOAD_SECS=120 cargo test -p onebit --test load`.
 //!
 //! "Near baseline": the baseline is the RSS after a warm-up that ran a full
 //! batch (`--max-seqs` sequences at once) and the solo answers, so the
@@ -149,15 +155,34 @@ enum Kind {
     StreamHangUp,
     /// Sends half its body and hangs up.
     HalfRequest,
+    /// Opens a socket, sends nothing, hangs up after a second.
+    Idle,
+    /// Dribbles a request head, one header a second, never finishing it.
+    SlowLoris,
+    /// Posts text/plain (415) and GETs a POST route (405).
+    Refused,
+    /// A ~300-token prompt, streamed: prefilled in chunks beside the others.
+    LongPrompt,
 }
 
 fn kind(i: usize) -> Kind {
-    match i % 8 {
-        0 | 4 => Kind::StreamHangUp,
-        1 | 5 => Kind::Stream,
+    match i % 16 {
+        0 | 4 | 12 => Kind::StreamHangUp,
+        1 | 5 | 13 => Kind::Stream,
         7 => Kind::HalfRequest,
+        8 => Kind::Idle,
+        9 => Kind::SlowLoris,
+        10 => Kind::Refused,
+        11 => Kind::LongPrompt,
         _ => Kind::Whole,
     }
+}
+
+fn long_prompt() -> String {
+    format!(
+        "Summarize this in one word: {}",
+        "the sea is wide and blue; ".repeat(40)
+    )
 }
 
 /// Runs one client; Some(answer) for a completed answer.
@@ -198,6 +223,51 @@ fn client(port: u16, i: usize) -> Result<Option<String>, String> {
                 .map_err(|e| e.to_string())?;
             Ok(None)
         }
+        Kind::Idle => {
+            let s = connect(port).map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_secs(1));
+            drop(s);
+            Ok(None)
+        }
+        Kind::SlowLoris => {
+            let mut s = connect(port).map_err(|e| e.to_string())?;
+            let _ = s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\n");
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_secs(1));
+                if s.write_all(b"X-Slow: 1\r\n").is_err() {
+                    break;
+                }
+            }
+            Ok(None)
+        }
+        Kind::Refused => {
+            let b = body(prompt, false);
+            let mut s = connect(port).map_err(|e| e.to_string())?;
+            let h = head("POST", "/v1/chat/completions", b.len())
+                .replace("application/json", "text/plain");
+            s.write_all(h.as_bytes())
+                .and_then(|_| s.write_all(&b))
+                .map_err(|e| e.to_string())?;
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if !out.starts_with("HTTP/1.1 415") {
+                return Err(format!("text/plain was not refused with 415: {out}"));
+            }
+            let (st, b) = request(port, "GET", "/v1/chat/completions", b"")?;
+            if st != 405 || !b.contains("method_not_allowed") {
+                return Err(format!("GET on a POST route: {st} {b}"));
+            }
+            Ok(None)
+        }
+        Kind::LongPrompt => {
+            let (s, b) = request(
+                port,
+                "POST",
+                "/v1/chat/completions",
+                &body(&long_prompt(), true),
+            )?;
+            streamed_content(s, &b).map(|_| None)
+        }
     }
 }
 
@@ -237,20 +307,45 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
         .collect();
     // Warm-up: one full batch at once, then the baseline.
     std::thread::scope(|s| {
-        for i in 0..8 {
-            s.spawn(move || client(port, i * 8 + 2).unwrap());
+        // Eight Whole clients (see `kind`), eight different prompts.
+        for i in [2, 3, 6, 14, 15, 18, 19, 22] {
+            s.spawn(move || client(port, i).unwrap());
         }
     });
     wait_idle(&server, Duration::from_secs(60));
     let baseline = server.rss_kib();
     let t_load = Instant::now();
 
+    let secs: u64 = std::env::var("ONEBIT_LOAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let until = t_load + Duration::from_secs(secs);
     let results: Vec<(usize, Result<Option<String>, String>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n_clients)
-            .map(|i| s.spawn(move || (i, client(port, i))))
+            .map(|i| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let r = client(port, i);
+                        let failed = r.is_err();
+                        out.push((i, r));
+                        if failed || Instant::now() >= until {
+                            break out;
+                        }
+                        // Paced, so the quick kinds (half requests, 415s)
+                        // do not churn through tens of thousands of sockets.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                })
+            })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
     });
+    let n_runs = results.len();
     let load_secs = t_load.elapsed().as_secs_f64();
 
     let mut completed = 0;
@@ -287,8 +382,8 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
     let after = server.rss_kib();
     let allowed = baseline + (CACHE_MIB + SLACK_MIB) * 1024;
     eprintln!(
-        "[load] {n_clients} clients ({completed} completed answers, {} hung up) in {load_secs:.1} s; RSS baseline {} MiB, after {} MiB (allowed {} MiB); total {:.1} s",
-        n_clients - completed,
+        "[load] {n_clients} clients, {n_runs} runs ({completed} completed answers, {} others) in {load_secs:.1} s; RSS baseline {} MiB, after {} MiB (allowed {} MiB); total {:.1} s",
+        n_runs - completed,
         baseline / 1024,
         after / 1024,
         allowed / 1024,
@@ -301,10 +396,13 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
         baseline,
         allowed
     );
-    assert!(
-        completed >= n_clients / 2,
-        "only {completed} answers completed"
-    );
+    // Every Whole and Stream run answered (a failure panicked above).
+    let answering = results
+        .iter()
+        .filter(|(i, _)| matches!(kind(*i), Kind::Whole | Kind::Stream))
+        .count();
+    assert_eq!(completed, answering);
+    assert!(completed >= n_clients / 2, "only {completed} answers");
 }
 
 /// The server's limits, each set low by its flag and refused with a sentence

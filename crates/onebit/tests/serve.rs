@@ -426,7 +426,7 @@ fn full_queue_answers_503_and_a_gone_client_frees_its_sequence() {
                       "temperature": 0, "max_tokens": 2000, "stream": true})
     .to_string();
     let mut s = common::connect(port, Duration::from_secs(120)).unwrap();
-    write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut buf = [0u8; 256];
     let _ = s.read(&mut buf); // the stream has started
     drop(s);
