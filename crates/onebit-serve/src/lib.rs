@@ -6,22 +6,32 @@
 //! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime)
 //! parses and checks requests ([`api`]), renders templates, tokenizes, and
 //! turns the engine's tokens into OpenAI's response shapes ([`http`], [`text`]).
+//!
+//! The port is bound before the model loads, so a fleet's load balancer or
+//! Kubernetes sees the replica at once: [`gate`] answers `/health/live` from
+//! the start, `/health` with 503 until the model is ready and again from the
+//! moment SIGTERM/SIGINT arrives (draining), and forwards everything else to
+//! the routes of [`http`] once they exist.
 
 pub mod api;
 pub mod cache;
 pub mod engine;
+pub mod gate;
 pub mod http;
 pub mod metrics;
 pub mod text;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use onebit_model::Model;
 use onebit_text::{ChatTemplate, Tokenizer};
 
 use crate::engine::{Engine, EngineConfig};
+use crate::gate::{Gate, Phase};
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
@@ -31,8 +41,6 @@ pub struct ServeConfig {
     pub port: u16,
     /// The name `/v1/models` lists and responses carry.
     pub model_name: String,
-    /// One line about the model for the startup line.
-    pub summary: String,
     /// Sequences decoded together at most.
     pub max_seqs: usize,
     /// Sequences waiting for a slot at most; beyond, 503.
@@ -46,6 +54,19 @@ pub struct ServeConfig {
     pub cache_bytes: usize,
     pub max_body_bytes: usize,
     pub prefill_chunk: usize,
+    /// After SIGTERM/SIGINT: how long running requests may take to finish
+    /// before the process exits anyway.
+    pub shutdown_timeout: Duration,
+}
+
+/// What the server runs: the model and what turns text into its tokens.
+pub struct Loaded {
+    pub model: Model,
+    pub tok: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub stops: Vec<u32>,
+    /// One line about the model for the startup line.
+    pub summary: String,
 }
 
 impl Default for ServeConfig {
@@ -54,7 +75,6 @@ impl Default for ServeConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             model_name: "model".into(),
-            summary: String::new(),
             max_seqs: 8,
             max_queue: 64,
             max_n: 8,
@@ -63,37 +83,69 @@ impl Default for ServeConfig {
             cache_bytes: 1 << 30,
             max_body_bytes: 4 << 20,
             prefill_chunk: 512,
+            shutdown_timeout: Duration::from_secs(25),
         }
     }
 }
 
-/// Serves until SIGINT or SIGTERM, then lets running requests finish.
+/// Binds the port, loads the model with `load` (on a blocking thread, while
+/// `/health` answers 503), then serves until SIGINT or SIGTERM; after the
+/// signal `/health` answers 503, no new connection is accepted, and running
+/// requests get `cfg.shutdown_timeout` to finish.
 pub fn serve(
     cfg: ServeConfig,
-    model: Model,
-    tok: Tokenizer,
-    template: Option<ChatTemplate>,
-    stops: Vec<u32>,
+    load: impl FnOnce() -> Result<Loaded> + Send + 'static,
 ) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run(cfg, model, tok, template, stops))
+    rt.block_on(run(cfg, load))
 }
 
 async fn run(
     cfg: ServeConfig,
-    model: Model,
-    tok: Tokenizer,
-    template: Option<ChatTemplate>,
-    stops: Vec<u32>,
+    load: impl FnOnce() -> Result<Loaded> + Send + 'static,
 ) -> Result<()> {
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local: SocketAddr = listener.local_addr()?;
+    eprintln!("[serve] bound to http://{local}; loading the model (GET /health answers 503 until it is ready)");
+    let gate = Arc::new(Gate::default());
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let on_signal = {
+        let gate = gate.clone();
+        async move {
+            shutdown_signal().await;
+            gate.set_phase(Phase::Draining);
+            let _ = signalled_tx.send(true);
+        }
+    };
+    let server = tokio::spawn(
+        axum::serve(listener, gate::router(gate.clone()))
+            .with_graceful_shutdown(on_signal)
+            .into_future(),
+    );
+
+    let loaded = tokio::select! {
+        r = tokio::task::spawn_blocking(load) => match r {
+            Ok(r) => r?,
+            Err(e) => anyhow::bail!("loading the model failed: {e}"),
+        },
+        _ = signalled.wait_for(|s| *s) => {
+            eprintln!("[serve] stopped before the model was loaded");
+            return Ok(());
+        }
+    };
+    let Loaded {
+        model,
+        tok,
+        template,
+        stops,
+        summary,
+    } = loaded;
     let metrics = Arc::new(Metrics::default());
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
@@ -126,25 +178,39 @@ async fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     });
+    gate.open(http::router(app.clone(), cfg.max_body_bytes));
     eprintln!(
-        "[serve] {} ({}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
+        "[serve] {} ({summary}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
         cfg.model_name,
-        cfg.summary,
         cfg.max_seqs,
         cfg.max_queue,
         if cfg.prefix_cache { "on" } else { "off" },
         if has_template { "yes" } else { "none (chat requests answer 400)" },
     );
-    axum::serve(listener, http::router(app.clone(), cfg.max_body_bytes))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("the HTTP server failed")?;
-    eprintln!("[serve] shutting down: finishing running requests");
-    let app2 = app.clone();
-    tokio::task::spawn_blocking(move || app2.engine.shutdown())
-        .await
-        .ok();
-    eprintln!("[serve] stopped");
+
+    // Running requests finish within the timeout, counted from the signal.
+    let timeout = cfg.shutdown_timeout;
+    let deadline = async move {
+        let _ = signalled.wait_for(|s| *s).await;
+        tokio::time::sleep(timeout).await;
+    };
+    tokio::select! {
+        r = server => {
+            r.context("the HTTP server task failed")?.context("the HTTP server failed")?;
+            eprintln!("[serve] shutting down: finishing running requests");
+            let app2 = app.clone();
+            tokio::task::spawn_blocking(move || app2.engine.shutdown())
+                .await
+                .ok();
+            eprintln!("[serve] stopped");
+        }
+        _ = deadline => {
+            eprintln!(
+                "[serve] shutdown timeout ({} s) reached with requests still running; exiting",
+                timeout.as_secs_f64()
+            );
+        }
+    }
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! `onebit serve`: load the model, its tokenizer, chat template and stop ids,
 //! and hand them to `onebit-serve`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
+    /// After SIGTERM or SIGINT, seconds running requests may take to finish
+    /// before the process exits anyway. /health answers 503 from the signal
+    /// on, and no new connection is accepted.
+    #[arg(long, default_value_t = 25.0, value_name = "SECONDS")]
+    shutdown_timeout: f64,
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -71,42 +76,21 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         },
         max_context: a.ctx,
     };
-    let Loaded { model, opened } = load_model(&a.model, &exec)?;
-    let tok = open::tokenizer(&opened)?;
-    let limits = ChatLimits {
-        max_output_bytes: a.max_template_kib.saturating_mul(1 << 10),
-        ..ChatLimits::default()
-    };
-    let template = match open::load_chat_template_with(
-        &opened,
-        &tok,
-        a.chat_template.as_deref(),
-        limits,
-    )? {
-        Some((t, from)) => {
-            eprintln!("[serve] chat template from {from}");
-            Some(t)
-        }
-        None => {
-            eprintln!(
-                "[serve] {} has no chat template: chat requests will be refused (pass --chat-template FILE)",
-                a.model.display()
-            );
-            None
-        }
-    };
-    let stops = open::stop_ids(&tok);
+    if !(a.shutdown_timeout.is_finite() && a.shutdown_timeout >= 0.0) {
+        anyhow::bail!(
+            "--shutdown-timeout must be a number of seconds >= 0, got {}",
+            a.shutdown_timeout
+        );
+    }
     let name = a
         .model
         .file_name()
         .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
         .unwrap_or_else(|| a.model.display().to_string());
-    let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
     let cfg = ServeConfig {
         host: a.host,
         port: a.port,
         model_name: name,
-        summary,
         max_seqs: a.max_seqs.max(1),
         max_queue: a.max_queue,
         max_n: a.max_n.max(1),
@@ -114,7 +98,48 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_body_bytes: a.max_body_mib.saturating_mul(1 << 20),
         prefix_cache: !a.no_prefix_cache,
         cache_bytes: a.cache_mib << 20,
+        shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),
         ..ServeConfig::default()
     };
-    onebit_serve::serve(cfg, model, tok, template, stops)
+    let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
+    onebit_serve::serve(cfg, move || {
+        load(&path, &exec, chat_template.as_deref(), max_template_kib)
+    })
+}
+
+/// The model, tokenizer, chat template and stop ids, as the server runs them.
+fn load(
+    path: &Path,
+    exec: &ExecConfig,
+    chat_template: Option<&Path>,
+    max_template_kib: usize,
+) -> Result<onebit_serve::Loaded> {
+    let Loaded { model, opened } = load_model(path, exec)?;
+    let tok = open::tokenizer(&opened)?;
+    let limits = ChatLimits {
+        max_output_bytes: max_template_kib.saturating_mul(1 << 10),
+        ..ChatLimits::default()
+    };
+    let template = match open::load_chat_template_with(&opened, &tok, chat_template, limits)? {
+        Some((t, from)) => {
+            eprintln!("[serve] chat template from {from}");
+            Some(t)
+        }
+        None => {
+            eprintln!(
+                "[serve] {} has no chat template: chat requests will be refused (pass --chat-template FILE)",
+                path.display()
+            );
+            None
+        }
+    };
+    let stops = open::stop_ids(&tok);
+    let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
+    Ok(onebit_serve::Loaded {
+        model,
+        tok,
+        template,
+        stops,
+        summary,
+    })
 }
