@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 
 scripts/fetch-models.sh
 scripts/python-deps.sh
+scripts/fleet-deps.sh
 cargo test --workspace --locked

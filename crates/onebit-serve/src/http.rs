@@ -18,6 +18,7 @@ use onebit_text::{ChatError, ChatTemplate, StreamDecoder, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::affinity::{prefix_hash, AFFINITY_HEADER};
 use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
 use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
 use crate::metrics::Metrics;
@@ -317,28 +318,6 @@ async fn generate(
     };
     r.headers_mut().insert(AFFINITY_HEADER, affinity);
     Ok(r)
-}
-
-/// The response header that carries [`prefix_hash`].
-pub const AFFINITY_HEADER: &str = "x-onebit-prefix-hash";
-
-/// Prompt tokens [`prefix_hash`] covers at most.
-pub const AFFINITY_TOKENS: usize = 256;
-
-/// A routing hint: FNV-1a (64 bits) of the prompt's first
-/// [`AFFINITY_TOKENS`] token ids (little-endian u32), as 16 hex digits. Two
-/// prompts that share that many tokens get the same value, so a client can
-/// send it back as `X-Session-Id` and a proxy hashing on that header sends
-/// the follow-ups to the replica whose prefix cache holds the prompt.
-pub fn prefix_hash(ids: &[u32]) -> HeaderValue {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for id in &ids[..ids.len().min(AFFINITY_TOKENS)] {
-        for b in id.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    HeaderValue::from_str(&format!("{h:016x}")).expect("hex digits are a valid header value")
 }
 
 struct Run {

@@ -13,6 +13,7 @@
 //! moment SIGTERM/SIGINT arrives (draining), and forwards everything else to
 //! the routes of [`http`] once they exist.
 
+pub mod affinity;
 pub mod api;
 pub mod cache;
 pub mod engine;
