@@ -4,12 +4,11 @@ use std::convert::Infallible;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -18,6 +17,7 @@ use onebit_text::{ChatError, ChatTemplate, StreamDecoder, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::access::{self, Access};
 use crate::affinity::{prefix_hash, AFFINITY_HEADER};
 use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
 use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
@@ -27,6 +27,13 @@ use crate::text::{tidy_reasoning, Split, StopMatcher, ThinkSplitter};
 pub struct App {
     pub engine: Engine,
     pub tok: Arc<Tokenizer>,
+    /// The most bytes of text one token stands for (see [`max_token_bytes`]).
+    pub max_token_bytes: usize,
+    pub max_body_bytes: usize,
+    pub body_timeout: Duration,
+    pub allow_special_in_content: bool,
+    /// Set on SIGTERM: `/health` answers 503 from then on.
+    pub draining: AtomicBool,
     pub template: Option<ChatTemplate>,
     pub model_name: String,
     pub n_vocab: usize,
@@ -36,16 +43,45 @@ pub struct App {
     pub started: u64,
 }
 
-pub fn router(app: Arc<App>, max_body: usize) -> Router {
-    Router::new()
+/// The routes, behind (outermost first) the Host and key checks, then CORS
+/// when origins are configured. CORS sits inside the Host check (a rebinding
+/// page gets 403 even for a preflight) and outside the key check (a browser's
+/// preflight carries no key).
+pub fn router(
+    app: Arc<App>,
+    access: Arc<Access>,
+    cors: Option<tower_http::cors::CorsLayer>,
+) -> Router {
+    let mut r = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .layer(axum::extract::DefaultBodyLimit::max(max_body))
-        .with_state(app)
+        .with_state(app);
+    if let Some(c) = cors {
+        r = r.layer(c);
+    }
+    // Wrapped whole, so the checks see the method router's finished 405
+    // (its Allow header is set after the layers of each route run).
+    Router::new()
+        .fallback_service(r)
+        .layer(axum::middleware::from_fn_with_state(access, access::check))
+}
+
+/// The most bytes of text any one token decodes to, from the vocabulary's
+/// own spelling of each token, which is never shorter than the bytes it
+/// stands for (GPT-2's byte alphabet spells a byte in one or two; the
+/// SentencePiece `▁` is three bytes for a one-byte space; `<0xAB>` is six).
+/// A text of B bytes therefore needs at least B / this many tokens.
+pub fn max_token_bytes(tok: &Tokenizer) -> usize {
+    (0..tok.vocab_size() as u32)
+        .filter_map(|id| tok.id_to_token(id))
+        .map(|t| t.len())
+        .max()
+        .unwrap_or(1)
+        .max(1)
 }
 
 fn json_response(status: u16, body: String) -> Response {
@@ -87,7 +123,12 @@ async fn not_found() -> ApiError {
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
-    if app.engine.alive() {
+    if app.draining.load(Ordering::Relaxed) {
+        json_response(
+            503,
+            json!({"status": "draining", "message": "the server is shutting down"}).to_string(),
+        )
+    } else if app.engine.alive() {
         json_response(200, json!({"status": "ok"}).to_string())
     } else {
         json_response(
@@ -120,17 +161,73 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     r
 }
 
-async fn chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     Metrics::add(&app.metrics.requests_chat, 1);
-    respond(&app, generate(app.clone(), Endpoint::Chat, body).await)
+    respond(
+        &app,
+        generate(app.clone(), Endpoint::Chat, &headers, body).await,
+    )
 }
 
-async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     Metrics::add(&app.metrics.requests_completions, 1);
     respond(
         &app,
-        generate(app.clone(), Endpoint::Completions, body).await,
+        generate(app.clone(), Endpoint::Completions, &headers, body).await,
     )
+}
+
+/// The JSON body: 415 unless it says it is JSON, 413 over the size limit
+/// (from Content-Length before reading, or while reading), 408 when it does
+/// not arrive whole within the body timeout.
+async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    access::require_json(headers)?;
+    let too_big = || {
+        ApiError::invalid(
+            None,
+            format!(
+                "the request body is over this server's limit of {} bytes (--max-body-mib)",
+                app.max_body_bytes
+            ),
+        )
+        .status(413)
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > app.max_body_bytes as u64) {
+        return Err(too_big());
+    }
+    match tokio::time::timeout(
+        app.body_timeout,
+        axum::body::to_bytes(body, app.max_body_bytes),
+    )
+    .await
+    {
+        Err(_) => Err(ApiError::invalid(
+            None,
+            format!(
+                "the request body did not arrive within {:?} (--body-timeout)",
+                app.body_timeout
+            ),
+        )
+        .status(408)),
+        Ok(Err(e)) => {
+            // Over the limit, or the connection failed mid-body.
+            if std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            {
+                Err(too_big())
+            } else {
+                Err(ApiError::invalid(
+                    None,
+                    format!("cannot read the body: {e}"),
+                ))
+            }
+        }
+        Ok(Ok(b)) => Ok(b),
+    }
 }
 
 fn respond(app: &App, r: Result<Response, ApiError>) -> Response {
@@ -153,16 +250,10 @@ struct Prepared {
     think_open: bool,
 }
 
-fn prepare(
-    app: &App,
-    ep: Endpoint,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Prepared, ApiError> {
-    let body = body.map_err(|r| {
-        ApiError::invalid(None, format!("cannot read the body: {}", r.body_text()))
-            .status(r.status().as_u16())
-    })?;
-    let req = api::parse(&body, ep, app.limits)?;
+/// Parses, renders and tokenizes: run on the blocking pool, never on the
+/// runtime's thread (a large prompt takes seconds to tokenize).
+fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
+    let req = api::parse(body, ep, app.limits)?;
     let (ids, think, think_open) = match &req.prompt {
         Prompt::Chat(messages) => {
             let t = app.template.as_ref().ok_or_else(|| {
@@ -181,6 +272,7 @@ fn prepare(
                     ),
                     other => ApiError::invalid("messages", other.to_string()),
                 })?;
+            check_bytes(app, ep, text.len())?;
             let ids = app
                 .tok
                 .encode(&text, false)
@@ -193,8 +285,10 @@ fn prepare(
             (ids, think, open)
         }
         Prompt::Text(s) => (
-            app.tok.encode(s, true).map_err(|e| {
-                ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}"))
+            check_bytes(app, ep, s.len()).and_then(|_| {
+                app.tok.encode(s, true).map_err(|e| {
+                    ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}"))
+                })
             })?,
             false,
             false,
@@ -217,7 +311,7 @@ fn prepare(
     }
     if ids.len() >= app.ctx {
         return Err(ApiError::invalid(
-            if ep == Endpoint::Chat { "messages" } else { "prompt" },
+            prompt_param(ep),
             format!(
                 "the prompt has {} tokens, but this server's context holds {} (prompt plus at least one generated token)",
                 ids.len(),
@@ -234,12 +328,43 @@ fn prepare(
     })
 }
 
+fn prompt_param(ep: Endpoint) -> &'static str {
+    if ep == Endpoint::Chat {
+        "messages"
+    } else {
+        "prompt"
+    }
+}
+
+/// Refuses, before tokenizing, a prompt text too long for the context
+/// whatever its tokens: `bytes` of text need at least
+/// `bytes / max_token_bytes` tokens.
+fn check_bytes(app: &App, ep: Endpoint, bytes: usize) -> Result<(), ApiError> {
+    let least = bytes / app.max_token_bytes;
+    if least < app.ctx {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        prompt_param(ep),
+        format!(
+            "the prompt is {bytes} bytes, so at least {least} tokens (no token is longer than {} bytes), but this server's context holds {}",
+            app.max_token_bytes, app.ctx
+        ),
+    )
+    .with_code("context_length_exceeded"))
+}
+
 async fn generate(
     app: Arc<App>,
     ep: Endpoint,
-    body: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let p = prepare(&app, ep, body)?;
+    let body = read_body(&app, headers, body).await?;
+    let app2 = app.clone();
+    let p = tokio::task::spawn_blocking(move || prepare(&app2, ep, &body))
+        .await
+        .map_err(|e| ApiError::server(format!("preparing the prompt failed: {e}")))??;
     let req = &p.req;
     let room = app.ctx - p.ids.len();
     // Not stated: as much as the context holds, within the server's cap.

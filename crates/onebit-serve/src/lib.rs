@@ -13,17 +13,19 @@
 //! moment SIGTERM/SIGINT arrives (draining), and forwards everything else to
 //! the routes of [`http`] once they exist.
 
+pub mod access;
 pub mod affinity;
 pub mod api;
 pub mod cache;
+pub mod conn;
 pub mod engine;
 pub mod gate;
 pub mod http;
 pub mod metrics;
 pub mod text;
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,9 +57,18 @@ pub struct ServeConfig {
     pub cache_bytes: usize,
     pub max_body_bytes: usize,
     pub prefill_chunk: usize,
-    /// After SIGTERM/SIGINT: how long running requests may take to finish
-    /// before the process exits anyway.
+    /// Who may use the server (keys, hosts).
+    pub access: access::Access,
+    /// Origins CORS admits (`*`: any); empty: CORS off.
+    pub cors_origins: Vec<String>,
+    pub header_timeout: Duration,
+    /// The whole request body must arrive within this.
+    pub body_timeout: Duration,
+    pub max_connections: usize,
     pub shutdown_timeout: Duration,
+    /// Special-token text inside message content becomes control tokens
+    /// (the old behaviour); otherwise it is tokenized as plain text.
+    pub allow_special_in_content: bool,
 }
 
 /// What the server runs: the model and what turns text into its tokens.
@@ -84,7 +95,13 @@ impl Default for ServeConfig {
             cache_bytes: 1 << 30,
             max_body_bytes: 4 << 20,
             prefill_chunk: 512,
-            shutdown_timeout: Duration::from_secs(25),
+            access: access::Access::default(),
+            cors_origins: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            shutdown_timeout: Duration::from_secs(30),
+            allow_special_in_content: false,
         }
     }
 }
@@ -101,13 +118,17 @@ pub fn serve(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(run(cfg, load))
+    let r = rt.block_on(run(cfg, load));
+    // A tokenization still running on the blocking pool is not waited for.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    r
 }
 
 async fn run(
     cfg: ServeConfig,
     load: impl FnOnce() -> Result<Loaded> + Send + 'static,
 ) -> Result<()> {
+    let cors = access::cors_layer(&cfg.cors_origins).map_err(anyhow::Error::msg)?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -115,20 +136,29 @@ async fn run(
     let local: SocketAddr = listener.local_addr()?;
     eprintln!("[serve] bound to http://{local}; loading the model (GET /health answers 503 until it is ready)");
     let gate = Arc::new(Gate::default());
+    let metrics = Arc::new(Metrics::default());
     let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
     let on_signal = {
         let gate = gate.clone();
+        let drain_for = cfg.shutdown_timeout;
         async move {
             shutdown_signal().await;
             gate.set_phase(Phase::Draining);
             let _ = signalled_tx.send(true);
+            eprintln!("[serve] shutting down: finishing running requests (at most {drain_for:?})");
         }
     };
-    let server = tokio::spawn(
-        axum::serve(listener, gate::router(gate.clone()))
-            .with_graceful_shutdown(on_signal)
-            .into_future(),
-    );
+    let server = tokio::spawn(conn::serve(
+        listener,
+        gate::router(gate.clone()),
+        conn::ConnLimits {
+            header_timeout: cfg.header_timeout,
+            max_connections: cfg.max_connections,
+            shutdown_timeout: cfg.shutdown_timeout,
+        },
+        metrics.clone(),
+        on_signal,
+    ));
 
     let loaded = tokio::select! {
         r = tokio::task::spawn_blocking(load) => match r {
@@ -147,7 +177,6 @@ async fn run(
         stops,
         summary,
     } = loaded;
-    let metrics = Arc::new(Metrics::default());
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
     let engine = Engine::start(
@@ -163,9 +192,15 @@ async fn run(
         metrics.clone(),
     );
     let has_template = template.is_some();
+    let max_token_bytes = http::max_token_bytes(&tok);
     let app = Arc::new(http::App {
         engine,
         tok: Arc::new(tok),
+        max_token_bytes,
+        max_body_bytes: cfg.max_body_bytes,
+        body_timeout: cfg.body_timeout,
+        allow_special_in_content: cfg.allow_special_in_content,
+        draining: AtomicBool::new(false),
         template,
         model_name: cfg.model_name.clone(),
         n_vocab,
@@ -179,7 +214,9 @@ async fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     });
-    gate.open(http::router(app.clone(), cfg.max_body_bytes));
+    let mut access = cfg.access.clone();
+    access.bound_host = cfg.host.to_ascii_lowercase();
+    gate.open(http::router(app.clone(), Arc::new(access), cors));
     eprintln!(
         "[serve] {} ({summary}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
         cfg.model_name,
@@ -188,30 +225,18 @@ async fn run(
         if cfg.prefix_cache { "on" } else { "off" },
         if has_template { "yes" } else { "none (chat requests answer 400)" },
     );
-
-    // Running requests finish within the timeout, counted from the signal.
-    let timeout = cfg.shutdown_timeout;
-    let deadline = async move {
-        let _ = signalled.wait_for(|s| *s).await;
-        tokio::time::sleep(timeout).await;
-    };
-    tokio::select! {
-        r = server => {
-            r.context("the HTTP server task failed")?.context("the HTTP server failed")?;
-            eprintln!("[serve] shutting down: finishing running requests");
-            let app2 = app.clone();
-            tokio::task::spawn_blocking(move || app2.engine.shutdown())
-                .await
-                .ok();
-            eprintln!("[serve] stopped");
-        }
-        _ = deadline => {
-            eprintln!(
-                "[serve] shutdown timeout ({} s) reached with requests still running; exiting",
-                timeout.as_secs_f64()
-            );
-        }
+    if !local.ip().is_loopback() && cfg.access.api_keys.is_empty() {
+        eprintln!(
+            "[serve] warning: listening on {local}, beyond this machine, with no API key: anyone who can reach it can use it (set --api-key, ONEBIT_API_KEY or --api-key-file)"
+        );
     }
+    // Running requests finish within the timeout (conn::serve bounds it).
+    server.await.context("the HTTP server task failed")?;
+    let app2 = app.clone();
+    tokio::task::spawn_blocking(move || app2.engine.shutdown())
+        .await
+        .ok();
+    eprintln!("[serve] stopped");
     Ok(())
 }
 

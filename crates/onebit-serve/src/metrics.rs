@@ -60,6 +60,9 @@ pub struct Metrics {
     pub kv_positions: AtomicU64,
     /// Positions all sequence slots can hold: max sequences x context.
     pub kv_capacity: AtomicU64,
+    pub open_connections: AtomicU64,
+    /// Connections closed at accept: every open one had a request running.
+    pub connections_refused: AtomicU64,
     pub ttft: Histogram,
     pub decode_rate: Histogram,
 }
@@ -79,6 +82,8 @@ impl Default for Metrics {
             active_sequences: AtomicU64::new(0),
             kv_positions: AtomicU64::new(0),
             kv_capacity: AtomicU64::new(0),
+            open_connections: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
             ttft: Histogram::new(&[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             decode_rate: Histogram::new(&[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]),
         }
@@ -177,6 +182,20 @@ impl Metrics {
             out,
             "# HELP onebit_prefix_cache_hit_ratio Prompt tokens reused from the prefix cache over all prompt tokens since start, 0 to 1.\n# TYPE onebit_prefix_cache_hit_ratio gauge\nonebit_prefix_cache_hit_ratio {}",
             ratio(g(&self.cached_prompt_tokens), g(&self.prompt_tokens))
+        );
+        one(
+            &mut out,
+            "onebit_open_connections",
+            "HTTP connections open.",
+            "gauge",
+            g(&self.open_connections),
+        );
+        one(
+            &mut out,
+            "onebit_connections_refused_total",
+            "Connections closed at once: at --max-connections, all busy.",
+            "counter",
+            g(&self.connections_refused),
         );
         self.ttft.write(
             &mut out,

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use onebit_kernels::Precision;
 use onebit_model::ExecConfig;
@@ -48,7 +50,7 @@ pub struct ServeArgs {
     max_n: usize,
     /// Largest `max_tokens` a request may ask for, and the default when it
     /// asks none (0 = up to the context).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 4096)]
     max_tokens: usize,
     /// Largest request body accepted, in MiB; beyond, 413.
     #[arg(long, default_value_t = 4)]
@@ -56,17 +58,91 @@ pub struct ServeArgs {
     /// Largest prompt the chat template may render, in KiB; beyond, 400.
     #[arg(long, default_value_t = 8192)]
     max_template_kib: usize,
+    /// Prompt tokens prefilled per engine step, over all sequences; decode
+    /// steps of running sequences interleave between chunks.
+    #[arg(long, default_value_t = 512)]
+    prefill_chunk: usize,
+    /// A key clients must send as `Authorization: Bearer KEY` on /v1/* and
+    /// /metrics (repeatable). Also read from ONEBIT_API_KEY, which keeps it
+    /// out of the process list. Without any key the server is open.
+    #[arg(long, value_name = "KEY")]
+    api_key: Vec<String>,
+    /// A file of API keys, one per line (blank lines and # comments skipped).
+    #[arg(long, value_name = "FILE")]
+    api_key_file: Option<PathBuf>,
+    /// Let /metrics answer without a key.
+    #[arg(long)]
+    metrics_public: bool,
+    /// A host name the `Host` header may carry besides localhost, the --host
+    /// value and IP addresses (repeatable; `*` accepts any). Other names get
+    /// 403, which stops DNS-rebinding pages.
+    #[arg(long, value_name = "NAME")]
+    allow_host: Vec<String>,
+    /// A browser origin allowed to call the API, e.g. https://app.example
+    /// (repeatable; `*` for any). Without one, CORS is off.
+    #[arg(long, value_name = "ORIGIN")]
+    cors_origin: Vec<String>,
+    /// Seconds a connection may take to send a request head, counted from
+    /// its opening or the end of its previous response (so also the idle
+    /// keep-alive limit).
+    #[arg(long, default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds a request body may take to arrive whole; beyond, 408.
+    #[arg(long, default_value_t = 30)]
+    body_timeout: u64,
+    /// Open connections at most; beyond, the oldest idle one is closed, or
+    /// the new one when all are busy.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds SIGTERM/SIGINT lets running requests finish before exiting.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+    /// Tokenize control-token text typed inside message content (e.g.
+    /// `<|im_end|>`) as the control tokens; by default it is plain text, so a
+    /// user message cannot forge the template's turns.
+    #[arg(long)]
+    allow_special_in_content: bool,
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
-    /// After SIGTERM or SIGINT, seconds running requests may take to finish
-    /// before the process exits anyway. /health answers 503 from the signal
-    /// on, and no new connection is accepted.
-    #[arg(long, default_value_t = 25.0, value_name = "SECONDS")]
-    shutdown_timeout: f64,
+}
+
+/// The keys from --api-key, ONEBIT_API_KEY and --api-key-file.
+fn api_keys(a: &ServeArgs) -> Result<Vec<String>> {
+    let mut keys: Vec<String> = a.api_key.clone();
+    if let Ok(k) = std::env::var("ONEBIT_API_KEY") {
+        if !k.trim().is_empty() {
+            keys.push(k.trim().to_string());
+        }
+    }
+    if let Some(f) = &a.api_key_file {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the API key file {}", f.display()))?;
+        let before = keys.len();
+        keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string),
+        );
+        if keys.len() == before {
+            bail!(
+                "the API key file {} holds no key (one per line)",
+                f.display()
+            );
+        }
+    }
+    if let Some(bad) = keys
+        .iter()
+        .find(|k| k.is_empty() || k.chars().any(char::is_whitespace))
+    {
+        bail!("API key {bad:?} is empty or holds whitespace; keys are sent as `Authorization: Bearer KEY`");
+    }
+    Ok(keys)
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
+    let api_keys = api_keys(&a)?;
     let exec = ExecConfig {
         threads: a.threads,
         precision: if a.f32_activations {
@@ -76,12 +152,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         },
         max_context: a.ctx,
     };
-    if !(a.shutdown_timeout.is_finite() && a.shutdown_timeout >= 0.0) {
-        anyhow::bail!(
-            "--shutdown-timeout must be a number of seconds >= 0, got {}",
-            a.shutdown_timeout
-        );
-    }
     let name = a
         .model
         .file_name()
@@ -98,8 +168,23 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_body_bytes: a.max_body_mib.saturating_mul(1 << 20),
         prefix_cache: !a.no_prefix_cache,
         cache_bytes: a.cache_mib << 20,
-        shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),
-        ..ServeConfig::default()
+        prefill_chunk: a.prefill_chunk.max(1),
+        access: onebit_serve::access::Access {
+            api_keys,
+            metrics_public: a.metrics_public,
+            allow_hosts: a
+                .allow_host
+                .iter()
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
+            bound_host: String::new(),
+        },
+        cors_origins: a.cors_origin,
+        header_timeout: Duration::from_secs(a.header_timeout.max(1)),
+        body_timeout: Duration::from_secs(a.body_timeout.max(1)),
+        max_connections: a.max_connections.max(1),
+        shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
+        allow_special_in_content: a.allow_special_in_content,
     };
     let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
     onebit_serve::serve(cfg, move || {

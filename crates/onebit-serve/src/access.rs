@@ -1,0 +1,273 @@
+//! Who may use the server, checked before any route runs: the `Host` header
+//! against DNS rebinding (403), the API key on `/v1/*` and `/metrics` (401),
+//! and the JSON body of a 405 (axum's own is empty). The Content-Type check
+//! (415) sits in the JSON handlers, after routing, and CORS is tower-http's
+//! layer ([`cors_layer`]).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::api::ApiError;
+
+/// The access rules, from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// Accepted bearer keys; empty: no key needed.
+    pub api_keys: Vec<String>,
+    /// `/metrics` answers without a key.
+    pub metrics_public: bool,
+    /// Host names accepted besides `localhost`, the bound host and IP
+    /// literals (lower case); `*` accepts any.
+    pub allow_hosts: Vec<String>,
+    /// The host the server was bound to (lower case).
+    pub bound_host: String,
+}
+
+impl Access {
+    /// Whether a `Host` header value names this server. IP literals always
+    /// do: a page can only reach an address by name through DNS, so only a
+    /// name can be rebound.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        if self.allow_hosts.iter().any(|h| h == "*") {
+            return true;
+        }
+        let name = host_name(host).to_ascii_lowercase();
+        let name = name.trim_end_matches('.');
+        if name.parse::<IpAddr>().is_ok() || name == "localhost" || name == self.bound_host {
+            return true;
+        }
+        self.allow_hosts.iter().any(|h| h == name)
+    }
+
+    /// Whether `path` needs the key.
+    fn guarded(&self, path: &str) -> bool {
+        !self.api_keys.is_empty()
+            && (path.starts_with("/v1/")
+                || path == "/v1"
+                || (path == "/metrics" && !self.metrics_public))
+    }
+
+    /// Whether the request's `Authorization: Bearer` names a key.
+    fn key_ok(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        let Some(v) = headers.get(header::AUTHORIZATION) else {
+            return Err("no API key was given: send it as `Authorization: Bearer KEY`");
+        };
+        let v = v.to_str().unwrap_or("");
+        let (scheme, key) = v.split_once(' ').unwrap_or((v, ""));
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(
+                "the Authorization header must use the Bearer scheme: `Authorization: Bearer KEY`",
+            );
+        }
+        // Every key is compared in full, whatever matched before: the time
+        // taken does not tell which bytes were right.
+        let key = key.trim().as_bytes();
+        let hit = self
+            .api_keys
+            .iter()
+            .fold(false, |acc, k| acc | same_bytes(k.as_bytes(), key));
+        if hit {
+            Ok(())
+        } else {
+            Err("the API key given is not valid for this server")
+        }
+    }
+}
+
+/// Equality whose time depends on the lengths only.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).unwrap_or(&0) ^ b.get(i).unwrap_or(&0);
+    }
+    diff == 0
+}
+
+/// The host part of a `Host` value: `name`, `name:port`, `[v6]:port`.
+fn host_name(h: &str) -> &str {
+    if let Some(rest) = h.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match h.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => h,
+    }
+}
+
+/// The middleware: Host first (a rebinding page must learn nothing, not even
+/// that a key is needed), then the key, then the route; a 405 gets a JSON body.
+pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    match host {
+        None => {
+            return ApiError::invalid(None, "the request has no Host header")
+                .status(403)
+                .with_code("host_not_allowed")
+                .into_response()
+        }
+        Some(h) if !a.host_allowed(&h) => {
+            return ApiError::invalid(
+                None,
+                format!("Host {h:?} is not this server's; start it with --allow-host NAME to accept that name"),
+            )
+            .status(403)
+            .with_code("host_not_allowed")
+            .into_response()
+        }
+        Some(_) => {}
+    }
+    if a.guarded(req.uri().path()) && req.method() != Method::OPTIONS {
+        if let Err(why) = a.key_ok(req.headers()) {
+            let mut r = ApiError::invalid(None, why)
+                .status(401)
+                .with_code("invalid_api_key")
+                .into_response();
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return r;
+        }
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let r = next.run(req).await;
+    if r.status().as_u16() != 405 {
+        return r;
+    }
+    let allow = r.headers().get(header::ALLOW).cloned();
+    let allowed = allow
+        .as_ref()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let mut out = ApiError::invalid(
+        None,
+        format!("{path} does not take {method} requests; it takes {allowed}"),
+    )
+    .status(405)
+    .with_code("method_not_allowed")
+    .into_response();
+    if let Some(v) = allow {
+        out.headers_mut().insert(header::ALLOW, v);
+    }
+    out
+}
+
+/// CORS for the configured origins (`*`: any); `None` when there are none,
+/// so no CORS header is ever sent and browsers keep other origins out.
+pub fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, String> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let mut list = Vec::new();
+        for o in origins {
+            list.push(HeaderValue::from_str(o).map_err(|_| {
+                format!("--cors-origin {o:?} is not a valid origin (like https://example.com)")
+            })?);
+        }
+        AllowOrigin::list(list)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(std::time::Duration::from_secs(600)),
+    ))
+}
+
+/// 415 unless the request says its body is JSON.
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    if mime.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        None,
+        if ct.is_empty() {
+            "the request has no Content-Type; send the JSON body with `Content-Type: application/json`".to_string()
+        } else {
+            format!("Content-Type {ct:?} is not accepted; send the JSON body with `Content-Type: application/json`")
+        },
+    )
+    .status(415)
+    .with_code("unsupported_media_type"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(hosts: &[&str]) -> Access {
+        Access {
+            allow_hosts: hosts.iter().map(|s| s.to_string()).collect(),
+            bound_host: "127.0.0.1".into(),
+            ..Access::default()
+        }
+    }
+
+    #[test]
+    fn hosts_by_name_need_allowing_ip_literals_do_not() {
+        let a = access(&["myhost.lan"]);
+        for ok in [
+            "127.0.0.1",
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "10.0.0.5:80",
+            "myhost.lan:8080",
+            "myhost.lan.",
+        ] {
+            assert!(a.host_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "myhost.lan.evil",
+        ] {
+            assert!(!a.host_allowed(bad), "{bad}");
+        }
+        assert!(access(&["*"]).host_allowed("evil.example"));
+    }
+
+    #[test]
+    fn keys_compare_whole() {
+        assert!(same_bytes(b"abc", b"abc"));
+        assert!(!same_bytes(b"abc", b"abd"));
+        assert!(!same_bytes(b"abc", b"abcd"));
+        assert!(!same_bytes(b"", b"a"));
+        let a = Access {
+            api_keys: vec!["k1".into(), "k2".into()],
+            ..access(&[])
+        };
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(a.key_ok(&h("Bearer k2")).is_ok());
+        assert!(a.key_ok(&h("bearer k1")).is_ok());
+        assert!(a.key_ok(&h("Bearer k3")).is_err());
+        assert!(a.key_ok(&h("Basic k1")).is_err());
+        assert!(a.key_ok(&HeaderMap::new()).is_err());
+        assert!(a.guarded("/v1/models") && a.guarded("/metrics") && !a.guarded("/health"));
+    }
+}
