@@ -9,8 +9,9 @@ HAProxy with the project's own config (deploy/haproxy/haproxy.cfg).
     was already answered before it started reports cached prompt tokens.
 (b) Under load, one replica gets SIGTERM: no request fails, and it exits
     within its --shutdown-timeout.
-(c) Under load, one replica gets SIGKILL: requests started after it are all
-    answered (retried elsewhere by the proxy); the cut ones are counted.
+(c) Under load, one replica gets SIGKILL: every plain request is answered
+    (those it held got nothing back and are retried elsewhere by the proxy);
+    streams it had begun are cut, and counted.
 Greedy answers through the fleet equal those of one replica asked directly.
 
 Loopback only; every loop is bounded, and every child process is killed on
@@ -31,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "deploy", "haproxy", "haproxy.cfg")
-SHUTDOWN_TIMEOUT = 8.0
+SHUTDOWN_TIMEOUT = 8
 CLIENTS = 16
 KEYS = 20
 QUESTIONS = [
@@ -92,6 +93,9 @@ class Replica:
         children.append(self.proc)
 
     def ready(self):
+        if self.proc.poll() is not None:
+            raise SystemExit(f"FAIL: replica {self.name} exited with status {self.proc.returncode} "
+                             f"(log: {self.log.name})")
         return request(self.port, "GET", "/health", timeout=2)[0] == 200
 
 
@@ -285,19 +289,17 @@ def main():
             stream_results.extend(f.result(timeout=300) for f in sf)
 
     res_c = load(front, range(2000, 2080), during=sigkill)
+    # A plain request gets nothing back from a killed replica, so the proxy
+    # runs it on another one: every plain request is answered. A stream
+    # that had begun on the killed replica is cut, and only those.
     failed = [r for r in res_c if r["status"] != 200]
-    late = [r for r in failed if r["start"] > kill["at"] + 1.0]
-    assert not late, f"(c) requests started over 1 s after the SIGKILL failed: {late[:3]}"
+    assert not failed, f"(c) plain requests failed after the SIGKILL: {failed[:3]}"
     cut = [s for s in stream_results if s[0] != "complete"]
-    assert len(failed) + len(cut) <= CLIENTS + 4, f"(c) more failures than requests in flight: {len(failed)} + {len(cut)}"
-    kinds = {}
-    for r in failed:
-        kinds[str(r["status"])] = kinds.get(str(r["status"]), 0) + 1
-    print(f"(c) SIGKILL to {killed.name} under load: {len(res_c) - len(failed)}/{len(res_c)} plain requests "
-          f"answered, {len(failed)} failed as clients saw them: {kinds or 'none'} (all were in flight on "
-          f"{killed.name}); streams: {len(stream_results) - len(cut)}/{len(stream_results)} complete, "
-          f"{len(cut)} cut: {[c[0] + f' after {c[1]} chunks' for c in cut]}; "
-          f"every request started after the kill was answered by the others")
+    assert len(cut) < len(stream_results), f"(c) every stream was cut: {cut}"
+    print(f"(c) SIGKILL to {killed.name} under load: {len(res_c)}/{len(res_c)} plain requests answered "
+          f"(those it held were retried on the others); streams: "
+          f"{len(stream_results) - len(cut)}/{len(stream_results)} complete, {len(cut)} cut, as clients saw "
+          f"them: {[c[0] + f' after {c[1]} data chunks, no [DONE]' for c in cut]}")
     print("fleet: every check held")
 
 
