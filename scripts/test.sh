@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 
 scripts/fetch-models.sh
 scripts/python-deps.sh
+scripts/fleet-deps.sh
 cargo test --workspace --locked
 scripts/test-arm.sh

@@ -226,6 +226,10 @@ impl Worker {
     fn new(model: Model, stops: Vec<u32>, cfg: EngineConfig, shared: Arc<Shared>) -> Worker {
         let rewindable = rewindable(&model.new_state());
         let cache = cfg.prefix_cache.then(|| PrefixCache::new(cfg.cache_bytes));
+        shared.metrics.kv_capacity.store(
+            (cfg.max_seqs * model.max_context()) as u64,
+            Ordering::Relaxed,
+        );
         Worker {
             model,
             stops,
@@ -238,6 +242,17 @@ impl Worker {
 
     fn metrics(&self) -> &Metrics {
         &self.shared.metrics
+    }
+
+    /// The gauges a scheduler reads: running sequences and their KV positions.
+    fn publish(&self, active: &[Seq]) {
+        let m = self.metrics();
+        m.active_sequences
+            .store(active.len() as u64, Ordering::Relaxed);
+        m.kv_positions.store(
+            active.iter().map(|s| s.fed.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
     }
 
     fn run(mut self) {
@@ -272,17 +287,13 @@ impl Worker {
                 }
             }
             self.retire_done(&mut active);
-            self.metrics()
-                .active_sequences
-                .store(active.len() as u64, Ordering::Relaxed);
+            self.publish(&active);
             if active.is_empty() {
                 continue;
             }
             self.step(&mut active);
             self.retire_done(&mut active);
-            self.metrics()
-                .active_sequences
-                .store(active.len() as u64, Ordering::Relaxed);
+            self.publish(&active);
         }
     }
 

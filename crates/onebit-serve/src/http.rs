@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::access::{self, Access};
+use crate::affinity::{prefix_hash, AFFINITY_HEADER};
 use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
 use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
 use crate::metrics::Metrics;
@@ -430,11 +431,14 @@ async fn generate(
         prompt_tokens: p.ids.len(),
         include_usage: req.include_usage,
     };
-    if req.stream {
-        Ok(stream_response(app, run, meta))
+    let affinity = prefix_hash(&p.ids);
+    let mut r = if req.stream {
+        stream_response(app, run, meta)
     } else {
-        whole_response(&app, run, meta).await
-    }
+        whole_response(&app, run, meta).await?
+    };
+    r.headers_mut().insert(AFFINITY_HEADER, affinity);
+    Ok(r)
 }
 
 struct Run {

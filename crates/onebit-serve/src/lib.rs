@@ -6,19 +6,27 @@
 //! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime)
 //! parses and checks requests ([`api`]), renders templates, tokenizes, and
 //! turns the engine's tokens into OpenAI's response shapes ([`http`], [`text`]).
+//!
+//! The port is bound before the model loads, so a fleet's load balancer or
+//! Kubernetes sees the replica at once: [`gate`] answers `/health/live` from
+//! the start, `/health` with 503 until the model is ready and again from the
+//! moment SIGTERM/SIGINT arrives (draining), and forwards everything else to
+//! the routes of [`http`] once they exist.
 
 pub mod access;
+pub mod affinity;
 pub mod api;
 pub mod cache;
 pub mod conn;
 pub mod engine;
+pub mod gate;
 pub mod http;
 pub mod metrics;
 pub mod prompt;
 pub mod text;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +35,7 @@ use onebit_model::Model;
 use onebit_text::{ChatTemplate, Tokenizer};
 
 use crate::engine::{Engine, EngineConfig};
+use crate::gate::{Gate, Phase};
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
@@ -36,8 +45,6 @@ pub struct ServeConfig {
     pub port: u16,
     /// The name `/v1/models` lists and responses carry.
     pub model_name: String,
-    /// One line about the model for the startup line.
-    pub summary: String,
     /// Sequences decoded together at most.
     pub max_seqs: usize,
     /// Sequences waiting for a slot at most; beyond, 503.
@@ -65,13 +72,22 @@ pub struct ServeConfig {
     pub allow_special_in_content: bool,
 }
 
+/// What the server runs: the model and what turns text into its tokens.
+pub struct Loaded {
+    pub model: Model,
+    pub tok: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub stops: Vec<u32>,
+    /// One line about the model for the startup line.
+    pub summary: String,
+}
+
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             model_name: "model".into(),
-            summary: String::new(),
             max_seqs: 8,
             max_queue: 64,
             max_n: 8,
@@ -91,20 +107,19 @@ impl Default for ServeConfig {
     }
 }
 
-/// Serves until SIGINT or SIGTERM, then lets running requests finish
-/// within `shutdown_timeout`.
+/// Binds the port, loads the model with `load` (on a blocking thread, while
+/// `/health` answers 503), then serves until SIGINT or SIGTERM; after the
+/// signal `/health` answers 503, no new connection is accepted, and running
+/// requests get `cfg.shutdown_timeout` to finish.
 pub fn serve(
     cfg: ServeConfig,
-    model: Model,
-    tok: Tokenizer,
-    template: Option<ChatTemplate>,
-    stops: Vec<u32>,
+    load: impl FnOnce() -> Result<Loaded> + Send + 'static,
 ) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let r = rt.block_on(run(cfg, model, tok, template, stops));
+    let r = rt.block_on(run(cfg, load));
     // A tokenization still running on the blocking pool is not waited for.
     rt.shutdown_timeout(Duration::from_secs(1));
     r
@@ -112,10 +127,7 @@ pub fn serve(
 
 async fn run(
     cfg: ServeConfig,
-    model: Model,
-    tok: Tokenizer,
-    template: Option<ChatTemplate>,
-    stops: Vec<u32>,
+    load: impl FnOnce() -> Result<Loaded> + Send + 'static,
 ) -> Result<()> {
     let cors = access::cors_layer(&cfg.cors_origins).map_err(anyhow::Error::msg)?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
@@ -123,7 +135,49 @@ async fn run(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local: SocketAddr = listener.local_addr()?;
+    eprintln!("[serve] bound to http://{local}; loading the model (GET /health answers 503 until it is ready)");
+    let gate = Arc::new(Gate::default());
     let metrics = Arc::new(Metrics::default());
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let on_signal = {
+        let gate = gate.clone();
+        let drain_for = cfg.shutdown_timeout;
+        async move {
+            shutdown_signal().await;
+            gate.set_phase(Phase::Draining);
+            let _ = signalled_tx.send(true);
+            eprintln!("[serve] shutting down: finishing running requests (at most {drain_for:?})");
+        }
+    };
+    let server = tokio::spawn(conn::serve(
+        listener,
+        gate::router(gate.clone()),
+        conn::ConnLimits {
+            header_timeout: cfg.header_timeout,
+            max_connections: cfg.max_connections,
+            shutdown_timeout: cfg.shutdown_timeout,
+        },
+        metrics.clone(),
+        on_signal,
+    ));
+
+    let loaded = tokio::select! {
+        r = tokio::task::spawn_blocking(load) => match r {
+            Ok(r) => r?,
+            Err(e) => anyhow::bail!("loading the model failed: {e}"),
+        },
+        _ = signalled.wait_for(|s| *s) => {
+            eprintln!("[serve] stopped before the model was loaded");
+            return Ok(());
+        }
+    };
+    let Loaded {
+        model,
+        tok,
+        template,
+        stops,
+        summary,
+    } = loaded;
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
     let engine = Engine::start(
@@ -161,10 +215,12 @@ async fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     });
+    let mut access = cfg.access.clone();
+    access.bound_host = cfg.host.to_ascii_lowercase();
+    gate.open(http::router(app.clone(), Arc::new(access), cors));
     eprintln!(
-        "[serve] {} ({}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
+        "[serve] {} ({summary}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
         cfg.model_name,
-        cfg.summary,
         cfg.max_seqs,
         cfg.max_queue,
         if cfg.prefix_cache { "on" } else { "off" },
@@ -175,28 +231,8 @@ async fn run(
             "[serve] warning: listening on {local}, beyond this machine, with no API key: anyone who can reach it can use it (set --api-key, ONEBIT_API_KEY or --api-key-file)"
         );
     }
-    let mut access = cfg.access.clone();
-    access.bound_host = cfg.host.to_ascii_lowercase();
-    let router = http::router(app.clone(), Arc::new(access), cors);
-    let app1 = app.clone();
-    let drain_for = cfg.shutdown_timeout;
-    let signal = async move {
-        shutdown_signal().await;
-        app1.draining.store(true, Ordering::Relaxed);
-        eprintln!("[serve] shutting down: finishing running requests (at most {drain_for:?})");
-    };
-    conn::serve(
-        listener,
-        router,
-        conn::ConnLimits {
-            header_timeout: cfg.header_timeout,
-            max_connections: cfg.max_connections,
-            shutdown_timeout: cfg.shutdown_timeout,
-        },
-        app.metrics.clone(),
-        signal,
-    )
-    .await;
+    // Running requests finish within the timeout (conn::serve bounds it).
+    server.await.context("the HTTP server task failed")?;
     let app2 = app.clone();
     tokio::task::spawn_blocking(move || app2.engine.shutdown())
         .await

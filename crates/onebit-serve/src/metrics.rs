@@ -56,6 +56,10 @@ pub struct Metrics {
     pub sequences_cancelled: AtomicU64,
     pub queue_depth: AtomicU64,
     pub active_sequences: AtomicU64,
+    /// Token positions the active sequences hold in their KV caches.
+    pub kv_positions: AtomicU64,
+    /// Positions all sequence slots can hold: max sequences x context.
+    pub kv_capacity: AtomicU64,
     pub open_connections: AtomicU64,
     /// Connections closed at accept: every open one had a request running.
     pub connections_refused: AtomicU64,
@@ -76,6 +80,8 @@ impl Default for Metrics {
             sequences_cancelled: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             active_sequences: AtomicU64::new(0),
+            kv_positions: AtomicU64::new(0),
+            kv_capacity: AtomicU64::new(0),
             open_connections: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             ttft: Histogram::new(&[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
@@ -159,6 +165,23 @@ impl Metrics {
             "Sequences being prefilled or decoded.",
             "gauge",
             g(&self.active_sequences),
+        );
+        let ratio = |num: u64, den: u64| {
+            if den == 0 {
+                0.0
+            } else {
+                num as f64 / den as f64
+            }
+        };
+        let _ = writeln!(
+            out,
+            "# HELP onebit_kv_cache_usage_ratio Token positions held by running sequences over what their slots hold (max sequences x context), 0 to 1.\n# TYPE onebit_kv_cache_usage_ratio gauge\nonebit_kv_cache_usage_ratio {}",
+            ratio(g(&self.kv_positions), g(&self.kv_capacity))
+        );
+        let _ = writeln!(
+            out,
+            "# HELP onebit_prefix_cache_hit_ratio Prompt tokens reused from the prefix cache over all prompt tokens since start, 0 to 1.\n# TYPE onebit_prefix_cache_hit_ratio gauge\nonebit_prefix_cache_hit_ratio {}",
+            ratio(g(&self.cached_prompt_tokens), g(&self.prompt_tokens))
         );
         one(
             &mut out,

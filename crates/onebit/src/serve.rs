@@ -1,7 +1,7 @@
 //! `onebit serve`: load the model, its tokenizer, chat template and stop ids,
 //! and hand them to `onebit-serve`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
@@ -158,42 +158,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_context: a.ctx,
         kv_type: a.kv_type,
     };
-    let Loaded { model, opened } = load_model(&a.model, &exec)?;
-    let tok = open::tokenizer(&opened)?;
-    let limits = ChatLimits {
-        max_output_bytes: a.max_template_kib.saturating_mul(1 << 10),
-        ..ChatLimits::default()
-    };
-    let template = match open::load_chat_template_with(
-        &opened,
-        &tok,
-        a.chat_template.as_deref(),
-        limits,
-    )? {
-        Some((t, from)) => {
-            eprintln!("[serve] chat template from {from}");
-            Some(t)
-        }
-        None => {
-            eprintln!(
-                "[serve] {} has no chat template: chat requests will be refused (pass --chat-template FILE)",
-                a.model.display()
-            );
-            None
-        }
-    };
-    let stops = open::stop_ids(&tok);
     let name = a
         .model
         .file_name()
         .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
         .unwrap_or_else(|| a.model.display().to_string());
-    let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
     let cfg = ServeConfig {
         host: a.host,
         port: a.port,
         model_name: name,
-        summary,
         max_seqs: a.max_seqs.max(1),
         max_queue: a.max_queue,
         max_n: a.max_n.max(1),
@@ -219,5 +192,45 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
         allow_special_in_content: a.allow_special_in_content,
     };
-    onebit_serve::serve(cfg, model, tok, template, stops)
+    let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
+    onebit_serve::serve(cfg, move || {
+        load(&path, &exec, chat_template.as_deref(), max_template_kib)
+    })
+}
+
+/// The model, tokenizer, chat template and stop ids, as the server runs them.
+fn load(
+    path: &Path,
+    exec: &ExecConfig,
+    chat_template: Option<&Path>,
+    max_template_kib: usize,
+) -> Result<onebit_serve::Loaded> {
+    let Loaded { model, opened } = load_model(path, exec)?;
+    let tok = open::tokenizer(&opened)?;
+    let limits = ChatLimits {
+        max_output_bytes: max_template_kib.saturating_mul(1 << 10),
+        ..ChatLimits::default()
+    };
+    let template = match open::load_chat_template_with(&opened, &tok, chat_template, limits)? {
+        Some((t, from)) => {
+            eprintln!("[serve] chat template from {from}");
+            Some(t)
+        }
+        None => {
+            eprintln!(
+                "[serve] {} has no chat template: chat requests will be refused (pass --chat-template FILE)",
+                path.display()
+            );
+            None
+        }
+    };
+    let stops = open::stop_ids(&tok);
+    let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
+    Ok(onebit_serve::Loaded {
+        model,
+        tok,
+        template,
+        stops,
+        summary,
+    })
 }
