@@ -92,6 +92,37 @@ impl Isa {
             .collect()
     }
 
+    /// The level's name as `ONEBIT_ISA` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// One line naming the levels a test runs on this CPU and those it
+    /// cannot, e.g. `levels run: scalar avx2; not on this CPU: avx512`.
+    pub fn levels_line() -> String {
+        let names = |want: bool| {
+            let v: Vec<&str> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+                .into_iter()
+                .filter(|i| i.supported() == want)
+                .map(Isa::name)
+                .collect();
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.join(" ")
+            }
+        };
+        format!(
+            "levels run: {}; not on this CPU: {}",
+            names(true),
+            names(false)
+        )
+    }
+
     /// The best supported level, or the one `ONEBIT_ISA` (scalar, avx2,
     /// avx512) names when this CPU supports it. Detected once.
     pub fn best() -> Isa {
