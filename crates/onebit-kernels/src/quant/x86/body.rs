@@ -189,7 +189,12 @@ macro_rules! simd_kernels {
         /// (tiles) ahead. Measured on SmolLM2-shaped decode: 2 KiB gave
         /// ~12% less time per token than none (the hardware prefetcher alone
         /// leaves the kernels waiting on L3), 1 and 4 KiB about the same.
-        const PF_AHEAD: usize = 2048;
+        /// Matrices that stream from DRAM want more: on a Zen 4 VM, one
+        /// thread's on-CPU time for the 233 MB Q6_K output of a Qwen2.5-1.5B
+        /// shape went from 8-9.5 GB/s at 2 KiB to 12-13 GB/s at 8 KiB (the
+        /// Q8_0 Gemma 3 output from 7-8 to 7-10; 16 KiB no better;
+        /// examples/kernels.rs, 1 thread).
+        const PF_AHEAD: usize = 8192;
 
         /// Prefetches the `len` bytes at `p` into L1. A prefetch never
         /// faults, and `wrapping_add` keeps the address arithmetic defined
