@@ -53,6 +53,10 @@ cargo build --release --quiet -p onebit
 cargo build --release --quiet -p onebit-kernels --example bandwidth
 onebit=target/release/onebit
 probe=target/release/examples/bandwidth
+if [ "$depth" -gt 0 ] && ! "$onebit" bench --help | grep -q -- '--depth'; then
+    echo "error: DEPTH=$depth needs 'onebit bench --depth' and '--kv-type', which this build of onebit lacks" >&2
+    exit 1
+fi
 
 echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "flags:$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-)"
