@@ -1,61 +1,179 @@
 #!/usr/bin/env bash
 # Runs onebit bench and llama.cpp's llama-bench alternately on the same GGUF,
-# same thread count, and prints the ratios (ours / theirs).
+# same thread count, and prints the ratios (ours / theirs), with the decode's
+# fraction of the memory-bandwidth limit.
 #
 #   scripts/bench-vs-llamacpp.sh [MODEL.gguf ...]
 #
-# Needs a llama-bench binary: $LLAMA_BENCH, else ~/.cache/onebit/llamacpp/build/bin/llama-bench.
-# scripts/build-llamacpp.sh builds one from the llama.cpp vendored in the
-# llama-cpp-python 0.3.36 sdist on PyPI (about 20 minutes on 2 cores), outside
-# the repository.
+# Default models: the two real ones in ~/.cache/onebit/models; the
+# realistic shapes of scripts/gen-shapes.sh are passed by path.
+#
+# Each round runs, in turn: a read-bandwidth probe (THREADS threads reading a
+# 1 GiB array, crates/onebit-kernels/examples/bandwidth.rs), onebit, then
+# llama-bench. The limit of a model's decode is the best probe bandwidth over
+# the bytes of weights one token reads (every tensor but the token embedding,
+# of which a token reads one row; a tied embedding is read whole as the
+# output matrix); "of limit" is the median decode speed over that limit.
+# The CPU's flags line and the load average before and after are printed:
+# on a shared machine, repeat when the load is high.
+#
+# Levels: ISAS (default "native avx2") runs every model once per level.
+# onebit is forced with ONEBIT_ISA; llama.cpp cannot be forced at run time,
+# so the avx2 rows use an AVX2-only llama-bench when one is built
+# (LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh, or LLAMA_BENCH_AVX2), and
+# otherwise llama.cpp at its native level, which the table says.
+#
+# Long contexts: DEPTH=4096 adds ppDEPTH and tgTG at depth DEPTH, with an f16
+# KV cache on both sides (onebit bench --depth/--kv-type, llama-bench -d -ctk
+# -ctv); KV_TYPE (f16) names the cache type for those rows.
 #
 #   THREADS (2)  PP (512)  TG (64)  ROUNDS (3: alternations of the two engines)
-#   DEPTH (0: tokens in the context before each test, llama-bench -d)
-#   KV (f16: the KV cache type of both engines)
+#   ISAS ("native avx2")  DEPTH (unset)  KV_TYPE (f16)
+#
+# Needs llama-bench: $LLAMA_BENCH, else the build for this CPU made by
+# scripts/build-llamacpp.sh (about 20 minutes on 2 cores), outside the repository.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 threads="${THREADS:-2}"; pp="${PP:-512}"; tg="${TG:-64}"; rounds="${ROUNDS:-3}"
-depth="${DEPTH:-0}"; kv="${KV:-f16}"
-llama_bench="${LLAMA_BENCH:-$HOME/.cache/onebit/llamacpp/build/bin/llama-bench}"
+isas="${ISAS:-native avx2}"; depth="${DEPTH:-0}"; kv_type="${KV_TYPE:-f16}"
+bin_dir="$(scripts/build-llamacpp.sh --bin-dir)"
+llama_bench="${LLAMA_BENCH:-$bin_dir/llama-bench}"
+llama_bench_avx2="${LLAMA_BENCH_AVX2:-$(LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh --bin-dir)/llama-bench}"
 models_dir="${ONEBIT_MODELS:-$HOME/.cache/onebit/models}"
 if [ ! -x "$llama_bench" ]; then
     echo "error: no llama-bench at $llama_bench (set LLAMA_BENCH or run scripts/build-llamacpp.sh)" >&2
     exit 1
 fi
+[ -x "$llama_bench_avx2" ] || llama_bench_avx2=""
 if [ $# -eq 0 ]; then
     set -- "$models_dir/SmolLM2-135M-Instruct.Q4_1.gguf" "$models_dir/gemma-3-270m-q4_k_m.gguf"
 fi
 cargo build --release --quiet -p onebit
+cargo build --release --quiet -p onebit-kernels --example bandwidth
 onebit=target/release/onebit
+probe=target/release/examples/bandwidth
+if [ "$depth" -gt 0 ] && ! "$onebit" bench --help | grep -q -- '--depth'; then
+    echo "error: DEPTH=$depth needs 'onebit bench --depth' and '--kv-type', which this build of onebit lacks" >&2
+    exit 1
+fi
 
-python3 - "$onebit" "$llama_bench" "$threads" "$pp" "$tg" "$rounds" "$depth" "$kv" "$@" <<'PY'
-import json, statistics, subprocess, sys
-onebit, llama, threads, pp, tg, rounds, depth, kv, *models = sys.argv[1:]
-def ours(m):
-    out = subprocess.run([onebit, "bench", "--model", m, "--threads", threads, "--prompt-tokens", pp,
-                          "--gen-tokens", tg, "--depth", depth, "--kv-type", kv, "--repetitions", "1", "--json"],
-                         capture_output=True, text=True, check=True).stdout
+echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+echo "flags:$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$onebit" "$llama_bench" "$llama_bench_avx2" "$probe" "$threads" "$pp" "$tg" "$rounds" \
+    "$isas" "$depth" "$kv_type" "$@" <<'PY'
+import json, os, re, statistics, struct, subprocess, sys
+(onebit, llama, llama_avx2, probe, threads, pp, tg, rounds, isas, depth, kv_type,
+ *models) = sys.argv[1:]
+pp, tg, rounds, depth = int(pp), int(tg), int(rounds), int(depth)
+
+def weight_bytes(path):
+    """Bytes of tensor data a decoded token reads: every tensor but the token
+    embedding, unless the embedding is also the output matrix (no output.weight)."""
+    from_gguf = gguf_tensor_sizes(path)
+    tied = "output.weight" not in from_gguf
+    return sum(n for name, n in from_gguf.items() if tied or name != "token_embd.weight")
+
+def gguf_tensor_sizes(path):
+    """{tensor name: bytes} from a GGUF file's header (sizes from the offsets)."""
+    with open(path, "rb") as f:
+        def u(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))[0]
+        def s():
+            return f.read(u("Q")).decode("utf-8", "replace")
+        scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+        def value(t):
+            if t == 8:
+                return s()
+            if t == 9:
+                et, n = u("I"), u("Q")
+                if et in scalar:
+                    f.seek(struct.calcsize(scalar[et]) * n, 1)
+                    return None
+                return [value(et) for _ in range(n)]
+            return u(scalar[t])
+        assert f.read(4) == b"GGUF", f"{path} is not a GGUF file"
+        u("I"); n_t, n_kv = u("Q"), u("Q")
+        align = 32
+        for _ in range(n_kv):
+            k = s(); v = value(u("I"))
+            if k == "general.alignment":
+                align = v
+        offs = []
+        for _ in range(n_t):
+            name = s(); nd = u("I"); [u("Q") for _ in range(nd)]; u("I")
+            offs.append((u("Q"), name))
+        data_start = (f.tell() + align - 1) // align * align
+    end = os.path.getsize(path) - data_start
+    offs.sort()
+    return {name: (offs[i + 1][0] if i + 1 < len(offs) else end) - o for i, (o, name) in enumerate(offs)}
+
+def run_probe():
+    out = subprocess.run([probe, threads], capture_output=True, text=True, check=True).stdout
+    return float(re.search(r"read bandwidth: ([0-9.]+) GB/s", out).group(1))
+
+def ours(m, isa, args):
+    env = dict(os.environ)
+    if isa != "native":
+        env["ONEBIT_ISA"] = isa
+    out = subprocess.run([onebit, "bench", "--model", m, "--threads", threads, "--repetitions", "1",
+                          "--json", *args], capture_output=True, text=True, check=True, env=env).stdout
     o = json.loads(out)
     return o["prompt_tps"], o["decode_tps"]
-def theirs(m):
-    out = subprocess.run([llama, "-m", m, "-t", threads, "-p", pp, "-n", tg, "-d", depth, "-ctk", kv, "-ctv", kv,
-                          "-r", "1", "-o", "json"],
+
+def theirs(m, isa, args):
+    exe = llama_avx2 if isa == "avx2" and llama_avx2 else llama
+    out = subprocess.run([exe, "-m", m, "-t", threads, "-r", "1", "-o", "json", *args],
                          capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)
-    p = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
-    g = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    p = next((r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0), 0.0)
+    g = next((r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0), 0.0)
     return p, g
-print(f"threads {threads}, pp{pp}, tg{tg}, depth {depth}, {kv} KV, {rounds} alternating rounds; medians (min..max)")
-print("| model | test | onebit | llama.cpp | ratio |")
-print("|---|---|---|---|---|")
+
+# (test name, field 0 = prompt / 1 = decode, onebit args, llama-bench args)
+tests = [(f"pp{pp}", 0, f"tg{tg}", 1, ["--prompt-tokens", str(pp), "--gen-tokens", str(tg)],
+          ["-p", str(pp), "-n", str(tg)])]
+if depth > 0:
+    kv = ["-ctk", kv_type, "-ctv", kv_type]
+    tests.append((f"pp{depth} kv {kv_type}", 0, None, None,
+                  ["--prompt-tokens", str(depth), "--gen-tokens", "0", "--kv-type", kv_type],
+                  ["-p", str(depth), "-n", "0", *kv]))
+    tests.append((None, None, f"tg{tg} @ depth {depth} kv {kv_type}", 1,
+                  ["--depth", str(depth), "--prompt-tokens", "0", "--gen-tokens", str(tg), "--kv-type", kv_type],
+                  ["-p", "0", "-n", str(tg), "-d", str(depth), *kv]))
+
+print(f"threads {threads}, {rounds} alternating rounds (probe, onebit, llama.cpp); medians (min..max)")
+if not llama_avx2 and "avx2" in isas.split():
+    print("avx2 rows: llama.cpp runs at its native level (no AVX2-only build; "
+          "LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh makes one)")
+print("| model | level | test | onebit | llama.cpp | ratio | of limit |")
+print("|---|---|---|---|---|---|---|")
+probes = []
 for m in models:
-    o, t = [], []
-    for _ in range(int(rounds)):
-        o.append(ours(m)); t.append(theirs(m))
+    wb = weight_bytes(m)
     name = m.rsplit("/", 1)[-1]
-    for i, test in enumerate([f"pp{pp}", f"tg{tg}"]):
-        a = [x[i] for x in o]; b = [x[i] for x in t]
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"| {name} | {test} | {ma:.1f} ({min(a):.1f}..{max(a):.1f}) | {mb:.1f} ({min(b):.1f}..{max(b):.1f}) | {ma/mb:.2f}x |")
+    for isa in isas.split():
+        for t in tests:
+            o, th = [], []
+            for _ in range(rounds):
+                probes.append(run_probe())
+                o.append(ours(m, isa, t[4])); th.append(theirs(m, isa, t[5]))
+            bw = max(probes)
+            for label, field in ((t[0], t[1]), (t[2], t[3])):
+                if label is None:
+                    continue
+                a = [x[field] for x in o]; b = [x[field] for x in th]
+                ma, mb = statistics.median(a), statistics.median(b)
+                frac = ""
+                if field == 1 and "depth" not in label:
+                    frac = f"{ma / (bw * 1e9 / wb):.0%}"
+                ratio = f"{ma / mb:.2f}x" if mb > 0 else "-"
+                print(f"| {name} | {isa} | {label} | {ma:.1f} ({min(a):.1f}..{max(a):.1f}) | "
+                      f"{mb:.1f} ({min(b):.1f}..{max(b):.1f}) | {ratio} | {frac} |", flush=True)
+    print(f"{name}: {wb / 1e6:.1f} MB of weights read per token; limit {max(probes) * 1e9 / wb:.1f} tok/s "
+          f"at the best probe bandwidth", flush=True)
+print(f"read bandwidth probe ({threads} threads): best {max(probes):.1f} GB/s, "
+      f"median {statistics.median(probes):.1f} over {len(probes)} runs")
 PY
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

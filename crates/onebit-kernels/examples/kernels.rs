@@ -1,7 +1,15 @@
 //! Matmul kernel speed on random weights: best-of-N time per call (robust on
 //! a shared machine), as weight GB/s and int8 GMAC/s.
 //!
-//! cargo run --release -p onebit-kernels --example kernels -- [threads=1] [isa: scalar|avx2|avx512|neon|dotprod|i8mm]
+//! cargo run --release -p onebit-kernels --example kernels -- [threads=1] [isa: scalar|avx2|avx512|neon|dotprod|i8mm] [tokens=1,64,512] [filter]
+//!
+//! `filter` keeps the cases whose description contains it (e.g. `Qwen`).
+//! With 1 thread the line also gives the best on-CPU time of the calling
+//! thread (Linux's /proc/thread-self/schedstat): on a loaded machine the
+//! wall time includes the time the thread waited for a core, that does not.
+//! The kernel updates that count at scheduler ticks (a few ms), so it is
+//! only given for calls that ran longer than 10 ms, and the best of several
+//! such calls leans low by up to a tick: compare runs, do not quote it alone.
 
 use std::time::Instant;
 
@@ -27,9 +35,21 @@ fn main() {
         (GgmlType::Q6K, 640, 2048, "Gemma ffn down"),
         (GgmlType::Q4K, 640, 1024, "Gemma attn out"),
         (GgmlType::Q8_0, 262144, 640, "Gemma output"),
+        (GgmlType::Q4K, 1536, 1536, "Qwen1.5B attn q"),
+        (GgmlType::Q4K, 8960, 1536, "Qwen1.5B ffn up"),
+        (GgmlType::Q6K, 1536, 8960, "Qwen1.5B ffn down"),
+        (GgmlType::Q6K, 151936, 1536, "Qwen1.5B output"),
+        (GgmlType::Q4_0, 8192, 3072, "Llama3B ffn up"),
     ];
+    let tokens: Vec<usize> = args.get(3).map_or(vec![1, 64, 512], |s| {
+        s.split(',').map(|t| t.parse().unwrap()).collect()
+    });
+    let filter = args.get(4).cloned().unwrap_or_default();
     let mut seed = 1u64;
     for (t, rows, cols, what) in cases {
+        if !what.contains(filter.as_str()) {
+            continue;
+        }
         let bytes = t.row_bytes(cols as u64).unwrap() as usize * rows;
         let mut data: Vec<u8> = (0..bytes)
             .map(|_| {
@@ -45,24 +65,44 @@ fn main() {
         }
         let w = QMatrix::new(t, rows, cols, ByteView::from_vec(data)).unwrap();
         w.prepare(&pool);
-        for n_tok in [1, 64, 512] {
+        for &n_tok in &tokens {
             let x: Vec<f32> = (0..n_tok * cols)
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let mut out = vec![0f32; n_tok * rows];
             let reps = if n_tok == 1 { 30 } else { 7 };
             let mut best = f64::MAX;
+            let mut best_cpu = f64::MAX;
             for _ in 0..reps {
+                let c0 = cpu_ns();
                 let t0 = Instant::now();
                 matmul(&pool, Precision::Quantized, &w, &x, n_tok, &mut out);
                 best = best.min(t0.elapsed().as_secs_f64());
+                if let (Some(a), Some(b)) = (c0, cpu_ns()) {
+                    best_cpu = best_cpu.min((b - a) as f64 * 1e-9);
+                }
             }
+            let cpu = if threads == 1 && best_cpu < f64::MAX && best > 0.01 {
+                format!(
+                    "  on-CPU {:8.1} us {:6.1} GB/s",
+                    best_cpu * 1e6,
+                    bytes as f64 / best_cpu / 1e9
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "{what:16} {t:5} {rows:6}x{cols:5} n={n_tok:3}: {:8.1} us  {:6.1} GB/s  {:6.1} GMAC/s",
+                "{what:16} {t:5} {rows:6}x{cols:5} n={n_tok:3}: {:8.1} us  {:6.1} GB/s  {:6.1} GMAC/s{cpu}",
                 best * 1e6,
                 bytes as f64 / best / 1e9,
                 (rows * cols * n_tok) as f64 / best / 1e9
             );
         }
     }
+}
+
+/// Nanoseconds the calling thread has run on a CPU, if the OS says.
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }

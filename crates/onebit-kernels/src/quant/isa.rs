@@ -112,6 +112,23 @@ impl Isa {
             .collect()
     }
 
+    /// One line naming the levels a test runs on this CPU and those it
+    /// cannot, e.g. `levels run: scalar avx2; not on this CPU: avx512`.
+    pub fn levels_line() -> String {
+        let names = |v: Vec<Isa>| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.iter().map(|i| i.name()).collect::<Vec<_>>().join(" ")
+            }
+        };
+        format!(
+            "levels run: {}; not on this CPU: {}",
+            names(Isa::available()),
+            names(Isa::unavailable())
+        )
+    }
+
     /// The best supported level, or the one `ONEBIT_ISA` names (scalar,
     /// avx2, avx512, neon, dotprod, i8mm) when this CPU supports it; a name
     /// this CPU cannot run, or does not know, is reported on stderr and the

@@ -189,9 +189,21 @@ macro_rules! simd_kernels {
         /// (tiles) ahead. Measured on SmolLM2-shaped decode: 2 KiB gave
         /// ~12% less time per token than none (the hardware prefetcher alone
         /// leaves the kernels waiting on L3), 1 and 4 KiB about the same.
-        const PF_AHEAD: usize = 2048;
+        /// Matrices that stream from DRAM want more: on a Zen 4 VM, one
+        /// thread's on-CPU time for the 233 MB Q6_K output of a Qwen2.5-1.5B
+        /// shape went from 8-9.5 GB/s at 2 KiB to 12-13 GB/s at 8 KiB (the
+        /// Q8_0 Gemma 3 output from 7-8 to 7-10; 16 KiB no better;
+        /// examples/kernels.rs, 1 thread).
+        const PF_AHEAD: usize = 8192;
 
-        /// Prefetches the `len` bytes at `p` into L1. A prefetch never
+        /// Prefetches the `len` bytes at `p` into L2 (`T1`): the hardware
+        /// brings them on into L1. A `T0` prefetch into L1 holds one of the
+        /// core's few L1 miss buffers until the line arrives, which caps the
+        /// reads in flight: on a Zen 4 VM the 178 MB Q8_0 Gemma 3 output
+        /// streamed at 9 GB/s of one thread's on-CPU time with T0 and
+        /// 16-22 GB/s with T1 (the Q6_K Qwen2.5-1.5B output 12-13 -> 15-20);
+        /// matrices already in cache ran at the same speed either way
+        /// (examples/kernels.rs, 1 thread, alternating runs). A prefetch never
         /// faults, and `wrapping_add` keeps the address arithmetic defined
         /// past the end of the matrix.
         #[target_feature(enable = $feat)]
@@ -199,7 +211,7 @@ macro_rules! simd_kernels {
         unsafe fn prefetch(p: *const u8, len: usize) {
             let mut o = 0;
             while o < len {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(o) as *const i8);
                 o += 64;
             }
         }
@@ -916,6 +928,56 @@ macro_rules! simd_kernels {
             drive!(tile_q4_k, ops, nrows, ntok, out, os);
         }
 
+        /// The sums of the eight lanes of every vector of `v`, in order;
+        /// four vectors at a time share one horizontal-add tree.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn hsum_all<const N: usize>(v: &[__m256i; N]) -> [i32; N] {
+            let mut s = [0i32; N];
+            let mut k = 0;
+            while k + 4 <= N {
+                let r = hsum4([v[k], v[k + 1], v[k + 2], v[k + 3]]);
+                _mm_storeu_si128(s.as_mut_ptr().add(k) as *mut __m128i, r);
+                k += 4;
+            }
+            while k < N {
+                s[k] = hsum_i32(v[k]);
+                k += 1;
+            }
+            s
+        }
+
+        /// Q4_K's eight 6-bit scales (bytes 0..8) and mins (bytes 8..16)
+        /// from the 12 packed bytes at `p`, as `k4_scale_min` decodes them:
+        /// sub-block j < 4 from the low 6 bits of bytes j and j + 4; j >= 4
+        /// from the nibbles of byte j + 4 and the top 2 bits of bytes j - 4
+        /// and j.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn k4_scales_mins(p: *const u8) -> __m128i {
+            let a = (p as *const u32).read_unaligned();
+            let b = (p.add(4) as *const u32).read_unaligned();
+            let c = (p.add(8) as *const u32).read_unaligned();
+            let sc_lo = a & 0x3F3F_3F3F;
+            let m_lo = b & 0x3F3F_3F3F;
+            let sc_hi = (c & 0x0F0F_0F0F) | (((a >> 6) & 0x0303_0303) << 4);
+            let m_hi = ((c >> 4) & 0x0F0F_0F0F) | (((b >> 6) & 0x0303_0303) << 4);
+            _mm_setr_epi32(sc_lo as i32, sc_hi as i32, m_lo as i32, m_hi as i32)
+        }
+
+        /// Byte shuffle of a 128-bit vector of eight i16 (in both halves)
+        /// that broadcasts element `lo` to the low half and `hi` to the high
+        /// half.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn bcast16_idx(lo: i8, hi: i8) -> __m256i {
+            let (l0, l1, h0, h1) = (2 * lo, 2 * lo + 1, 2 * hi, 2 * hi + 1);
+            _mm256_setr_epi8(
+                l0, l1, l0, l1, l0, l1, l0, l1, l0, l1, l0, l1, l0, l1, l0, l1, h0, h1, h0, h1, h0,
+                h1, h0, h1, h0, h1, h0, h1, h0, h1, h0, h1,
+            )
+        }
+
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn tile_q4_k<const R: usize, const T: usize>(
@@ -930,6 +992,18 @@ macro_rules! simd_kernels {
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
             let m4 = _mm256_set1_epi8(0x0F);
+            // Each min twice: bytes 8..16 of `k4_scales_mins` as 16 i16.
+            let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+            let idx = [
+                bcast16_idx(0, 0),
+                bcast16_idx(1, 1),
+                bcast16_idx(2, 2),
+                bcast16_idx(3, 3),
+                bcast16_idx(4, 4),
+                bcast16_idx(5, 5),
+                bcast16_idx(6, 6),
+                bcast16_idx(7, 7),
+            ];
             let mut acc = [[0f32; T]; R];
             for s in 0..nsb {
                 let mut ya = [ap[0]; T];
@@ -940,42 +1014,50 @@ macro_rules! simd_kernels {
                     dy[j] = (ya[j] as *const f32).read_unaligned();
                     bs[j] = ld(ya[j].add(260));
                 }
+                // Per (row, token): the scaled code sums, then the mins
+                // times the activations' 16-element sums; exact integers,
+                // reduced four vectors at a time.
+                let mut sv = [[zero; T]; R];
+                let mut mv = [[zero; T]; R];
                 for i in 0..R {
                     let bx = wp[i].add(s * 144);
                     prefetch(bx.wrapping_add(PF_AHEAD), 144);
-                    let packed = core::slice::from_raw_parts(bx.add(4), 12);
-                    let mut sc = [0i16; 8];
-                    let mut mins = [0u8; 16];
-                    for sub in 0..8 {
-                        let (a, m) = onebit_formats::blocks::k4_scale_min(packed, sub);
-                        sc[sub] = a as i16;
-                        mins[2 * sub] = m;
-                        mins[2 * sub + 1] = m;
-                    }
-                    let mdup =
-                        _mm256_cvtepu8_epi16(_mm_loadu_si128(mins.as_ptr() as *const __m128i));
-                    let mut sv = [zero; T];
+                    let sm = k4_scales_mins(bx.add(4));
+                    let mdup = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
+                    let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
                     for c in 0..4 {
                         let v = ld(bx.add(16 + 32 * c));
                         let lo = _mm256_and_si256(v, m4);
                         let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                        let slo = _mm256_set1_epi16(sc[2 * c]);
-                        let shi = _mm256_set1_epi16(sc[2 * c + 1]);
+                        let slo = _mm256_shuffle_epi8(sc16, idx[2 * c]);
+                        let shi = _mm256_shuffle_epi8(sc16, idx[2 * c + 1]);
                         for j in 0..T {
                             let p = _mm256_maddubs_epi16(lo, ld(ya[j].add(4 + 64 * c)));
-                            sv[j] = dp16(sv[j], p, slo);
+                            sv[i][j] = dp16(sv[i][j], p, slo);
                             let p = _mm256_maddubs_epi16(hi, ld(ya[j].add(4 + 64 * c + 32)));
-                            sv[j] = dp16(sv[j], p, shi);
+                            sv[i][j] = dp16(sv[i][j], p, shi);
                         }
                     }
-                    let dx = f16v(bx);
-                    let dmx = f16v(bx.add(2));
                     for j in 0..T {
-                        let isum = hsum_i32(sv[j]);
-                        let summ = hsum_i32(_mm256_madd_epi16(bs[j], mdup));
+                        mv[i][j] = _mm256_madd_epi16(bs[j], mdup);
+                    }
+                }
+                let isum = hsum_all::<R>(&core::array::from_fn(|i| sv[i][0]));
+                let summ = hsum_all::<R>(&core::array::from_fn(|i| mv[i][0]));
+                for i in 0..R {
+                    let bx = wp[i].add(s * 144);
+                    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((bx as *const i32).read_unaligned()));
+                    let dx = _mm_cvtss_f32(dm);
+                    let dmx = _mm_cvtss_f32(_mm_shuffle_ps::<1>(dm, dm));
+                    for j in 0..T {
+                        let (is, sm) = if j == 0 {
+                            (isum[i], summ[i])
+                        } else {
+                            (hsum_i32(sv[i][j]), hsum_i32(mv[i][j]))
+                        };
                         let d = dx * dy[j];
                         let dmin = dmx * dy[j];
-                        acc[i][j] += d * isum as f32 - dmin * summ as f32;
+                        acc[i][j] += d * is as f32 - dmin * sm as f32;
                     }
                 }
             }
@@ -1009,6 +1091,14 @@ macro_rules! simd_kernels {
             let zero = _mm256_setzero_si256();
             let m4 = _mm256_set1_epi8(0x0F);
             let m3 = _mm256_set1_epi8(3);
+            // Code vector k of a half covers sub-blocks 2k (low 128 bits)
+            // and 2k + 1 (high): their scales from the half's eight.
+            let idx = [
+                bcast16_idx(0, 1),
+                bcast16_idx(2, 3),
+                bcast16_idx(4, 5),
+                bcast16_idx(6, 7),
+            ];
             let mut acc = [[0f32; T]; R];
             for s in 0..nsb {
                 let mut ya = [ap[0]; T];
@@ -1019,48 +1109,59 @@ macro_rules! simd_kernels {
                     dy[j] = (ya[j] as *const f32).read_unaligned();
                     bs[j] = ld(ya[j].add(260));
                 }
+                // Per (row, token): sum(scale * code * y) - 32 * sum(scale *
+                // 16-element sums of y), exact integers, reduced four rows
+                // at a time.
+                let mut sv = [[zero; T]; R];
                 for i in 0..R {
                     let bx = wp[i].add(s * 210);
                     prefetch(bx.wrapping_add(PF_AHEAD), 210);
-                    let scp = bx.add(192) as *const i8;
+                    let scp = bx.add(192);
                     let sc_all = _mm256_cvtepi8_epi16(_mm_loadu_si128(scp as *const __m128i));
-                    let mut sv = [zero; T];
                     for h in 0..2 {
                         let q1 = ld(bx.add(64 * h));
                         let q2 = ld(bx.add(64 * h + 32));
                         let qh = ld(bx.add(128 + 32 * h));
-                        let top = |shift: i32| -> __m256i {
-                            let b = match shift {
-                                0 => qh,
-                                2 => _mm256_srli_epi16(qh, 2),
-                                4 => _mm256_srli_epi16(qh, 4),
-                                _ => _mm256_srli_epi16(qh, 6),
-                            };
-                            _mm256_slli_epi16(_mm256_and_si256(b, m3), 4)
-                        };
+                        let sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64(
+                            scp.add(8 * h) as *const __m128i,
+                        )));
+                        let top = |b: __m256i| _mm256_slli_epi16(_mm256_and_si256(b, m3), 4);
                         let codes = [
-                            _mm256_or_si256(_mm256_and_si256(q1, m4), top(0)),
-                            _mm256_or_si256(_mm256_and_si256(q2, m4), top(2)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4), top(4)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 4), m4), top(6)),
+                            _mm256_or_si256(_mm256_and_si256(q1, m4), top(qh)),
+                            _mm256_or_si256(
+                                _mm256_and_si256(q2, m4),
+                                top(_mm256_srli_epi16(qh, 2)),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                top(_mm256_srli_epi16(qh, 4)),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m4),
+                                top(_mm256_srli_epi16(qh, 6)),
+                            ),
                         ];
                         for (k, code) in codes.iter().enumerate() {
-                            let sa = *scp.add(8 * h + 2 * k) as i16;
-                            let sb = *scp.add(8 * h + 2 * k + 1) as i16;
-                            let scv = _mm256_set_m128i(_mm_set1_epi16(sb), _mm_set1_epi16(sa));
+                            let scv = _mm256_shuffle_epi8(sch, idx[k]);
                             for j in 0..T {
                                 let p = _mm256_maddubs_epi16(
                                     *code,
                                     ld(ya[j].add(4 + 128 * h + 32 * k)),
                                 );
-                                sv[j] = dp16(sv[j], p, scv);
+                                sv[i][j] = dp16(sv[i][j], p, scv);
                             }
                         }
                     }
-                    let d = f16v(bx.add(208));
                     for j in 0..T {
-                        let isum =
-                            hsum_i32(sv[j]) - 32 * hsum_i32(_mm256_madd_epi16(bs[j], sc_all));
+                        let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs[j], sc_all));
+                        sv[i][j] = _mm256_sub_epi32(sv[i][j], corr);
+                    }
+                }
+                let isum0 = hsum_all::<R>(&core::array::from_fn(|i| sv[i][0]));
+                for i in 0..R {
+                    let d = f16v(wp[i].add(s * 210 + 208));
+                    for j in 0..T {
+                        let isum = if j == 0 { isum0[i] } else { hsum_i32(sv[i][j]) };
                         acc[i][j] += (d * dy[j]) * isum as f32;
                     }
                 }

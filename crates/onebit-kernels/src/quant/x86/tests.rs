@@ -75,6 +75,12 @@ fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
+/// Says which SIMD levels the tests of this file run and which this CPU
+/// lacks (they are skipped, never silently).
+fn say_levels(test: &str) {
+    println!("{test}: {}", Isa::levels_line());
+}
+
 fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
     let mut rng = Rng(seed);
     let fmt = act_format(t);
@@ -165,6 +171,7 @@ fn expect_same(got: &[f32], want: &[f32], what: &str, cols: usize, nrows: usize,
 
 #[test]
 fn blocks_of_32_equal_the_scalar_reference() {
+    say_levels("blocks_of_32_equal_the_scalar_reference");
     for t in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
@@ -190,6 +197,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
 
 #[test]
 fn k_quants_equal_the_scalar_reference() {
+    say_levels("k_quants_equal_the_scalar_reference");
     for t in [GgmlType::Q4K, GgmlType::Q6K] {
         for cols in [256, 512, 1024, 2048] {
             for (nrows, ntok) in [(1, 1), (4, 1), (5, 3), (9, 4), (3, 9), (8, 8)] {
@@ -207,6 +215,7 @@ fn k_quants_equal_the_scalar_reference() {
 
 #[test]
 fn f32_equals_the_scalar_reference() {
+    say_levels("f32_equals_the_scalar_reference");
     for cols in [1, 7, 8, 9, 64, 65, 640] {
         for (nrows, ntok) in [(1, 1), (5, 3), (9, 4)] {
             check(GgmlType::F32, cols, nrows, ntok, cols as u64);
@@ -218,6 +227,15 @@ fn f32_equals_the_scalar_reference() {
 fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
     assert!(Isa::available().contains(&Isa::Scalar));
     assert!(Isa::best().supported());
+    let line = Isa::levels_line();
+    println!("{line}");
+    for i in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+        // Each level is named once, on the side that matches this CPU.
+        let (run, lacks) = line.split_once("; not on this CPU: ").unwrap();
+        let listed = |part: &str| part.split(' ').any(|w| w == i.name());
+        assert_eq!(listed(run), i.supported(), "{line}");
+        assert_eq!(listed(lacks), !i.supported(), "{line}");
+    }
     for t in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,

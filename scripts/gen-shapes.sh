@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Makes random-weight GGUFs of real models' shapes for benchmarks (not for
+# the test suite), cached outside the repository:
+#   ~/.cache/onebit/shapes/qwen2.5-1.5b-Q4_K_M.gguf   (Qwen2.5-1.5B shape, 1.0 GB)
+#   ~/.cache/onebit/shapes/llama3.2-3b-Q4_0.gguf      (Llama-3.2-3B shape, 1.9 GB)
+# and prints their paths. scripts/gen-shapes.py writes an F16 file with the
+# gguf Python package (installed here, pinned), llama.cpp's llama-quantize
+# (scripts/build-llamacpp.sh) quantizes it, the F16 file is deleted. Files
+# already there are kept. A few minutes per model on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${ONEBIT_SHAPES:-$HOME/.cache/onebit/shapes}"
+quantize="${LLAMA_QUANTIZE:-$(scripts/build-llamacpp.sh --bin-dir)/llama-quantize}"
+if [ ! -x "$quantize" ]; then
+    echo "error: no llama-quantize at $quantize (set LLAMA_QUANTIZE or run scripts/build-llamacpp.sh)" >&2
+    exit 1
+fi
+python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("gguf") != "0.19.0")' 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0
+mkdir -p "$out"
+for spec in qwen2.5-1.5b:Q4_K_M llama3.2-3b:Q4_0; do
+    shape="${spec%%:*}"; q="${spec#*:}"
+    dst="$out/$shape-$q.gguf"
+    if [ ! -s "$dst" ]; then
+        tmp="$out/$shape-F16.gguf.tmp"
+        python3 scripts/gen-shapes.py "$shape" "$tmp" >&2
+        "$quantize" "$tmp" "$dst.tmp" "$q" "${THREADS:-2}" >"$out/$shape-$q.quantize.log" 2>&1 ||
+            { echo "error: llama-quantize failed, see $out/$shape-$q.quantize.log" >&2; exit 1; }
+        rm -f "$tmp"
+        mv "$dst.tmp" "$dst"
+    fi
+    echo "$dst"
+done
