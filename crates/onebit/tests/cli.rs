@@ -144,6 +144,9 @@ fn logits_command_matches_llamacpp_and_sequential_matches_batch() {
             &ids,
             "--out",
             batch.to_str().unwrap(),
+            // The f32 references are llama.cpp's runs with an f32 KV cache.
+            "--kv-type",
+            "f32",
         ]);
         ok(&[
             "logits",
@@ -154,6 +157,8 @@ fn logits_command_matches_llamacpp_and_sequential_matches_batch() {
             "--out",
             seq.to_str().unwrap(),
             "--sequential",
+            "--kv-type",
+            "f32",
         ]);
         let ours = onebit_testdata::read_f32(&batch);
         let c = compare(
@@ -229,6 +234,19 @@ fn errors_name_the_problem_and_never_panic() {
         out.to_str().unwrap(),
     ]);
     assert!(e.contains("384") && e.contains("vocabulary"), "{e}");
+
+    // An unknown KV type is refused by name with the accepted ones; q8_0 on
+    // 16-wide heads (qwen2's fixture) by the file and the head size.
+    let qwen2 = Fixture::new("qwen2").dir.join("f32.gguf");
+    let qwen2 = qwen2.to_str().unwrap();
+    let e = fails(&["inspect", "--model", qwen2, "--kv-type", "q4_0"]);
+    assert!(e.contains("q4_0") && e.contains("f32, f16 or q8_0"), "{e}");
+    let args = ["logits", "--model", qwen2, "--ids", "1", "--out"];
+    let e = fails(&[&args[..], &[out.to_str().unwrap(), "--kv-type", "q8_0"]].concat());
+    assert!(
+        e.contains("f32.gguf") && e.contains("q8_0") && e.contains("is 16"),
+        "{e}"
+    );
 
     // A truncated real file names the tensor that no longer fits.
     let bytes = std::fs::read(fx.dir.join("Q4_K_M.gguf")).unwrap();
