@@ -26,7 +26,7 @@ mod serve;
 #[command(
     name = "onebit",
     version,
-    about = "Quantized LLM inference on the CPU: GGUF files (FastFlowLM packs to come)"
+    about = "Quantized LLM inference on the CPU: GGUF files and FastFlowLM NPU2 packs, served over OpenAI's API"
 )]
 struct Cli {
     #[command(subcommand)]
