@@ -187,4 +187,6 @@ pub fn dot(w: GgmlType, w_row: &[u8], act: &[u8], n: usize) -> f32 {
 }
 
 #[cfg(test)]
+mod test_inputs;
+#[cfg(test)]
 mod tests;
