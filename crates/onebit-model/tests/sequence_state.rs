@@ -9,16 +9,10 @@ use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits, Model, SeqInput};
 use onebit_testdata::Fixture;
 
-const FAMILIES: &[&str] = &[
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "lfm2",
-    "hunyuan-dense",
-    "phi3",
-    "qwen35",
-];
+/// Every registered family (each has a fixture under testdata/llamacpp/).
+fn families() -> impl Iterator<Item = &'static str> {
+    onebit_model::families::FAMILIES.iter().map(|f| f.arch)
+}
 
 fn model(family: &str) -> Model {
     model_kv(family, KvType::F32).expect("f32 KV loads")
@@ -43,7 +37,7 @@ fn model_kv(family: &str, kv: KvType) -> Option<Model> {
 
 /// Every (family, KV type) the fixtures can run.
 fn models() -> impl Iterator<Item = (&'static str, KvType, Model)> {
-    FAMILIES.iter().flat_map(|&family| {
+    families().flat_map(|family| {
         KvType::ALL
             .into_iter()
             .filter_map(move |kv| model_kv(family, kv).map(|m| (family, kv, m)))

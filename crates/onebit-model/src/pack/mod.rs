@@ -131,11 +131,17 @@ impl Pack {
                     .join(", ")
             ),
         })?;
-        let rows = names::table(family.arch).ok_or_else(|| ModelError::Unsupported {
+        let rows = names::table(family).ok_or_else(|| ModelError::Unsupported {
             path: config_path.clone(),
             what: format!(
-                "family {} has no pack tensor-name table (packs of llama, qwen2, qwen3, gemma3, lfm2 and hunyuan-dense are read)",
-                family.arch
+                "family {} has no pack tensor-name table (packs of {} are read)",
+                family.arch,
+                crate::families::FAMILIES
+                    .iter()
+                    .filter(|f| f.pack.is_some())
+                    .map(|f| f.arch)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         })?;
         let text = config::text_root(&config);
