@@ -13,7 +13,11 @@ import subprocess, sys, pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 G3 = "crates/onebit-model/src/families/gemma3.rs"
 COMMON = "crates/onebit-model/src/families/common.rs"
-MIXERS = "crates/onebit-model/src/mixers.rs"
+MIXERS = "crates/onebit-model/src/mixers/mod.rs"
+SHORT_CONV = "crates/onebit-model/src/mixers/short_conv.rs"
+DELTA_NET = "crates/onebit-model/src/mixers/delta_net.rs"
+ATTENTION = "crates/onebit-model/src/mixers/attention.rs"
+FORWARD = "crates/onebit-model/src/forward.rs"
 MODEL_TESTS = ["-p", "onebit-model"]
 
 MUTANTS = [
@@ -22,7 +26,7 @@ MUTANTS = [
     ("gemma3: sliding base 10000 when absent -> the model's base", G3,
      "sliding.base = DEFAULT_SWA_BASE;", "", MODEL_TESTS),
     ("gemma3: sandwich norms off", G3,
-     's.sandwich_norms = Sourced::new(true,', 's.sandwich_norms = Sourced::new(false,', MODEL_TESTS),
+     'post_mixer_norm: Some("post_attention_norm.weight"),', 'post_mixer_norm: None,', MODEL_TESTS),
     ("gemma3: +1 added again to stored norms", G3,
      "        NormForm::Plain,\n        \"gemma3 GGUF", "        NormForm::OnePlus,\n        \"gemma3 GGUF", MODEL_TESTS),
     ("gemma3: no embedding scale", G3,
@@ -35,31 +39,31 @@ MUTANTS = [
      "        true,\n        QkNorm::BeforeRope,\n        \"gemma3", "        false,\n        QkNorm::BeforeRope,\n        \"gemma3", MODEL_TESTS),
     ("llama: halves instead of interleaved RoPE", "crates/onebit-model/src/families/llama.rs",
      "RopeStyle::Interleaved,", "RopeStyle::Halves,", MODEL_TESTS),
-    ("sliding window off by one", "crates/onebit-model/src/forward.rs",
+    ("sliding window off by one", ATTENTION,
      "(p + 1).saturating_sub(w)", "p.saturating_sub(w)", MODEL_TESTS),
     ("qwen3: q/k norm off", "crates/onebit-model/src/families/qwen3.rs",
      "        true,\n        QkNorm::BeforeRope,", "        false,\n        QkNorm::BeforeRope,", MODEL_TESTS),
     ("hunyuan: q/k norm before RoPE instead of after", "crates/onebit-model/src/families/hunyuan.rs",
      "QkNorm::AfterRope,", "QkNorm::BeforeRope,", MODEL_TESTS),
-    ("qwen2: q bias not added", "crates/onebit-model/src/forward.rs",
+    ("qwen2: q bias not added", ATTENTION,
      "add_bias(q, aw.bq.as_deref());", "", MODEL_TESTS),
     ("phi3: LongRoPE attention factor dropped", "crates/onebit-model/src/families/phi3.rs",
      "rope.attn_factor = f;", "", MODEL_TESTS),
     ("lfm2: conv window misaligned (current input on tap 0)", MIXERS,
      "acc += taps[l - 1] * input[ch];", "acc += taps[0] * input[ch];", MODEL_TESTS),
-    ("lfm2: conv state not carried across decode steps", MIXERS,
-     "        for t in rows.clone() {\n            let row = &bcx", "        history.fill(0.0);\n        for t in rows.clone() {\n            let row = &bcx", MODEL_TESTS),
-    ("lfm2: C gate dropped", MIXERS,
+    ("lfm2: conv state not carried across decode steps", SHORT_CONV,
+     "            for t in s.rows.clone() {", "            history.fill(0.0);\n            for t in s.rows.clone() {", MODEL_TESTS),
+    ("lfm2: C gate dropped", SHORT_CONV,
      "yt.iter_mut().zip(c).for_each(|(v, c)| *v *= c);", "", MODEL_TESTS),
     ("lfm2: layer kinds ignore the container (all attention)", "crates/onebit-model/src/families/lfm2.rs",
      "                if h == 0 {\n                    LayerKind::ShortConv", "                if h == 999 {\n                    LayerKind::ShortConv", MODEL_TESTS),
-    ("qwen35: no state decay", MIXERS,
+    ("qwen35: no state decay", DELTA_NET,
      "st.iter_mut().for_each(|x| *x *= decay);", "", MODEL_TESTS),
-    ("qwen35: grouped instead of tiled v-to-k head map", MIXERS,
+    ("qwen35: grouped instead of tiled v-to-k head map", DELTA_NET,
      "let hk = hv % nk;", "let hk = hv / (nv / nk);", MODEL_TESTS),
-    ("qwen35: recurrent state not carried across decode steps", MIXERS,
-     "        for t in rows.clone() {\n            conv_step(", "        state.fill(0.0);\n        for t in rows.clone() {\n            conv_step(", MODEL_TESTS),
-    ("qwen35: attention output gate dropped", "crates/onebit-model/src/forward.rs",
+    ("qwen35: recurrent state not carried across decode steps", DELTA_NET,
+     "            for t in sq.rows.clone() {", "            state.fill(0.0);\n            for t in sq.rows.clone() {", MODEL_TESTS),
+    ("qwen35: attention output gate dropped", ATTENTION,
      "ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));", "let _ = g;", MODEL_TESTS),
 ]
 

@@ -34,7 +34,7 @@ pub enum LayerKind {
     /// LFM2 gated short convolution.
     ShortConv,
     /// Gated delta-net linear attention (Qwen3.5).
-    Linear,
+    DeltaNet,
 }
 
 impl LayerKind {
@@ -46,7 +46,7 @@ impl LayerKind {
             LayerKind::Full => "full",
             LayerKind::Sliding => "sliding",
             LayerKind::ShortConv => "short-conv",
-            LayerKind::Linear => "linear",
+            LayerKind::DeltaNet => "delta-net",
         }
     }
 }
@@ -143,8 +143,9 @@ pub struct Semantics {
     pub qk_norm: Sourced<QkNorm>,
     pub norm_eps: Sourced<f32>,
     pub norm_form: Sourced<NormForm>,
-    /// Gemma's extra norms: after attention, and after the feed-forward.
-    pub sandwich_norms: Sourced<bool>,
+    /// How each layer's body is composed: its norms, where they sit, and how
+    /// many times the stack of layers runs.
+    pub body: Sourced<Body>,
     pub embed_scale: Sourced<Option<f32>>,
     pub activation: Sourced<Activation>,
     pub tied_output: Sourced<bool>,
@@ -155,8 +156,6 @@ pub struct Semantics {
     pub short_conv: Option<Sourced<usize>>,
     /// Gated delta-net sizes (Qwen3.5 linear-attention layers).
     pub delta_net: Option<Sourced<DeltaNetDims>>,
-    /// Names of tensors whose GGUF name differs by family.
-    pub names: TensorNames,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -168,25 +167,77 @@ pub struct DeltaNetDims {
     pub head_v_dim: usize,
 }
 
-/// GGUF names (without `blk.N.`) of the tensors a family names its own way.
+/// A layer body composed from the parts a family declares. Per layer, with
+/// `x` the residual stream:
+///
+/// ```text
+/// h = norm(x; mixer_norm);  m = mixer(h);  [m = norm(m; post_mixer_norm)];  x += m
+/// h = norm(x; ffn_norm);    f = ffn(h);    [f = norm(f; post_ffn_norm)];    x += f
+/// ```
+///
+/// The mixer is the layer's kind ([`LayerKind`]), the FFN its
+/// [`Activation`]. The stack of layers runs `loops` times (each pass with
+/// its own sequence state); between passes `x = norm(x; output_norm)` when
+/// `loop_norm`. Norm names are GGUF's, without `blk.N.`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TensorNames {
-    /// The norm before the feed-forward: `ffn_norm` (Qwen3.5: `post_attention_norm`).
+pub struct Body {
+    pub mixer_norm: &'static str,
+    pub post_mixer_norm: Option<&'static str>,
     pub ffn_norm: &'static str,
-    /// The final norm: `output_norm` (LFM2: `token_embd_norm`).
+    pub post_ffn_norm: Option<&'static str>,
+    /// The final norm (LFM2: `token_embd_norm.weight`).
     pub output_norm: &'static str,
+    pub loops: usize,
+    pub loop_norm: bool,
 }
 
-impl Default for TensorNames {
+impl Default for Body {
+    /// The pre-norm llama body, one pass.
     fn default() -> Self {
-        TensorNames {
+        Body {
+            mixer_norm: "attn_norm.weight",
+            post_mixer_norm: None,
             ffn_norm: "ffn_norm.weight",
+            post_ffn_norm: None,
             output_norm: "output_norm.weight",
+            loops: 1,
+            loop_norm: false,
         }
     }
 }
 
+impl Body {
+    fn describe(&self) -> String {
+        let post = |p: Option<&str>| p.map_or(String::new(), |n| format!(" -> {n}"));
+        let mut s = format!(
+            "{} -> mixer{} -> +; {} -> ffn{} -> +; final {}",
+            self.mixer_norm,
+            post(self.post_mixer_norm),
+            self.ffn_norm,
+            post(self.post_ffn_norm),
+            self.output_norm
+        );
+        if self.loops > 1 {
+            s += &format!(
+                "; the layers run {} times{}",
+                self.loops,
+                if self.loop_norm {
+                    format!(", {} between passes", self.output_norm)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        s
+    }
+}
+
 impl Semantics {
+    /// Sequence-state slots: one per layer per pass of the stack.
+    pub fn n_slots(&self) -> usize {
+        self.dims.n_layer * self.body.value.loops
+    }
+
     pub fn rope_for(&self, kind: LayerKind) -> &RopeSpec {
         match kind {
             LayerKind::Sliding => &self.rope_sliding.value,
@@ -258,11 +309,7 @@ impl Semantics {
             NormForm::OnePlus => "x/rms * (1 + w)",
         };
         line("norm form", form.into(), &self.norm_form.source);
-        line(
-            "sandwich norms",
-            self.sandwich_norms.value.to_string(),
-            &self.sandwich_norms.source,
-        );
+        line("layer body", self.body.value.describe(), &self.body.source);
         line(
             "embedding scale",
             opt(self.embed_scale.value),
@@ -362,7 +409,7 @@ fn describe_kinds(kinds: &[LayerKind]) -> String {
     for k in [
         LayerKind::Sliding,
         LayerKind::ShortConv,
-        LayerKind::Linear,
+        LayerKind::DeltaNet,
         LayerKind::Full,
     ] {
         let at = layers_of(kinds, k);

@@ -68,14 +68,13 @@ pub struct SeqState {
 
 impl SeqState {
     /// An empty sequence for a model: empty KV caches of type `kv`, zero
-    /// conv histories and recurrent states.
+    /// conv histories and recurrent states; one slot per layer per pass of
+    /// the layer stack (`Semantics::n_slots`).
     pub fn new(sem: &Semantics, kv: KvType) -> SeqState {
         let d = &sem.dims;
-        let layers = sem
-            .layer_kinds
-            .value
-            .iter()
-            .map(|k| match k {
+        let kinds = &sem.layer_kinds.value;
+        let layers = (0..sem.n_slots())
+            .map(|slot| match kinds[slot % kinds.len()] {
                 LayerKind::Full | LayerKind::Sliding => LayerState::Attention(KvCache::new(
                     kv,
                     d.n_head_kv * d.head_dim_k,
@@ -87,7 +86,7 @@ impl SeqState {
                         history: vec![0.0; (l - 1) * d.n_embd],
                     }
                 }
-                LayerKind::Linear => {
+                LayerKind::DeltaNet => {
                     let dn = &sem
                         .delta_net
                         .as_ref()

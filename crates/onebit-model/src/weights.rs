@@ -241,7 +241,8 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
     } else {
         l.matrix("output.weight", d.n_vocab, d.n_embd)?
     };
-    let output_norm = l.norm(sem.names.output_norm, d.n_embd)?;
+    let body = &sem.body.value;
+    let output_norm = l.norm(body.output_norm, d.n_embd)?;
     let mut rope_factors = Vec::new();
     for spec in [&sem.rope_full.value, &sem.rope_sliding.value] {
         let names = spec
@@ -261,16 +262,11 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         let mixer = match kind {
             LayerKind::Full | LayerKind::Sliding => Mixer::Attention(attention(&l, sem, i)?),
             LayerKind::ShortConv => Mixer::ShortConv(short_conv(&l, sem, i)?),
-            LayerKind::Linear => Mixer::DeltaNet(delta_net(&l, sem, i)?),
+            LayerKind::DeltaNet => Mixer::DeltaNet(delta_net(&l, sem, i)?),
         };
-        let (post_attn_norm, post_ffn_norm) = if sem.sandwich_norms.value {
-            (
-                Some(l.norm(&n("post_attention_norm.weight"), d.n_embd)?),
-                Some(l.norm(&n("post_ffw_norm.weight"), d.n_embd)?),
-            )
-        } else {
-            (None, None)
-        };
+        let post_norm = |name: Option<&str>| name.map(|t| l.norm(&n(t), d.n_embd)).transpose();
+        let post_attn_norm = post_norm(body.post_mixer_norm)?;
+        let post_ffn_norm = post_norm(body.post_ffn_norm)?;
         // Phi-3 fuses gate and up into ffn_up (gate rows first).
         let (gate, up) = if !l.has(&n("ffn_gate.weight")) && l.has(&n("ffn_up.weight")) {
             let mut parts = l.split_matrix(&n("ffn_up.weight"), &[d.n_ff, d.n_ff], d.n_embd)?;
@@ -283,10 +279,10 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
             )
         };
         layers.push(LayerWeights {
-            attn_norm: l.norm(&n("attn_norm.weight"), d.n_embd)?,
+            attn_norm: l.norm(&n(body.mixer_norm), d.n_embd)?,
             mixer,
             post_attn_norm,
-            ffn_norm: l.norm(&n(sem.names.ffn_norm), d.n_embd)?,
+            ffn_norm: l.norm(&n(body.ffn_norm), d.n_embd)?,
             ffn: FfnWeights {
                 gate,
                 up,

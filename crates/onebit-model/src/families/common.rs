@@ -152,7 +152,10 @@ pub fn base(
         )?,
         norm_eps: Sourced::new(eps as f32, d.src(k::NORM_EPS)),
         norm_form: Sourced::new(NormForm::Plain, format!("{family}: RMSNorm x/rms * w")),
-        sandwich_norms: Sourced::new(false, format!("{family}: none")),
+        body: Sourced::new(
+            Body::default(),
+            format!("{family}: pre-norm layers, one pass"),
+        ),
         embed_scale: Sourced::new(None, format!("{family}: none")),
         activation: Sourced::new(Activation::SiluGate, format!("{family}: SiLU-gated MLP")),
         tied_output: Sourced::new(
@@ -167,7 +170,6 @@ pub fn base(
         attn_output_gate: Sourced::new(false, format!("{family}: none")),
         short_conv: None,
         delta_net: None,
-        names: TensorNames::default(),
     })
 }
 

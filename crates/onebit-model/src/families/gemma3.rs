@@ -134,7 +134,14 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         NormForm::Plain,
         "gemma3 GGUF/q4nx: norms stored as 1 + w (the converter adds the 1)",
     );
-    s.sandwich_norms = Sourced::new(true, "gemma3: post-attention and post-feed-forward norms");
+    s.body = Sourced::new(
+        Body {
+            post_mixer_norm: Some("post_attention_norm.weight"),
+            post_ffn_norm: Some("post_ffw_norm.weight"),
+            ..Body::default()
+        },
+        "gemma3: post-attention and post-feed-forward norms",
+    );
     s.embed_scale = match d.container {
         ContainerKind::Gguf => Sourced::new(
             Some((s.dims.n_embd as f32).sqrt()),

@@ -120,7 +120,13 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     let l = d.positive(SHORTCONV_L_CACHE)?;
     s.short_conv = Some(Sourced::new(l, d.src(SHORTCONV_L_CACHE)));
     s.qk_norm = qk_norm(d, true, QkNorm::BeforeRope, "lfm2: q/k RMSNorm before RoPE")?;
-    s.names.output_norm = "token_embd_norm.weight";
+    s.body = Sourced::new(
+        Body {
+            output_norm: "token_embd_norm.weight",
+            ..Body::default()
+        },
+        "lfm2: the final norm is GGUF's token_embd_norm",
+    );
     Ok(s)
 }
 

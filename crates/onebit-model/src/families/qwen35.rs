@@ -80,7 +80,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
                 .iter()
                 .map(
                     |f| match f.as_bool().or_else(|| f.as_u64().map(|v| v != 0)) {
-                        Some(true) => Ok(LayerKind::Linear),
+                        Some(true) => Ok(LayerKind::DeltaNet),
                         Some(false) => Ok(LayerKind::Full),
                         None => Err(d.err(
                             RECURRENT_LAYERS,
@@ -111,7 +111,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
                     if (i + 1) % interval == 0 {
                         LayerKind::Full
                     } else {
-                        LayerKind::Linear
+                        LayerKind::DeltaNet
                     }
                 })
                 .collect();
@@ -159,6 +159,12 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         NormForm::Plain,
         "qwen35 GGUF: norms stored as 1 + w (ssm_norm plain)",
     );
-    s.names.ffn_norm = "post_attention_norm.weight";
+    s.body = Sourced::new(
+        Body {
+            ffn_norm: "post_attention_norm.weight",
+            ..Body::default()
+        },
+        "qwen35: the pre-feed-forward norm is GGUF's post_attention_norm",
+    );
     Ok(s)
 }
