@@ -63,6 +63,12 @@ MUTANTS = [
      "let hk = hv % nk;", "let hk = hv / (nv / nk);", MODEL_TESTS),
     ("qwen35: recurrent state not carried across decode steps", DELTA_NET,
      "            for t in sq.rows.clone() {", "            state.fill(0.0);\n            for t in sq.rows.clone() {", MODEL_TESTS),
+    ("nanbeige: the layers run once (num_loops ignored)", "crates/onebit-model/src/families/nanbeige.rs",
+     "Some(l) => (l, d.src(NUM_LOOPS)),", "Some(_) => (1, d.src(NUM_LOOPS)),", MODEL_TESTS),
+    ("nanbeige: no output_norm between passes", "crates/onebit-model/src/families/nanbeige.rs",
+     "loop_norm: !skip,", "loop_norm: false,", MODEL_TESTS),
+    ("nanbeige: passes share one state slot", FORWARD,
+     "let at = At { layer: il, slot };", "let at = At { layer: il, slot: il };", MODEL_TESTS),
     ("qwen35: attention output gate dropped", ATTENTION,
      "ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));", "let _ = g;", MODEL_TESTS),
 ]

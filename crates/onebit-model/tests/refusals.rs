@@ -148,3 +148,24 @@ fn a_q8_0_kv_cache_on_heads_of_16_is_refused_by_name() {
     };
     load::load(&path, &f16).unwrap();
 }
+
+#[test]
+fn nanbeige_loop_counts_out_of_range_are_refused_by_name() {
+    let e = load_variant("nanbeige", |w| {
+        w.set_kv("nanbeige.num_loops", Value::U32(0));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("nanbeige.num_loops") && e.contains("at least 1"),
+        "{e}"
+    );
+    // 3 layers x 2000 passes = 6000 state slots, over the 4096-layer bound.
+    let e = load_variant("nanbeige", |w| {
+        w.set_kv("nanbeige.num_loops", Value::U32(2000));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("nanbeige.num_loops") && e.contains("4096"),
+        "{e}"
+    );
+}

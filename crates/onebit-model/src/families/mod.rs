@@ -11,6 +11,7 @@ pub mod gemma3;
 pub mod hunyuan;
 pub mod lfm2;
 pub mod llama;
+pub mod nanbeige;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
@@ -84,6 +85,7 @@ pub const FAMILIES: &[&Family] = &[
     &hunyuan::FAMILY,
     &lfm2::FAMILY,
     &qwen35::FAMILY,
+    &nanbeige::FAMILY,
 ];
 
 pub fn by_arch(arch: &str) -> Option<&'static Family> {
