@@ -69,6 +69,8 @@ MUTANTS = [
      "loop_norm: !skip,", "loop_norm: false,", MODEL_TESTS),
     ("nanbeige: passes share one state slot", FORWARD,
      "let at = At { layer: il, slot };", "let at = At { layer: il, slot: il };", MODEL_TESTS),
+    ("longrope: the long table never selected", "crates/onebit-model/src/semantics.rs",
+     "                    rope.value.freq_factors = Some(long.clone());\n", "", MODEL_TESTS),
     ("qwen35: attention output gate dropped", ATTENTION,
      "ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));", "let _ = g;", MODEL_TESTS),
 ]

@@ -86,20 +86,25 @@ struct Segment {
     pos0: usize,
 }
 
+/// The context limit of a run: the configured one, else the model's trained
+/// context, else 4096.
+pub fn context_limit(exec: &ExecConfig, sem: &Semantics) -> usize {
+    match (exec.max_context, sem.dims.n_ctx_train) {
+        (0, 0) => 4096,
+        (0, t) => t,
+        (c, _) => c,
+    }
+}
+
 impl Model {
     pub fn new(sem: Semantics, weights: Weights, exec: &ExecConfig) -> Model {
-        let max_context = match (exec.max_context, sem.dims.n_ctx_train) {
-            (0, 0) => 4096,
-            (0, t) => t,
-            (c, _) => c,
-        };
+        let max_context = context_limit(exec, &sem);
+        // Table choices that depend on the context, resolved for this run.
+        let sem = sem.at_context(max_context);
         let rope = |spec: &RopeSpec| {
-            // LongRoPE: the long table when the run's context exceeds the original.
-            let name = match &spec.long_factors {
-                Some((long, orig)) if max_context > *orig => Some(long),
-                _ => spec.freq_factors.as_ref(),
-            };
-            let factors = name
+            let factors = spec
+                .freq_factors
+                .as_ref()
                 .and_then(|n| weights.rope_factors.iter().find(|(m, _)| m == n))
                 .map(|(_, f)| &f[..]);
             let mut r = Rope::new(
@@ -116,7 +121,8 @@ impl Model {
         let rope_sliding = rope(&sem.rope_sliding.value);
         let pool = Pool::new(exec.threads);
         if exec.precision == Precision::Quantized {
-            // Repack into the kernels' layouts now, not on the first prompt.
+            // Prepare (rows interleaved into the SIMD kernels' layout) now,
+            // not on the first prompt.
             for w in weights.matrices() {
                 w.prepare(&pool);
             }

@@ -7,7 +7,7 @@ use onebit_formats::gguf::Gguf;
 
 use crate::error::{ModelError, Result};
 use crate::families;
-use crate::forward::{ExecConfig, Model};
+use crate::forward::{context_limit, ExecConfig, Model};
 use crate::pack::Pack;
 use crate::semantics::Semantics;
 use crate::weights::{self, TensorSource};
@@ -80,10 +80,12 @@ impl Opened {
                 });
             }
         }
-        let w = weights::load(self.container.tensors(), &self.sem)?;
-        let model = Model::new(self.sem.clone(), w, exec);
-        // Packing each matrix read its neighbours' edges too (read-around);
-        // now that every packed copy exists, drop those pages again.
+        // The tables this run uses (LongRoPE's short or long one).
+        let sem = self.sem.at_context(context_limit(exec, &self.sem));
+        let w = weights::load(self.container.tensors(), &sem)?;
+        let model = Model::new(sem, w, exec);
+        // Preparing each matrix read its neighbours' edges too (read-around);
+        // now that every prepared copy exists, drop those pages again.
         for m in model.weights.matrices() {
             m.release_original();
         }

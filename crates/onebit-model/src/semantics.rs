@@ -233,6 +233,33 @@ impl Body {
 }
 
 impl Semantics {
+    /// The semantics of a run whose context limit is `max_context`: a
+    /// LongRoPE table choice (short, or long when the context exceeds the
+    /// original training context, llama.cpp's rule) resolved into
+    /// `freq_factors`, so the `[semantics]` line names the table the forward
+    /// uses.
+    pub fn at_context(&self, max_context: usize) -> Semantics {
+        let mut s = self.clone();
+        for rope in [&mut s.rope_full, &mut s.rope_sliding] {
+            if let Some((long, orig)) = rope.value.long_factors.take() {
+                let short = rope.value.freq_factors.clone().unwrap_or_default();
+                if max_context > orig {
+                    rope.value.freq_factors = Some(long.clone());
+                    rope.source = format!(
+                        "{}; {long} used: the context {max_context} exceeds the original {orig}",
+                        rope.source
+                    );
+                } else {
+                    rope.source = format!(
+                        "{}; {short} used: the context {max_context} is within the original {orig}",
+                        rope.source
+                    );
+                }
+            }
+        }
+        s
+    }
+
     /// Sequence-state slots: one per layer per pass of the stack.
     pub fn n_slots(&self) -> usize {
         self.dims.n_layer * self.body.value.loops

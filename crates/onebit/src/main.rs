@@ -322,7 +322,7 @@ fn inspect(a: ModelArgs, verify: bool) -> Result<()> {
             a.model.display()
         );
     }
-    for l in open::semantics_lines(&opened) {
+    for l in open::semantics_lines(&opened, &a.exec()) {
         println!("[semantics] {l}");
     }
     let g = match &opened.container {

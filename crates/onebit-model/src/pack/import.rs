@@ -5,7 +5,7 @@
 //! kept as Q8 tiles on request; and the tokenizer is written from our GGUF
 //! vocabulary (by the caller, which owns the tokenizer).
 //!
-//! - Q4_0 / Q4_1 matrices are repacked exactly (scales and minimums round to bf16).
+//! - Q4_0 / Q4_1 matrices are tiled exactly (scales and minimums round to bf16).
 //! - Every other quantized matrix is dequantized and quantized to the family
 //!   default (`ImportRules::q4_kind` in the family's row: Q4_1, asymmetric,
 //!   for llama, qwen2, qwen3, gemma3; Q4_0, symmetric, for lfm2).

@@ -4,7 +4,7 @@
 //! `chat_template.jinja`.
 //!
 //! The reader maps the pack's HF-style names to the GGUF names the loader
-//! asks for (`names`), and repacks each tiled tensor at open into the ggml
+//! asks for (`names`), and untiles each tiled tensor at open into the ggml
 //! block type the kernels already run. A Q4 tensor's tile form is named by
 //! its declared row width: 5,120 bytes the full tile ([tiles, 5120]), 1,280
 //! the quarter tile ([N/16, Kp/128, 1280]), 4,608 the symmetric chunk
@@ -63,7 +63,7 @@ pub struct PackTensor {
     pub stored_shape: Vec<u64>,
     pub stored_bytes: usize,
     pub raw: RawTensor,
-    /// Scales/minimums that f16 could not hold exactly when repacked.
+    /// Scales/minimums that f16 could not hold exactly when untiled.
     pub inexact_scales: usize,
 }
 
