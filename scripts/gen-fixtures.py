@@ -51,6 +51,11 @@ def norm(n):
     return ("normal", (n,), 0.1, 1.0)
 
 
+def qk_norm(n):
+    """A q/k norm weight of about 0.4 (attention scale 1 models)."""
+    return ("normal", (n,), 0.05, 0.4)
+
+
 def vec(n, std):
     return ("normal", (n,), std, 0.0)
 
@@ -155,7 +160,80 @@ def spec_nanbeige(hp):
     return keys, t + head(hp)
 
 
+def spec_gemma4(hp):
+    """llama.cpp's gemma4 (src/models/gemma4.cpp), dense layers."""
+    arch, u32, f32 = "gemma4", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    e, nh, nkv, ff, L = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["n_ff"], hp["n_layer"]
+    hd, hd_swa, pl = hp["head_dim"], hp["head_dim_swa"], hp["n_embd_per_layer"]
+    swa = hp["sliding"]
+    keys = common_keys(arch, hp) + [
+        (f"{arch}.rope.freq_base_swa", hp["rope_base_swa"], f32),
+        (f"{arch}.attention.sliding_window", hp["window"], u32),
+        (f"{arch}.attention.sliding_window_pattern", swa, gguf.GGUFValueType.ARRAY),
+        (f"{arch}.attention.key_length", hd, u32),
+        (f"{arch}.attention.value_length", hd, u32),
+        (f"{arch}.attention.key_length_swa", hd_swa, u32),
+        (f"{arch}.attention.value_length_swa", hd_swa, u32),
+        (f"{arch}.rope.dimension_count", hd, u32),
+        (f"{arch}.rope.dimension_count_swa", hd_swa, u32),
+        (f"{arch}.embedding_length_per_layer_input", pl, u32),
+        (f"{arch}.attention.shared_kv_layers", hp["shared_kv_layers"], u32),
+        (f"{arch}.final_logit_softcapping", hp["final_softcap"], f32),
+    ]
+    # Proportional RoPE on full layers: the first n_rot/2 pairs rotate, the
+    # rest get divisor 1e30 (no rotation), as conversion/gemma.py writes it.
+    n_rot_pairs = hp["rot_pairs_full"]
+    freqs = np.array([1.0] * n_rot_pairs + [1e30] * (hd // 2 - n_rot_pairs), dtype=np.float32)
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    if pl:
+        t += [("per_layer_token_embd.weight", ("normal", (hp["n_vocab"], pl * L), hp["embd_std"], 0.0)),
+              ("per_layer_model_proj.weight", w(pl * L, e)),
+              ("per_layer_proj_norm.weight", norm(pl))]
+    t.append(("rope_freqs.weight", ("const", freqs)))
+    kv_from = L - hp["shared_kv_layers"]
+    for i in range(L):
+        b = f"blk.{i}."
+        d = hd_swa if swa[i] else hd
+        t += [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * d, e))]
+        if i < kv_from:
+            t += [(b + "attn_k.weight", w(nkv * d, e)), (b + "attn_v.weight", w(nkv * d, e))]
+        # q/k norm weights ~0.4: with attention scale 1, unit-RMS q and k
+        # would make every softmax one-hot (and the quantized runs chaotic).
+        t += [(b + "attn_output.weight", w(e, nh * d, 0.5)), (b + "attn_q_norm.weight", qk_norm(d))]
+        if i < kv_from:
+            t.append((b + "attn_k_norm.weight", qk_norm(d)))
+        t += [(b + "post_attention_norm.weight", norm(e)),
+              (b + "layer_output_scale.weight", ("normal", (1,), 0.1, 0.8)),
+              (b + "ffn_norm.weight", norm(e)),
+              (b + "ffn_gate.weight", w(ff, e)), (b + "ffn_up.weight", w(ff, e)),
+              (b + "ffn_down.weight", w(e, ff, 0.5)),
+              (b + "post_ffw_norm.weight", norm(e))]
+        if pl:
+            t += [(b + "inp_gate.weight", w(pl, e)), (b + "proj.weight", w(e, pl, 0.5)),
+                  (b + "post_norm.weight", norm(e))]
+    return keys, t + head(hp)
+
+
 BASE = {"n_vocab": N_VOCAB, "embd_std": 0.5, "out_gain": 2.0, "n_ctx_train": 4096}
+
+GEMMA4_HP = dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, head_dim_swa=16, n_ff=128, n_layer=7,
+                 sliding=[True, True, False, True, False, True, False], window=8, shared_kv_layers=2,
+                 rot_pairs_full=4, eps=1e-6, rope_base=1000000.0, rope_base_swa=10000.0, final_softcap=30.0,
+                 tied=True, bos=2)
+GEMMA4_MODEL = {
+    "layer_kinds": "SSFSFSF (sliding_window_pattern), window 8",
+    "shared_kv": "layers 5 and 6 (the last shared_kv_layers = 2) have no K/V of their own: a sliding one reads "
+                 "layer 3's KV (kv_from_start - 2), a full one layer 4's (kv_from_start - 1)",
+    "heads": "full layers head dim 32 (rotary 32 with rope_freqs: 4 pairs rotate, 12 pairs divisor 1e30), "
+             "sliding head dim 16 (rotary 16, base rope.freq_base_swa)",
+    "attention": "scale 1; q RMSNorm with weight, k RMSNorm with weight, v RMSNorm without weight; NEOX RoPE",
+    "body": "attn_norm -> attention -> post_attention_norm -> +; ffn_norm -> GELU-gated FFN -> post_ffw_norm -> +; "
+            "then per-layer embedding branch (when n_embd_per_layer > 0); then x layer_output_scale",
+    "per_layer_input": "(per_layer_token_embd[token] * sqrt(n_embd_per_layer) + RMSNorm(per_layer_model_proj(x0) / "
+                       "sqrt(n_embd); per_layer_proj_norm)) / sqrt(2), x0 the scaled embedding; layer i's slice i",
+    "per_layer_branch": "x + RMSNorm(proj(gelu(inp_gate(x)) * slice_i); post_norm)",
+    "embedding_scale": "sqrt(n_embd)", "final_logit_softcapping": 30.0, "tied_embeddings": True,
+}
 
 FAMILIES = {
     "llama": dict(
@@ -175,6 +253,12 @@ FAMILIES = {
         model={"layer_kinds": ["full_attention"] * 6,
                "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 16, "freq_base": 1000000.0},
                "tied_embeddings": True, "qkv_bias": True, "ffn": "SiLU-gated"}),
+    "gemma4": dict(
+        spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
+        hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
+    "gemma4-nople": dict(
+        spec=spec_gemma4, arch="gemma4", seed=1011, quant="Q8_0",
+        hp=dict(GEMMA4_HP, n_embd_per_layer=0), model=GEMMA4_MODEL),
     "nanbeige": dict(
         spec=spec_nanbeige, arch="nanbeige", seed=1009, quant="Q8_0",
         hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=3, num_loops=2,
@@ -214,6 +298,8 @@ def write_gguf(path, arch, keys, tensors):
             wr.add_float32(k, float(v))
         elif t == gguf.GGUFValueType.BOOL:
             wr.add_bool(k, bool(v))
+        elif t == gguf.GGUFValueType.ARRAY:
+            wr.add_array(k, v)
         else:
             raise ValueError(f"metadata {k}: type {t} not handled")
     wr.add_file_type(gguf.LlamaFileType.ALL_F32)

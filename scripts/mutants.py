@@ -12,6 +12,7 @@ import subprocess, sys, pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 G3 = "crates/onebit-model/src/families/gemma3.rs"
+G4 = "crates/onebit-model/src/families/gemma4.rs"
 COMMON = "crates/onebit-model/src/families/common.rs"
 MIXERS = "crates/onebit-model/src/mixers/mod.rs"
 SHORT_CONV = "crates/onebit-model/src/mixers/short_conv.rs"
@@ -71,6 +72,24 @@ MUTANTS = [
      "let at = At { layer: il, slot };", "let at = At { layer: il, slot: il };", MODEL_TESTS),
     ("longrope: the long table never selected", "crates/onebit-model/src/semantics.rs",
      "                    rope.value.freq_factors = Some(long.clone());\n", "", MODEL_TESTS),
+    ("gemma4: shared-KV sliding layers read another sliding layer", G4,
+     "let from = first - if kinds[i] == LayerKind::Sliding { 2 } else { 1 };", "let from = first - if kinds[i] == LayerKind::Sliding { 4 } else { 1 };", MODEL_TESTS),
+    ("gemma4: proportional RoPE factors dropped on full layers", G4,
+     "    s.attn_scale = Sourced::new(1.0,", "    s.rope_full.value.freq_factors = None;\n    s.attn_scale = Sourced::new(1.0,", MODEL_TESTS),
+    ("gemma4: attention scale 1/sqrt(head dim) instead of 1", G4,
+     "    s.attn_scale = Sourced::new(1.0,", "    let _ = Sourced::new(1.0,", MODEL_TESTS),
+    ("gemma4: v norm off", G4,
+     "s.v_norm = Sourced::new(true,", "s.v_norm = Sourced::new(false,", MODEL_TESTS),
+    ("gemma4: final soft-cap dropped", G4,
+     "s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));", "let _ = cap;", MODEL_TESTS),
+    ("gemma4: per-layer input not scaled by 1/sqrt(2)", FORWARD,
+     "let sum_scale = 1.0 / 2f32.sqrt();", "let sum_scale = 1.0;", MODEL_TESTS),
+    ("gemma4: per-layer token rows not scaled by sqrt(width)", FORWARD,
+     "let tok_scale = (pl as f32).sqrt();", "let tok_scale = 1.0;", MODEL_TESTS),
+    ("gemma4: layer output scale dropped", G4,
+     "output_scale: output_scale.then_some(OUTPUT_SCALE),", "output_scale: None,", MODEL_TESTS),
+    ("gemma4: sliding pattern ignored (every layer full)", G4,
+     "Some(true) => Ok(LayerKind::Sliding),", "Some(true) => Ok(LayerKind::Full),", MODEL_TESTS),
     ("qwen35: attention output gate dropped", ATTENTION,
      "ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));", "let _ = g;", MODEL_TESTS),
 ]

@@ -11,7 +11,7 @@
 //! sequences gives the same logits, bit for bit.
 
 use onebit_kernels::kv::KvType;
-use onebit_kernels::ops::{glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
+use onebit_kernels::ops::{gelu_tanh, glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
 use std::cell::OnceCell;
@@ -253,6 +253,8 @@ impl Model {
         if let Some(s) = self.sem.embed_scale.value {
             x.iter_mut().for_each(|v| *v *= s);
         }
+        let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let per_layer = self.per_layer_inputs(&ids, &x);
 
         let eps = self.sem.norm_eps.value;
         let layers = &self.weights.layers;
@@ -315,19 +317,25 @@ impl Model {
             let post = lw.post_ffn_norm.as_deref();
             let last = slot + 1 == n_slots;
             let pass_ends = (slot + 1) % layers.len() == 0;
-            if !last && pass_ends && body.loop_norm {
+            let between = !last && pass_ends && body.loop_norm;
+            let tail = lw.per_layer.is_some() || lw.out_scale.is_some();
+            let next = (!last).then(|| &layers[(slot + 1) % layers.len()].attn_norm[..]);
+            let fused_next = if between || tail { None } else { next };
+            self.residual(&mut x, &mut fb.ff, post, fused_next, &mut h);
+            if tail {
+                self.layer_tail(il, &mut x, per_layer.as_deref(), n);
+            }
+            if between {
                 // Between passes: x = norm(x; output_norm), then the first
                 // layer's norm.
-                self.residual(&mut x, &mut fb.ff, post, None, &mut h);
                 self.renorm(
                     &mut x,
                     &self.weights.output_norm,
                     &layers[0].attn_norm,
                     &mut h,
                 );
-            } else {
-                let next = (!last).then(|| &layers[(slot + 1) % layers.len()].attn_norm[..]);
-                self.residual(&mut x, &mut fb.ff, post, next, &mut h);
+            } else if let (true, Some(next)) = (tail, next) {
+                self.norm_rows(&x, next, &mut h);
             }
         }
         drop(rows);
@@ -394,6 +402,84 @@ impl Model {
         glu_par(&self.pool, act, g, u);
         let out = sized(ff, n * f.down.rows);
         matmul(&self.pool, self.precision, &f.down, g, n, out);
+    }
+
+    /// Gemma 4's per-layer inputs ([rows][n_layer * width]): the per-layer
+    /// token table's row times sqrt(width), plus the scaled embedding `x0`
+    /// projected, times 1/sqrt(n_embd), RMS-normed per layer slice; the sum
+    /// times 1/sqrt(2). None when the model has no per-layer embeddings.
+    fn per_layer_inputs(&self, ids: &[u32], x0: &[f32]) -> Option<Vec<f32>> {
+        let p = self.weights.per_layer_input.as_ref()?;
+        let pl = self.sem.body.value.per_layer_input;
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        let n = ids.len();
+        let w = p.model_proj.rows;
+        let mut proj = self.mm(&p.model_proj, x0, n);
+        let proj_scale = 1.0 / (e as f32).sqrt();
+        let tok_scale = (pl as f32).sqrt();
+        let sum_scale = 1.0 / 2f32.sqrt();
+        let mut tok = vec![0f32; w];
+        for (row, &id) in proj.chunks_exact_mut(w).zip(ids) {
+            p.token_embd.dequantize_row(id as usize, &mut tok);
+            row.iter_mut().for_each(|v| *v *= proj_scale);
+            for slice in row.chunks_exact_mut(pl) {
+                rmsnorm_inplace(slice, &p.proj_norm, eps);
+            }
+            row.iter_mut()
+                .zip(&tok)
+                .for_each(|(v, t)| *v = (*v + t * tok_scale) * sum_scale);
+        }
+        Some(proj)
+    }
+
+    /// What follows a layer's FFN residual in Gemma 4: the per-layer
+    /// embedding branch `x += norm(proj(gelu(inp_gate(x)) * slice); post_norm)`
+    /// and the layer output scale.
+    fn layer_tail(&self, il: usize, x: &mut [f32], per_layer: Option<&[f32]>, n: usize) {
+        let lw = &self.weights.layers[il];
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        if let (Some(p), Some(inputs)) = (&lw.per_layer, per_layer) {
+            let pl = p.inp_gate.rows;
+            let w = inputs.len() / n;
+            let mut g = self.mm(&p.inp_gate, x, n);
+            for (t, row) in g.chunks_exact_mut(pl).enumerate() {
+                let slice = &inputs[t * w + il * pl..t * w + (il + 1) * pl];
+                row.iter_mut()
+                    .zip(slice)
+                    .for_each(|(a, s)| *a = gelu_tanh(*a) * s);
+            }
+            let mut branch = self.mm(&p.proj, &g, n);
+            par_rows(
+                &self.pool,
+                n,
+                [e, e],
+                [x, &mut branch[..]],
+                |_, [xs, bs]| {
+                    for (xr, br) in xs.chunks_exact_mut(e).zip(bs.chunks_exact_mut(e)) {
+                        rmsnorm_inplace(br, &p.post_norm, eps);
+                        xr.iter_mut().zip(br.iter()).for_each(|(a, b)| *a += b);
+                    }
+                },
+            );
+        }
+        if let Some(s) = lw.out_scale {
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+
+    /// `h = norm(x; w)`, rows in parallel.
+    fn norm_rows(&self, x: &[f32], w: &[f32], h: &mut [f32]) {
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        let n = x.len() / e;
+        par_rows(&self.pool, n, [e], [h], |r0, [hs]| {
+            for (j, hr) in hs.chunks_exact_mut(e).enumerate() {
+                let t = r0 + j;
+                rmsnorm(&x[t * e..(t + 1) * e], w, eps, hr);
+            }
+        });
     }
 
     /// Between two passes of the layer stack: `x = norm(x; w)` in place,

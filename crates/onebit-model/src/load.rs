@@ -9,7 +9,7 @@ use crate::error::{ModelError, Result};
 use crate::families;
 use crate::forward::{context_limit, ExecConfig, Model};
 use crate::pack::Pack;
-use crate::semantics::Semantics;
+use crate::semantics::{LayerKind, Semantics};
 use crate::weights::{self, TensorSource};
 
 /// The container a model path names.
@@ -71,8 +71,9 @@ impl Opened {
 
     /// Loads the weights the semantics name.
     pub fn load(&self, exec: &ExecConfig) -> Result<Model> {
+        let (sk, sv) = self.sem.head_dims(LayerKind::Sliding);
         let d = &self.sem.dims;
-        for dim in [d.head_dim_k, d.head_dim_v] {
+        for dim in [d.head_dim_k, d.head_dim_v, sk, sv] {
             if let Err(what) = exec.kv_type.check_head_dim(dim) {
                 return Err(ModelError::Unsupported {
                     path: self.path().to_path_buf(),

@@ -152,6 +152,15 @@ pub struct Semantics {
     pub attn_bias: Sourced<bool>,
     /// Full-attention output gated by sigmoid of a second half of q (Qwen3.5).
     pub attn_output_gate: Sourced<bool>,
+    /// The sliding layers' own head sizes (k, v) (Gemma 4); None: those of
+    /// `dims`, as for full layers.
+    pub head_dims_sliding: Option<Sourced<(usize, usize)>>,
+    /// V normalised per head by an RMSNorm without a weight (Gemma 4).
+    pub v_norm: Sourced<bool>,
+    /// The layer whose KV cache each layer reads: itself, or (Gemma 4's
+    /// shared-KV layers) an earlier layer of its kind; such a layer has no
+    /// K/V projections of its own.
+    pub kv_source: Sourced<Vec<usize>>,
     /// LFM2 short-conv kernel length.
     pub short_conv: Option<Sourced<usize>>,
     /// Gated delta-net sizes (Qwen3.5 linear-attention layers).
@@ -189,6 +198,13 @@ pub struct Body {
     pub output_norm: &'static str,
     pub loops: usize,
     pub loop_norm: bool,
+    /// Per-layer embeddings (Gemma 4): the width of each layer's slice of
+    /// the per-layer input; 0 when the model has none. After the FFN
+    /// residual: `x += norm(proj(gelu(inp_gate(x)) * slice); post_norm)`.
+    pub per_layer_input: usize,
+    /// Each layer's output is multiplied by this one-value tensor (Gemma 4's
+    /// `layer_output_scale.weight`), after every other part.
+    pub output_scale: Option<&'static str>,
 }
 
 impl Default for Body {
@@ -202,6 +218,8 @@ impl Default for Body {
             output_norm: "output_norm.weight",
             loops: 1,
             loop_norm: false,
+            per_layer_input: 0,
+            output_scale: None,
         }
     }
 }
@@ -217,6 +235,15 @@ impl Body {
             post(self.post_ffn_norm),
             self.output_norm
         );
+        if self.per_layer_input > 0 {
+            s += &format!(
+                "; per-layer embeddings of width {} (inp_gate -> gelu -> x slice -> proj -> post_norm -> +)",
+                self.per_layer_input
+            );
+        }
+        if let Some(t) = self.output_scale {
+            s += &format!("; layer output x {t}");
+        }
         if self.loops > 1 {
             s += &format!(
                 "; the layers run {} times{}",
@@ -258,6 +285,14 @@ impl Semantics {
             }
         }
         s
+    }
+
+    /// Head sizes (k, v) of the attention layers of `kind`.
+    pub fn head_dims(&self, kind: LayerKind) -> (usize, usize) {
+        match (&self.head_dims_sliding, kind) {
+            (Some(hd), LayerKind::Sliding) => hd.value,
+            _ => (self.dims.head_dim_k, self.dims.head_dim_v),
+        }
     }
 
     /// Sequence-state slots: one per layer per pass of the stack.
@@ -357,6 +392,34 @@ impl Semantics {
             self.attn_bias.value.to_string(),
             &self.attn_bias.source,
         );
+        if let Some(hd) = &self.head_dims_sliding {
+            line(
+                "sliding head dims",
+                format!("{}/{} (k/v)", hd.value.0, hd.value.1),
+                &hd.source,
+            );
+        }
+        if self.v_norm.value {
+            line(
+                "v norm",
+                "RMSNorm per head, no weight".into(),
+                &self.v_norm.source,
+            );
+        }
+        let kv = &self.kv_source.value;
+        if kv.iter().enumerate().any(|(i, &s)| s != i) {
+            let shared: Vec<String> = kv
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| *i != **s)
+                .map(|(i, s)| format!("{i}<-{s}"))
+                .collect();
+            line(
+                "shared KV",
+                format!("layer<-source {}", shared.join(", ")),
+                &self.kv_source.source,
+            );
+        }
         if self.attn_output_gate.value {
             line(
                 "attention output gate",

@@ -75,11 +75,10 @@ impl SeqState {
         let kinds = &sem.layer_kinds.value;
         let layers = (0..sem.n_slots())
             .map(|slot| match kinds[slot % kinds.len()] {
-                LayerKind::Full | LayerKind::Sliding => LayerState::Attention(KvCache::new(
-                    kv,
-                    d.n_head_kv * d.head_dim_k,
-                    d.n_head_kv * d.head_dim_v,
-                )),
+                kind @ (LayerKind::Full | LayerKind::Sliding) => {
+                    let (dk, dv) = sem.head_dims(kind);
+                    LayerState::Attention(KvCache::new(kv, d.n_head_kv * dk, d.n_head_kv * dv))
+                }
                 LayerKind::ShortConv => {
                     let l = sem.short_conv.as_ref().map_or(1, |s| s.value);
                     LayerState::ShortConv {

@@ -169,3 +169,24 @@ fn nanbeige_loop_counts_out_of_range_are_refused_by_name() {
         "{e}"
     );
 }
+
+#[test]
+fn gemma4_experts_and_a_shared_kv_source_of_another_kind_are_refused_by_name() {
+    let e = load_variant("gemma4", |w| {
+        w.set_kv("gemma4.expert_count", Value::U32(8));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("gemma4.expert_count") && e.contains("mixture-of-experts"),
+        "{e}"
+    );
+    // 3 shared layers of SSFSFSF: layer 4 (full) would read layer 3 (sliding).
+    let e = load_variant("gemma4", |w| {
+        w.set_kv("gemma4.attention.shared_kv_layers", Value::U32(3));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("gemma4.attention.shared_kv_layers") && e.contains("another kind"),
+        "{e}"
+    );
+}

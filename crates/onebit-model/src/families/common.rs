@@ -168,6 +168,12 @@ pub fn base(
         ),
         attn_bias: Sourced::new(false, format!("{family}: none")),
         attn_output_gate: Sourced::new(false, format!("{family}: none")),
+        head_dims_sliding: None,
+        v_norm: Sourced::new(false, format!("{family}: none")),
+        kv_source: Sourced::new(
+            (0..n_layer).collect(),
+            format!("{family}: every layer its own KV"),
+        ),
         short_conv: None,
         delta_net: None,
     })

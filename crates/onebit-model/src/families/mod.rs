@@ -8,6 +8,7 @@
 pub mod common;
 pub mod decls;
 pub mod gemma3;
+pub mod gemma4;
 pub mod hunyuan;
 pub mod lfm2;
 pub mod llama;
@@ -86,6 +87,7 @@ pub const FAMILIES: &[&Family] = &[
     &lfm2::FAMILY,
     &qwen35::FAMILY,
     &nanbeige::FAMILY,
+    &gemma4::FAMILY,
 ];
 
 pub fn by_arch(arch: &str) -> Option<&'static Family> {

@@ -37,7 +37,7 @@ impl TokenMixer for AttnWeights {
         };
         let angles = cell.get_or_init(|| angle_table(run.pool, rope, run.positions));
         let n = h.len() / d.n_embd;
-        let (dk, dv) = (d.head_dim_k, d.head_dim_v);
+        let (dk, dv) = sem.head_dims(kind);
         let gated = sem.attn_output_gate.value;
         let Scratch {
             q: q_all,
@@ -45,19 +45,41 @@ impl TokenMixer for AttnWeights {
             v,
             ctx,
         } = sc;
-        let mut outs = [
-            sized(q_all, n * aw.wq.rows),
-            sized(k, n * aw.wk.rows),
-            sized(v, n * aw.wv.rows),
-        ];
-        matmul_many(
-            run.pool,
-            run.precision,
-            &[&aw.wq, &aw.wk, &aw.wv],
-            h,
-            n,
-            &mut outs,
-        );
+        // A layer without K/V of its own reads its source layer's cache,
+        // which that layer extended earlier in this call.
+        let kv = aw.kv.as_ref();
+        let kw = d.n_head_kv * dk;
+        let vw = d.n_head_kv * dv;
+        match kv {
+            Some(kv) => {
+                let mut outs = [
+                    sized(q_all, n * aw.wq.rows),
+                    sized(k, n * kv.wk.rows),
+                    sized(v, n * kv.wv.rows),
+                ];
+                matmul_many(
+                    run.pool,
+                    run.precision,
+                    &[&aw.wq, &kv.wk, &kv.wv],
+                    h,
+                    n,
+                    &mut outs,
+                );
+            }
+            None => {
+                matmul(
+                    run.pool,
+                    run.precision,
+                    &aw.wq,
+                    h,
+                    n,
+                    sized(q_all, n * aw.wq.rows),
+                );
+                // One unused value per row keeps the row loop below uniform.
+                sized(k, n);
+            }
+        }
+        let kw_rows = if kv.is_some() { kw } else { 1 };
         let qw = d.n_head * dk;
         // With an output gate, q rows are [q_h | gate_h] per head.
         let mut q_split = Vec::new();
@@ -72,45 +94,54 @@ impl TokenMixer for AttnWeights {
         } else {
             (&mut q_all[..], None)
         };
-        add_bias(q, aw.bq.as_deref());
-        add_bias(k, aw.bk.as_deref());
-        add_bias(v, aw.bv.as_deref());
-
         let eps = sem.norm_eps.value;
+        add_bias(q, aw.bq.as_deref());
+        if let Some(kv) = kv {
+            add_bias(k, kv.bk.as_deref());
+            add_bias(v, kv.bv.as_deref());
+            if sem.v_norm.value {
+                let ones = vec![1f32; dv];
+                v.chunks_exact_mut(dv)
+                    .for_each(|head| rmsnorm_inplace(head, &ones, eps));
+            }
+        }
+        let k_norm = kv.and_then(|kv| kv.k_norm.as_ref());
         let qk_norm = sem.qk_norm.value;
-        let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
+        let norm_heads = |buf: &mut [f32], w: Option<&Vec<f32>>| {
             if let Some(w) = w {
                 buf.chunks_exact_mut(dk)
                     .for_each(|head| rmsnorm_inplace(head, w, eps));
             }
         };
-        let kw = d.n_head_kv * dk;
         let half = rope.inv_freq.len();
+        let has_kv = kv.is_some();
         // Per row: q/k norms and RoPE, rows in parallel.
         par_rows(
             run.pool,
             n,
-            [qw, kw],
+            [qw, kw_rows],
             [&mut *q, &mut k[..]],
             |r0, [qs, ks]| {
                 for (j, (qt, kt)) in qs
                     .chunks_exact_mut(qw)
-                    .zip(ks.chunks_exact_mut(kw))
+                    .zip(ks.chunks_exact_mut(kw_rows))
                     .enumerate()
                 {
                     let t = r0 + j;
                     let angles = &angles[t * half..(t + 1) * half];
                     if qk_norm == QkNorm::BeforeRope {
-                        norm_heads(qt, &aw.q_norm);
-                        norm_heads(kt, &aw.k_norm);
+                        norm_heads(qt, aw.q_norm.as_ref());
+                        norm_heads(kt, k_norm);
                     }
                     qt.chunks_exact_mut(dk)
                         .for_each(|head| rope.apply(head, angles));
-                    kt.chunks_exact_mut(dk)
-                        .for_each(|head| rope.apply(head, angles));
+                    if has_kv {
+                        kt.chunks_exact_mut(dk)
+                            .for_each(|head| rope.apply(head, angles));
+                    }
                     if qk_norm == QkNorm::AfterRope {
-                        norm_heads(qt, &aw.q_norm);
-                        norm_heads(kt, &aw.k_norm);
+                        norm_heads(qt, aw.q_norm.as_ref());
+                        norm_heads(kt, k_norm);
                     }
                 }
             },
@@ -129,14 +160,17 @@ impl TokenMixer for AttnWeights {
         let scale = sem.attn_scale.value;
         let cap = sem.attn_softcap.value;
         let width = d.n_head * dv;
-        let vw = d.n_head_kv * dv;
         let ctx = sized(ctx, n * width);
+        // The source layer's slot in the same pass of the stack.
+        let src = at.slot - at.layer + sem.kv_source.value[at.layer];
         for seg in seqs.iter_mut() {
-            let LayerState::Attention(cache) = &mut seg.state.layers[at.slot] else {
+            let LayerState::Attention(cache) = &mut seg.state.layers[src] else {
                 unreachable!("attention layers hold KV caches (SeqState::new)")
             };
-            cache.k.push(&k[seg.rows.start * kw..seg.rows.end * kw]);
-            cache.v.push(&v[seg.rows.start * vw..seg.rows.end * vw]);
+            if has_kv {
+                cache.k.push(&k[seg.rows.start * kw..seg.rows.end * kw]);
+                cache.v.push(&v[seg.rows.start * vw..seg.rows.end * vw]);
+            }
             let spans: Vec<(usize, usize)> = (0..seg.rows.len())
                 .map(|i| {
                     let p = seg.pos0 + i;
