@@ -8,7 +8,7 @@ pins the Python packages and builds the libllama driver.
 
     scripts/gen-fixtures.sh FAMILY OUT_DIR [--compare DIR]
 
-FAMILY is a key of FAMILIES below. --compare DIR compares every file written
+FAMILY is a key of FAMILIES below (the fixture directory name). --compare DIR compares every file written
 with the same file in DIR (bytes for GGUFs and logits; the reproducible
 fields for meta.json) and exits 1 on a difference.
 
