@@ -82,8 +82,10 @@ MUTANTS = [
      "s.v_norm = Sourced::new(true,", "s.v_norm = Sourced::new(false,", MODEL_TESTS),
     ("gemma4: final soft-cap dropped", G4,
      "s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));", "let _ = cap;", MODEL_TESTS),
-    ("gemma4: per-layer input not scaled by 1/sqrt(2)", FORWARD,
-     "let sum_scale = 1.0 / 2f32.sqrt();", "let sum_scale = 1.0;", MODEL_TESTS),
+    # Not a mutant: dropping the per-layer input's 1/sqrt(2) (or the projection's
+    # 1/sqrt(n_embd)) scales the whole per-layer branch before its post_norm
+    # RMSNorm, which cancels it up to eps; only the token rows' sqrt(width),
+    # which weighs the two halves of the input against each other, is seen.
     ("gemma4: per-layer token rows not scaled by sqrt(width)", FORWARD,
      "let tok_scale = (pl as f32).sqrt();", "let tok_scale = 1.0;", MODEL_TESTS),
     ("gemma4: layer output scale dropped", G4,
