@@ -78,6 +78,8 @@ MUTANTS = [
      "    s.attn_scale = Sourced::new(1.0,", "    s.rope_full.value.freq_factors = None;\n    s.attn_scale = Sourced::new(1.0,", MODEL_TESTS),
     ("gemma4: attention scale 1/sqrt(head dim) instead of 1", G4,
      "    s.attn_scale = Sourced::new(1.0,", "    let _ = Sourced::new(1.0,", MODEL_TESTS),
+    ("gemma4: shared-KV layers allocate a KV cache of their own", "crates/onebit-model/src/state.rs",
+     "let (dk, dv) = if own { sem.head_dims(kind) } else { (0, 0) };", "let (dk, dv) = sem.head_dims(kind);", ["-p", "onebit-model", "--test", "sequence_state"]),
     ("gemma4: v norm off", G4,
      "s.v_norm = Sourced::new(true,", "s.v_norm = Sourced::new(false,", MODEL_TESTS),
     ("gemma4: final soft-cap dropped", G4,

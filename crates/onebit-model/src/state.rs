@@ -76,7 +76,11 @@ impl SeqState {
         let layers = (0..sem.n_slots())
             .map(|slot| match kinds[slot % kinds.len()] {
                 kind @ (LayerKind::Full | LayerKind::Sliding) => {
-                    let (dk, dv) = sem.head_dims(kind);
+                    // A layer that reads another layer's KV (Gemma 4's
+                    // shared-KV layers) keeps an empty, zero-width cache.
+                    let layer = slot % kinds.len();
+                    let own = sem.kv_source.value[layer] == layer;
+                    let (dk, dv) = if own { sem.head_dims(kind) } else { (0, 0) };
                     LayerState::Attention(KvCache::new(kv, d.n_head_kv * dk, d.n_head_kv * dv))
                 }
                 LayerKind::ShortConv => {
