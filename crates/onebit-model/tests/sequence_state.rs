@@ -162,18 +162,23 @@ fn batched_sequences_get_what_each_gets_alone() {
 
 #[test]
 fn gemma4_shared_kv_layers_store_no_kv_of_their_own() {
-    // Layers 5 and 6 read layers 3 and 4's caches (fixture README).
+    // Layers 5 and 6 read layers 3 and 4's caches (fixture README): their
+    // own caches have rows of width 0, so nothing is stored or reserved.
     let m = model("gemma4");
     let mut st = m.new_state();
     m.forward(&mut st, &[2, 17, 99, 250], Logits::Last).unwrap();
-    let bytes: Vec<usize> = st
+    let widths: Vec<(usize, usize)> = st
         .layers
         .iter()
         .map(|l| match l {
-            onebit_model::state::LayerState::Attention(c) => c.bytes(),
+            onebit_model::state::LayerState::Attention(c) => (c.k.width(), c.k.rows()),
             other => panic!("gemma4 layers are attention layers, found {other:?}"),
         })
         .collect();
-    assert!(bytes[..5].iter().all(|&b| b > 0), "{bytes:?}");
-    assert_eq!(&bytes[5..], &[0, 0], "{bytes:?}");
+    // k widths: n_head_kv (2) x head size (16 sliding, 32 full).
+    assert_eq!(
+        widths,
+        [(32, 4), (32, 4), (64, 4), (32, 4), (64, 4), (0, 0), (0, 0)],
+        "{widths:?}"
+    );
 }
