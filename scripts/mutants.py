@@ -12,8 +12,13 @@ import subprocess, sys, pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 G3 = "crates/onebit-model/src/families/gemma3.rs"
+G4 = "crates/onebit-model/src/families/gemma4.rs"
 COMMON = "crates/onebit-model/src/families/common.rs"
-MIXERS = "crates/onebit-model/src/mixers.rs"
+MIXERS = "crates/onebit-model/src/mixers/mod.rs"
+SHORT_CONV = "crates/onebit-model/src/mixers/short_conv.rs"
+DELTA_NET = "crates/onebit-model/src/mixers/delta_net.rs"
+ATTENTION = "crates/onebit-model/src/mixers/attention.rs"
+FORWARD = "crates/onebit-model/src/forward.rs"
 MODEL_TESTS = ["-p", "onebit-model"]
 
 MUTANTS = [
@@ -22,7 +27,7 @@ MUTANTS = [
     ("gemma3: sliding base 10000 when absent -> the model's base", G3,
      "sliding.base = DEFAULT_SWA_BASE;", "", MODEL_TESTS),
     ("gemma3: sandwich norms off", G3,
-     's.sandwich_norms = Sourced::new(true,', 's.sandwich_norms = Sourced::new(false,', MODEL_TESTS),
+     'post_mixer_norm: Some("post_attention_norm.weight"),', 'post_mixer_norm: None,', MODEL_TESTS),
     ("gemma3: +1 added again to stored norms", G3,
      "        NormForm::Plain,\n        \"gemma3 GGUF", "        NormForm::OnePlus,\n        \"gemma3 GGUF", MODEL_TESTS),
     ("gemma3: no embedding scale", G3,
@@ -35,31 +40,61 @@ MUTANTS = [
      "        true,\n        QkNorm::BeforeRope,\n        \"gemma3", "        false,\n        QkNorm::BeforeRope,\n        \"gemma3", MODEL_TESTS),
     ("llama: halves instead of interleaved RoPE", "crates/onebit-model/src/families/llama.rs",
      "RopeStyle::Interleaved,", "RopeStyle::Halves,", MODEL_TESTS),
-    ("sliding window off by one", "crates/onebit-model/src/forward.rs",
+    ("sliding window off by one", ATTENTION,
      "(p + 1).saturating_sub(w)", "p.saturating_sub(w)", MODEL_TESTS),
     ("qwen3: q/k norm off", "crates/onebit-model/src/families/qwen3.rs",
      "        true,\n        QkNorm::BeforeRope,", "        false,\n        QkNorm::BeforeRope,", MODEL_TESTS),
     ("hunyuan: q/k norm before RoPE instead of after", "crates/onebit-model/src/families/hunyuan.rs",
      "QkNorm::AfterRope,", "QkNorm::BeforeRope,", MODEL_TESTS),
-    ("qwen2: q bias not added", "crates/onebit-model/src/forward.rs",
-     "add_bias(&mut q, aw.bq.as_deref());", "", MODEL_TESTS),
+    ("qwen2: q bias not added", ATTENTION,
+     "add_bias(q, aw.bq.as_deref());", "", MODEL_TESTS),
     ("phi3: LongRoPE attention factor dropped", "crates/onebit-model/src/families/phi3.rs",
      "rope.attn_factor = f;", "", MODEL_TESTS),
     ("lfm2: conv window misaligned (current input on tap 0)", MIXERS,
      "acc += taps[l - 1] * input[ch];", "acc += taps[0] * input[ch];", MODEL_TESTS),
-    ("lfm2: conv state not carried across decode steps", MIXERS,
-     "        for t in rows.clone() {\n            let row = &bcx", "        history.fill(0.0);\n        for t in rows.clone() {\n            let row = &bcx", MODEL_TESTS),
-    ("lfm2: C gate dropped", MIXERS,
+    ("lfm2: conv state not carried across decode steps", SHORT_CONV,
+     "            for t in s.rows.clone() {", "            history.fill(0.0);\n            for t in s.rows.clone() {", MODEL_TESTS),
+    ("lfm2: C gate dropped", SHORT_CONV,
      "yt.iter_mut().zip(c).for_each(|(v, c)| *v *= c);", "", MODEL_TESTS),
     ("lfm2: layer kinds ignore the container (all attention)", "crates/onebit-model/src/families/lfm2.rs",
      "                if h == 0 {\n                    LayerKind::ShortConv", "                if h == 999 {\n                    LayerKind::ShortConv", MODEL_TESTS),
-    ("qwen35: no state decay", MIXERS,
+    ("qwen35: no state decay", DELTA_NET,
      "st.iter_mut().for_each(|x| *x *= decay);", "", MODEL_TESTS),
-    ("qwen35: grouped instead of tiled v-to-k head map", MIXERS,
+    ("qwen35: grouped instead of tiled v-to-k head map", DELTA_NET,
      "let hk = hv % nk;", "let hk = hv / (nv / nk);", MODEL_TESTS),
-    ("qwen35: recurrent state not carried across decode steps", MIXERS,
-     "        for t in rows.clone() {\n            conv_step(", "        state.fill(0.0);\n        for t in rows.clone() {\n            conv_step(", MODEL_TESTS),
-    ("qwen35: attention output gate dropped", "crates/onebit-model/src/forward.rs",
+    ("qwen35: recurrent state not carried across decode steps", DELTA_NET,
+     "            for t in sq.rows.clone() {", "            state.fill(0.0);\n            for t in sq.rows.clone() {", MODEL_TESTS),
+    ("nanbeige: the layers run once (num_loops ignored)", "crates/onebit-model/src/families/nanbeige.rs",
+     "Some(l) => (l, d.src(NUM_LOOPS)),", "Some(_) => (1, d.src(NUM_LOOPS)),", MODEL_TESTS),
+    ("nanbeige: no output_norm between passes", "crates/onebit-model/src/families/nanbeige.rs",
+     "loop_norm: !skip,", "loop_norm: false,", MODEL_TESTS),
+    ("nanbeige: passes share one state slot", FORWARD,
+     "let at = At { layer: il, slot };", "let at = At { layer: il, slot: il };", MODEL_TESTS),
+    ("longrope: the long table never selected", "crates/onebit-model/src/semantics.rs",
+     "                    rope.value.freq_factors = Some(long.clone());\n", "", MODEL_TESTS),
+    ("gemma4: shared-KV sliding layers read another sliding layer", G4,
+     "let from = first - if kinds[i] == LayerKind::Sliding { 2 } else { 1 };", "let from = first - if kinds[i] == LayerKind::Sliding { 4 } else { 1 };", MODEL_TESTS),
+    ("gemma4: proportional RoPE factors dropped on full layers", G4,
+     "    s.attn_scale = Sourced::new(1.0,", "    s.rope_full.value.freq_factors = None;\n    s.attn_scale = Sourced::new(1.0,", MODEL_TESTS),
+    ("gemma4: attention scale 1/sqrt(head dim) instead of 1", G4,
+     "    s.attn_scale = Sourced::new(1.0,", "    let _ = Sourced::new(1.0,", MODEL_TESTS),
+    ("gemma4: shared-KV layers allocate a KV cache of their own", "crates/onebit-model/src/state.rs",
+     "let (dk, dv) = if own { sem.head_dims(kind) } else { (0, 0) };", "let (dk, dv) = sem.head_dims(kind);", ["-p", "onebit-model", "--test", "sequence_state"]),
+    ("gemma4: v norm off", G4,
+     "s.v_norm = Sourced::new(true,", "s.v_norm = Sourced::new(false,", MODEL_TESTS),
+    ("gemma4: final soft-cap dropped", G4,
+     "s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));", "let _ = cap;", MODEL_TESTS),
+    # Not a mutant: dropping the per-layer input's 1/sqrt(2) (or the projection's
+    # 1/sqrt(n_embd)) scales the whole per-layer branch before its post_norm
+    # RMSNorm, which cancels it up to eps; only the token rows' sqrt(width),
+    # which weighs the two halves of the input against each other, is seen.
+    ("gemma4: per-layer token rows not scaled by sqrt(width)", FORWARD,
+     "let tok_scale = (pl as f32).sqrt();", "let tok_scale = 1.0;", MODEL_TESTS),
+    ("gemma4: layer output scale dropped", G4,
+     "output_scale: output_scale.then_some(OUTPUT_SCALE),", "output_scale: None,", MODEL_TESTS),
+    ("gemma4: sliding pattern ignored (every layer full)", G4,
+     "Some(true) => Ok(LayerKind::Sliding),", "Some(true) => Ok(LayerKind::Full),", MODEL_TESTS),
+    ("qwen35: attention output gate dropped", ATTENTION,
      "ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));", "let _ = g;", MODEL_TESTS),
 ]
 
@@ -87,7 +122,7 @@ MUTANTS += [
     ("pack: hunyuan alpha not applied", FAM + "hunyuan.rs",
      "rope.base = ntk_alpha_base(rope.base, alpha, dim);", "let _ = (alpha, &rope);", PACK_LIB),
     ("pack: query_pre_attn_scalar ignored", FAM + "gemma3.rs",
-     "if let Some(q) = d.f64_opt(k::QUERY_PRE_ATTN_SCALAR)? {", "if let Some(q) = None::<f64> {", PACK_LIB),
+     "if let Some(q) = d.f64_opt(QUERY_PRE_ATTN_SCALAR)? {", "if let Some(q) = None::<f64> {", PACK_LIB),
     ("pack: stated use_qk_norm true ignored", FAM + "common.rs",
      "Some(true) => Sourced::new(order, d.src(k::USE_QK_NORM)),", "Some(true) => Sourced::new(QkNorm::None, d.src(k::USE_QK_NORM)),", PACK_LIB),
     ("pack: use_qk_norm read only where the family normalises", FAM + "common.rs",
@@ -101,7 +136,7 @@ MUTANTS += [
     ("pack: norm_eps spelling not read", FAM + "decls.rs",
      '["rms_norm_eps", "norm_eps"]', '["rms_norm_eps"]', PACK_LIB),
     ("pack: gemma3 pack embedding scaled again", FAM + "gemma3.rs",
-     "        Container::Pack => Sourced::new(\n            None,", "        Container::Pack => Sourced::new(\n            Some(1.0),", PACK_LIB),
+     "        ContainerKind::Pack => Sourced::new(\n            None,", "        ContainerKind::Pack => Sourced::new(\n            Some(1.0),", PACK_LIB),
     ("pack: llama pack rotates interleaved pairs", FAM + "llama.rs",
      "            RopeStyle::Halves,\n            \"llama pack", "            RopeStyle::Interleaved,\n            \"llama pack", PACK_LIB),
     ("pack: tokenizer_config.json bos_token not read", PCFG,

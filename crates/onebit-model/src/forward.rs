@@ -10,19 +10,18 @@
 //! a prompt prefilled in one batch, fed token by token, or run beside other
 //! sequences gives the same logits, bit for bit.
 
-use onebit_kernels::attention::{attend_rows, AttnShape};
 use onebit_kernels::kv::KvType;
-use onebit_kernels::ops::{glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
+use onebit_kernels::ops::{gelu_tanh, glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
 use std::cell::OnceCell;
-use std::sync::Mutex;
 
 use crate::error::{ModelError, Result};
-use crate::mixers;
-use crate::semantics::{Activation, LayerKind, QkNorm, RopeSpec, Semantics};
+use crate::mixers::{At, Run, Scratch, SeqRows};
+use crate::rows::{par_rows, sized};
+use crate::semantics::{Activation, RopeSpec, Semantics};
 use crate::state::{LayerState, SeqState};
-use crate::weights::{AttnWeights, Mixer, Weights};
+use crate::weights::Weights;
 
 /// Prompt tokens per forward pass of [`Model::forward`]: enough rows for
 /// the wide matmul kernels, few enough that the activations of a long prompt
@@ -87,20 +86,25 @@ struct Segment {
     pos0: usize,
 }
 
+/// The context limit of a run: the configured one, else the model's trained
+/// context, else 4096.
+pub fn context_limit(exec: &ExecConfig, sem: &Semantics) -> usize {
+    match (exec.max_context, sem.dims.n_ctx_train) {
+        (0, 0) => 4096,
+        (0, t) => t,
+        (c, _) => c,
+    }
+}
+
 impl Model {
     pub fn new(sem: Semantics, weights: Weights, exec: &ExecConfig) -> Model {
-        let max_context = match (exec.max_context, sem.dims.n_ctx_train) {
-            (0, 0) => 4096,
-            (0, t) => t,
-            (c, _) => c,
-        };
+        let max_context = context_limit(exec, &sem);
+        // Table choices that depend on the context, resolved for this run.
+        let sem = sem.at_context(max_context);
         let rope = |spec: &RopeSpec| {
-            // LongRoPE: the long table when the run's context exceeds the original.
-            let name = match &spec.long_factors {
-                Some((long, orig)) if max_context > *orig => Some(long),
-                _ => spec.freq_factors.as_ref(),
-            };
-            let factors = name
+            let factors = spec
+                .freq_factors
+                .as_ref()
                 .and_then(|n| weights.rope_factors.iter().find(|(m, _)| m == n))
                 .map(|(_, f)| &f[..]);
             let mut r = Rope::new(
@@ -117,7 +121,8 @@ impl Model {
         let rope_sliding = rope(&sem.rope_sliding.value);
         let pool = Pool::new(exec.threads);
         if exec.precision == Precision::Quantized {
-            // Repack into the kernels' layouts now, not on the first prompt.
+            // Prepare (rows interleaved into the SIMD kernels' layout) now,
+            // not on the first prompt.
             for w in weights.matrices() {
                 w.prepare(&pool);
             }
@@ -151,7 +156,7 @@ impl Model {
         SeqState::new(&self.sem, self.kv_type)
     }
 
-    pub(crate) fn mm(&self, w: &QMatrix, x: &[f32], n: usize) -> Vec<f32> {
+    fn mm(&self, w: &QMatrix, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = vec![0f32; n * w.rows];
         matmul(&self.pool, self.precision, w, x, n, &mut out);
         out
@@ -207,7 +212,7 @@ impl Model {
                 d.n_vocab
             )));
         }
-        if state.layers.len() != d.n_layer {
+        if state.layers.len() != self.sem.n_slots() {
             return Err(ModelError::Input(
                 "sequence state belongs to another model".into(),
             ));
@@ -248,6 +253,8 @@ impl Model {
         if let Some(s) = self.sem.embed_scale.value {
             x.iter_mut().for_each(|v| *v *= s);
         }
+        let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let per_layer = self.per_layer_inputs(&ids, &x);
 
         let eps = self.sem.norm_eps.value;
         let layers = &self.weights.layers;
@@ -265,40 +272,73 @@ impl Model {
                 },
             );
         }
-        // Each stacked row's position, and the RoPE angles of every row per
-        // table, computed once for all the layers that use them.
+        // Each stacked row's position; the RoPE angles of every row per
+        // table are computed once for all the layers that use them.
         let positions: Vec<usize> = segs
             .iter()
             .flat_map(|s| (0..s.rows.len()).map(move |j| s.pos0 + j))
             .collect();
-        let angles_full = OnceCell::new();
-        let angles_sliding = OnceCell::new();
+        let run = Run {
+            sem: &self.sem,
+            pool: &self.pool,
+            precision: self.precision,
+            rope_full: &self.rope_full,
+            rope_sliding: &self.rope_sliding,
+            positions: &positions,
+            angles_full: OnceCell::new(),
+            angles_sliding: OnceCell::new(),
+        };
+        let mut rows: Vec<SeqRows> = seqs
+            .iter_mut()
+            .zip(&segs)
+            .map(|(s, seg)| SeqRows {
+                state: &mut *s.state,
+                rows: seg.rows.clone(),
+                pos0: seg.pos0,
+            })
+            .collect();
+        // The layer bodies: every layer, `loops` passes of the stack, each
+        // pass with its own state slots.
+        let body = &self.sem.body.value;
+        let n_slots = layers.len() * body.loops;
         let mut sc = Scratch::default();
-        for (il, lw) in layers.iter().enumerate() {
-            match &lw.mixer {
-                Mixer::Attention(aw) => {
-                    let (rope, cell) = if self.sem.layer_kinds.value[il] == LayerKind::Sliding {
-                        (&self.rope_sliding, &angles_sliding)
-                    } else {
-                        (&self.rope_full, &angles_full)
-                    };
-                    let angles = cell.get_or_init(|| self.angle_table(rope, &positions));
-                    self.attention(il, aw, seqs, &segs, &h, rope, angles, &mut sc);
-                }
-                Mixer::ShortConv(cw) => {
-                    sc.mixed = mixers::short_conv(self, il, cw, seqs, &segs_rows(&segs), &h)?
-                }
-                Mixer::DeltaNet(dw) => {
-                    sc.mixed = mixers::delta_net(self, il, dw, seqs, &segs_rows(&segs), &h)?
-                }
-            }
+        let mut fb = FfnBufs::default();
+        let mut mixed = Vec::new();
+        for slot in 0..n_slots {
+            let il = slot % layers.len();
+            let lw = &layers[il];
+            let at = At { layer: il, slot };
+            lw.mixer
+                .mixer()
+                .mix(&run, at, &mut rows, &h, &mut sc, &mut mixed)?;
             let post = lw.post_attn_norm.as_deref();
-            self.residual(&mut x, &mut sc.mixed, post, Some(&lw.ffn_norm), &mut h);
-            self.feed_forward(il, &h, n, &mut sc);
-            let next = layers.get(il + 1).map(|l| &l.attn_norm[..]);
+            self.residual(&mut x, &mut mixed, post, Some(&lw.ffn_norm), &mut h);
+            self.feed_forward(il, &h, n, &mut fb);
             let post = lw.post_ffn_norm.as_deref();
-            self.residual(&mut x, &mut sc.ff, post, next, &mut h);
+            let last = slot + 1 == n_slots;
+            let pass_ends = (slot + 1) % layers.len() == 0;
+            let between = !last && pass_ends && body.loop_norm;
+            let tail = lw.per_layer.is_some() || lw.out_scale.is_some();
+            let next = (!last).then(|| &layers[(slot + 1) % layers.len()].attn_norm[..]);
+            let fused_next = if between || tail { None } else { next };
+            self.residual(&mut x, &mut fb.ff, post, fused_next, &mut h);
+            if tail {
+                self.layer_tail(il, &mut x, per_layer.as_deref(), n);
+            }
+            if between {
+                // Between passes: x = norm(x; output_norm), then the first
+                // layer's norm.
+                self.renorm(
+                    &mut x,
+                    &self.weights.output_norm,
+                    &layers[0].attn_norm,
+                    &mut h,
+                );
+            } else if let (true, Some(next)) = (tail, next) {
+                self.norm_rows(&x, next, &mut h);
+            }
         }
+        drop(rows);
         for (s, seg) in seqs.iter_mut().zip(&segs) {
             s.state.pos = seg.pos0 + seg.rows.len();
         }
@@ -341,165 +381,10 @@ impl Model {
         Ok(out)
     }
 
-    /// `rope`'s cos/sin pairs for every stacked row ([rows][n_rot / 2]).
-    fn angle_table(&self, rope: &Rope, positions: &[usize]) -> Vec<(f32, f32)> {
-        self.pool
-            .map_ranges(positions.len(), 64, |r| {
-                positions[r]
-                    .iter()
-                    .flat_map(|&p| rope.angles(p))
-                    .collect::<Vec<_>>()
-            })
-            .concat()
-    }
-
-    /// Writes the attention output into `sc.mixed`.
-    #[allow(clippy::too_many_arguments)]
-    fn attention(
-        &self,
-        il: usize,
-        aw: &AttnWeights,
-        seqs: &mut [SeqInput],
-        segs: &[Segment],
-        h: &[f32],
-        rope: &Rope,
-        angles: &[(f32, f32)],
-        sc: &mut Scratch,
-    ) {
-        let d = &self.sem.dims;
-        let kind = self.sem.layer_kinds.value[il];
-        let n = h.len() / d.n_embd;
-        let (dk, dv) = (d.head_dim_k, d.head_dim_v);
-        let gated = self.sem.attn_output_gate.value;
-        let Scratch {
-            q: q_all,
-            k,
-            v,
-            ctx,
-            mixed,
-            ..
-        } = sc;
-        let mut outs = [
-            sized(q_all, n * aw.wq.rows),
-            sized(k, n * aw.wk.rows),
-            sized(v, n * aw.wv.rows),
-        ];
-        matmul_many(
-            &self.pool,
-            self.precision,
-            &[&aw.wq, &aw.wk, &aw.wv],
-            h,
-            n,
-            &mut outs,
-        );
-        let qw = d.n_head * dk;
-        // With an output gate, q rows are [q_h | gate_h] per head.
-        let mut q_split = Vec::new();
-        let (q, gate): (&mut [f32], _) = if gated {
-            let mut g = Vec::with_capacity(n * qw);
-            q_split.reserve_exact(n * qw);
-            for head in q_all.chunks_exact(2 * dk) {
-                q_split.extend_from_slice(&head[..dk]);
-                g.extend_from_slice(&head[dk..]);
-            }
-            (&mut q_split[..], Some(g))
-        } else {
-            (&mut q_all[..], None)
-        };
-        add_bias(q, aw.bq.as_deref());
-        add_bias(k, aw.bk.as_deref());
-        add_bias(v, aw.bv.as_deref());
-
-        let eps = self.sem.norm_eps.value;
-        let qk_norm = self.sem.qk_norm.value;
-        let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
-            if let Some(w) = w {
-                buf.chunks_exact_mut(dk)
-                    .for_each(|head| rmsnorm_inplace(head, w, eps));
-            }
-        };
-        let kw = d.n_head_kv * dk;
-        let half = rope.inv_freq.len();
-        // Per row: q/k norms and RoPE, rows in parallel.
-        par_rows(
-            &self.pool,
-            n,
-            [qw, kw],
-            [&mut *q, &mut k[..]],
-            |r0, [qs, ks]| {
-                for (j, (qt, kt)) in qs
-                    .chunks_exact_mut(qw)
-                    .zip(ks.chunks_exact_mut(kw))
-                    .enumerate()
-                {
-                    let t = r0 + j;
-                    let angles = &angles[t * half..(t + 1) * half];
-                    if qk_norm == QkNorm::BeforeRope {
-                        norm_heads(qt, &aw.q_norm);
-                        norm_heads(kt, &aw.k_norm);
-                    }
-                    qt.chunks_exact_mut(dk)
-                        .for_each(|head| rope.apply(head, angles));
-                    kt.chunks_exact_mut(dk)
-                        .for_each(|head| rope.apply(head, angles));
-                    if qk_norm == QkNorm::AfterRope {
-                        norm_heads(qt, &aw.q_norm);
-                        norm_heads(kt, &aw.k_norm);
-                    }
-                }
-            },
-        );
-
-        let shape = AttnShape {
-            n_head: d.n_head,
-            n_head_kv: d.n_head_kv,
-            head_dim_k: dk,
-            head_dim_v: dv,
-        };
-        let window = match kind {
-            LayerKind::Sliding => self.sem.sliding_window.value,
-            _ => None,
-        };
-        let scale = self.sem.attn_scale.value;
-        let cap = self.sem.attn_softcap.value;
-        let width = d.n_head * dv;
-        let vw = d.n_head_kv * dv;
-        let ctx = sized(ctx, n * width);
-        for (s, seg) in seqs.iter_mut().zip(segs) {
-            let LayerState::Attention(cache) = &mut s.state.layers[il] else {
-                unreachable!("attention layers hold KV caches (SeqState::new)")
-            };
-            cache.k.push(&k[seg.rows.start * kw..seg.rows.end * kw]);
-            cache.v.push(&v[seg.rows.start * vw..seg.rows.end * vw]);
-            let spans: Vec<(usize, usize)> = (0..seg.rows.len())
-                .map(|i| {
-                    let p = seg.pos0 + i;
-                    (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1)
-                })
-                .collect();
-            attend_rows(
-                &self.pool,
-                shape,
-                &q[seg.rows.start * qw..seg.rows.end * qw],
-                &spans,
-                cache.k.view(),
-                cache.v.view(),
-                scale,
-                cap,
-                &mut ctx[seg.rows.start * width..seg.rows.end * width],
-            );
-        }
-        if let Some(g) = gate {
-            ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));
-        }
-        let out = sized(mixed, n * aw.wo.rows);
-        matmul(&self.pool, self.precision, &aw.wo, ctx, n, out);
-    }
-
-    /// Writes the feed-forward output into `sc.ff`.
-    fn feed_forward(&self, il: usize, h: &[f32], n: usize, sc: &mut Scratch) {
+    /// Writes the feed-forward output into `ff`.
+    fn feed_forward(&self, il: usize, h: &[f32], n: usize, bufs: &mut FfnBufs) {
         let f = &self.weights.layers[il].ffn;
-        let Scratch { gate, up, ff, .. } = sc;
+        let FfnBufs { gate, up, ff } = bufs;
         let mut outs = [sized(gate, n * f.gate.rows), sized(up, n * f.up.rows)];
         matmul_many(
             &self.pool,
@@ -517,6 +402,98 @@ impl Model {
         glu_par(&self.pool, act, g, u);
         let out = sized(ff, n * f.down.rows);
         matmul(&self.pool, self.precision, &f.down, g, n, out);
+    }
+
+    /// Gemma 4's per-layer inputs ([rows][n_layer * width]): the per-layer
+    /// token table's row times sqrt(width), plus the scaled embedding `x0`
+    /// projected, times 1/sqrt(n_embd), RMS-normed per layer slice; the sum
+    /// times 1/sqrt(2). None when the model has no per-layer embeddings.
+    fn per_layer_inputs(&self, ids: &[u32], x0: &[f32]) -> Option<Vec<f32>> {
+        let p = self.weights.per_layer_input.as_ref()?;
+        let pl = self.sem.body.value.per_layer_input;
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        let n = ids.len();
+        let w = p.model_proj.rows;
+        let mut proj = self.mm(&p.model_proj, x0, n);
+        let proj_scale = 1.0 / (e as f32).sqrt();
+        let tok_scale = (pl as f32).sqrt();
+        let sum_scale = 1.0 / 2f32.sqrt();
+        let mut tok = vec![0f32; w];
+        for (row, &id) in proj.chunks_exact_mut(w).zip(ids) {
+            p.token_embd.dequantize_row(id as usize, &mut tok);
+            row.iter_mut().for_each(|v| *v *= proj_scale);
+            for slice in row.chunks_exact_mut(pl) {
+                rmsnorm_inplace(slice, &p.proj_norm, eps);
+            }
+            row.iter_mut()
+                .zip(&tok)
+                .for_each(|(v, t)| *v = (*v + t * tok_scale) * sum_scale);
+        }
+        Some(proj)
+    }
+
+    /// What follows a layer's FFN residual in Gemma 4: the per-layer
+    /// embedding branch `x += norm(proj(gelu(inp_gate(x)) * slice); post_norm)`
+    /// and the layer output scale.
+    fn layer_tail(&self, il: usize, x: &mut [f32], per_layer: Option<&[f32]>, n: usize) {
+        let lw = &self.weights.layers[il];
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        if let (Some(p), Some(inputs)) = (&lw.per_layer, per_layer) {
+            let pl = p.inp_gate.rows;
+            let w = inputs.len() / n;
+            let mut g = self.mm(&p.inp_gate, x, n);
+            for (t, row) in g.chunks_exact_mut(pl).enumerate() {
+                let slice = &inputs[t * w + il * pl..t * w + (il + 1) * pl];
+                row.iter_mut()
+                    .zip(slice)
+                    .for_each(|(a, s)| *a = gelu_tanh(*a) * s);
+            }
+            let mut branch = self.mm(&p.proj, &g, n);
+            par_rows(
+                &self.pool,
+                n,
+                [e, e],
+                [x, &mut branch[..]],
+                |_, [xs, bs]| {
+                    for (xr, br) in xs.chunks_exact_mut(e).zip(bs.chunks_exact_mut(e)) {
+                        rmsnorm_inplace(br, &p.post_norm, eps);
+                        xr.iter_mut().zip(br.iter()).for_each(|(a, b)| *a += b);
+                    }
+                },
+            );
+        }
+        if let Some(s) = lw.out_scale {
+            x.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+
+    /// `h = norm(x; w)`, rows in parallel.
+    fn norm_rows(&self, x: &[f32], w: &[f32], h: &mut [f32]) {
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        let n = x.len() / e;
+        par_rows(&self.pool, n, [e], [h], |r0, [hs]| {
+            for (j, hr) in hs.chunks_exact_mut(e).enumerate() {
+                let t = r0 + j;
+                rmsnorm(&x[t * e..(t + 1) * e], w, eps, hr);
+            }
+        });
+    }
+
+    /// Between two passes of the layer stack: `x = norm(x; w)` in place,
+    /// then `h = norm(x; next)`, rows in parallel.
+    fn renorm(&self, x: &mut [f32], w: &[f32], next: &[f32], h: &mut [f32]) {
+        let e = self.sem.dims.n_embd;
+        let eps = self.sem.norm_eps.value;
+        let n = x.len() / e;
+        par_rows(&self.pool, n, [e, e], [x, h], |_, [xs, hs]| {
+            for (xr, hr) in xs.chunks_exact_mut(e).zip(hs.chunks_exact_mut(e)) {
+                rmsnorm_inplace(xr, w, eps);
+                rmsnorm(xr, next, eps, hr);
+            }
+        });
     }
 
     /// The residual step after a mixer or feed-forward, rows in parallel:
@@ -554,78 +531,10 @@ impl Model {
     }
 }
 
-/// Buffers reused from layer to layer within one forward call: the big
-/// activations are allocated (and their pages faulted in) once per call
-/// instead of once per op.
+/// The feed-forward's buffers, reused from layer to layer within one call.
 #[derive(Default)]
-struct Scratch {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    ctx: Vec<f32>,
-    mixed: Vec<f32>,
+struct FfnBufs {
     gate: Vec<f32>,
     up: Vec<f32>,
     ff: Vec<f32>,
-}
-
-/// `buf` at length `len`, for a kernel that overwrites every element (what
-/// it held before is not cleared).
-fn sized(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    buf.resize(len, 0.0);
-    &mut buf[..]
-}
-
-/// Calls `f(first_row, parts)` on consecutive blocks of rows of `N`
-/// matrices with `n` rows each (`widths[i]` elements per row of `bufs[i]`),
-/// the blocks in parallel. A row's result must depend only on that row.
-fn par_rows<const N: usize>(
-    pool: &Pool,
-    n: usize,
-    widths: [usize; N],
-    bufs: [&mut [f32]; N],
-    f: impl Fn(usize, [&mut [f32]; N]) + Sync,
-) {
-    for (b, w) in bufs.iter().zip(widths) {
-        assert_eq!(b.len(), n * w, "par_rows: buffer shape");
-    }
-    // Rows per block: at least 8 (a block should outweigh a dispatch), about
-    // 4 blocks per thread.
-    let per = n.div_ceil(pool.threads() * 4).max(8);
-    if n <= per || pool.threads() == 1 {
-        return f(0, bufs);
-    }
-    let mut rest = bufs;
-    let mut blocks = Vec::with_capacity(n.div_ceil(per));
-    for r0 in (0..n).step_by(per) {
-        let rows = per.min(n - r0);
-        let part: [&mut [f32]; N] = std::array::from_fn(|i| {
-            let (a, b) = std::mem::take(&mut rest[i]).split_at_mut(rows * widths[i]);
-            rest[i] = b;
-            a
-        });
-        blocks.push(Mutex::new(Some((r0, part))));
-    }
-    pool.for_each_chunk(blocks.len(), |c| {
-        let taken = blocks[c].lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some((r0, part)) = taken {
-            f(r0, part);
-        }
-    });
-}
-
-fn segs_rows(segs: &[Segment]) -> Vec<std::ops::Range<usize>> {
-    segs.iter().map(|s| s.rows.clone()).collect()
-}
-
-pub(crate) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-fn add_bias(x: &mut [f32], b: Option<&[f32]>) {
-    if let Some(b) = b {
-        for row in x.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(v, bb)| *v += bb);
-        }
-    }
 }

@@ -7,6 +7,7 @@ pub mod forward;
 pub mod load;
 mod mixers;
 pub mod pack;
+mod rows;
 pub mod sampler;
 pub mod semantics;
 pub mod state;

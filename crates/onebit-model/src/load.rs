@@ -7,9 +7,9 @@ use onebit_formats::gguf::Gguf;
 
 use crate::error::{ModelError, Result};
 use crate::families;
-use crate::forward::{ExecConfig, Model};
+use crate::forward::{context_limit, ExecConfig, Model};
 use crate::pack::Pack;
-use crate::semantics::Semantics;
+use crate::semantics::{LayerKind, Semantics};
 use crate::weights::{self, TensorSource};
 
 /// The container a model path names.
@@ -71,8 +71,9 @@ impl Opened {
 
     /// Loads the weights the semantics name.
     pub fn load(&self, exec: &ExecConfig) -> Result<Model> {
+        let (sk, sv) = self.sem.head_dims(LayerKind::Sliding);
         let d = &self.sem.dims;
-        for dim in [d.head_dim_k, d.head_dim_v] {
+        for dim in [d.head_dim_k, d.head_dim_v, sk, sv] {
             if let Err(what) = exec.kv_type.check_head_dim(dim) {
                 return Err(ModelError::Unsupported {
                     path: self.path().to_path_buf(),
@@ -80,10 +81,12 @@ impl Opened {
                 });
             }
         }
-        let w = weights::load(self.container.tensors(), &self.sem)?;
-        let model = Model::new(self.sem.clone(), w, exec);
-        // Packing each matrix read its neighbours' edges too (read-around);
-        // now that every packed copy exists, drop those pages again.
+        // The tables this run uses (LongRoPE's short or long one).
+        let sem = self.sem.at_context(context_limit(exec, &self.sem));
+        let w = weights::load(self.container.tensors(), &sem)?;
+        let model = Model::new(sem, w, exec);
+        // Preparing each matrix read its neighbours' edges too (read-around);
+        // now that every prepared copy exists, drop those pages again.
         for m in model.weights.matrices() {
             m.release_original();
         }

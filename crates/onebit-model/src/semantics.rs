@@ -34,7 +34,7 @@ pub enum LayerKind {
     /// LFM2 gated short convolution.
     ShortConv,
     /// Gated delta-net linear attention (Qwen3.5).
-    Linear,
+    DeltaNet,
 }
 
 impl LayerKind {
@@ -46,7 +46,7 @@ impl LayerKind {
             LayerKind::Full => "full",
             LayerKind::Sliding => "sliding",
             LayerKind::ShortConv => "short-conv",
-            LayerKind::Linear => "linear",
+            LayerKind::DeltaNet => "delta-net",
         }
     }
 }
@@ -143,20 +143,28 @@ pub struct Semantics {
     pub qk_norm: Sourced<QkNorm>,
     pub norm_eps: Sourced<f32>,
     pub norm_form: Sourced<NormForm>,
-    /// Gemma's extra norms: after attention, and after the feed-forward.
-    pub sandwich_norms: Sourced<bool>,
+    /// How each layer's body is composed: its norms, where they sit, and how
+    /// many times the stack of layers runs.
+    pub body: Sourced<Body>,
     pub embed_scale: Sourced<Option<f32>>,
     pub activation: Sourced<Activation>,
     pub tied_output: Sourced<bool>,
     pub attn_bias: Sourced<bool>,
     /// Full-attention output gated by sigmoid of a second half of q (Qwen3.5).
     pub attn_output_gate: Sourced<bool>,
+    /// The sliding layers' own head sizes (k, v) (Gemma 4); None: those of
+    /// `dims`, as for full layers.
+    pub head_dims_sliding: Option<Sourced<(usize, usize)>>,
+    /// V normalised per head by an RMSNorm without a weight (Gemma 4).
+    pub v_norm: Sourced<bool>,
+    /// The layer whose KV cache each layer reads: itself, or (Gemma 4's
+    /// shared-KV layers) an earlier layer of its kind; such a layer has no
+    /// K/V projections of its own.
+    pub kv_source: Sourced<Vec<usize>>,
     /// LFM2 short-conv kernel length.
     pub short_conv: Option<Sourced<usize>>,
     /// Gated delta-net sizes (Qwen3.5 linear-attention layers).
     pub delta_net: Option<Sourced<DeltaNetDims>>,
-    /// Names of tensors whose GGUF name differs by family.
-    pub names: TensorNames,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -168,25 +176,130 @@ pub struct DeltaNetDims {
     pub head_v_dim: usize,
 }
 
-/// GGUF names (without `blk.N.`) of the tensors a family names its own way.
+/// A layer body composed from the parts a family declares. Per layer, with
+/// `x` the residual stream:
+///
+/// ```text
+/// h = norm(x; mixer_norm);  m = mixer(h);  [m = norm(m; post_mixer_norm)];  x += m
+/// h = norm(x; ffn_norm);    f = ffn(h);    [f = norm(f; post_ffn_norm)];    x += f
+/// ```
+///
+/// The mixer is the layer's kind ([`LayerKind`]), the FFN its
+/// [`Activation`]. The stack of layers runs `loops` times (each pass with
+/// its own sequence state); between passes `x = norm(x; output_norm)` when
+/// `loop_norm`. Norm names are GGUF's, without `blk.N.`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TensorNames {
-    /// The norm before the feed-forward: `ffn_norm` (Qwen3.5: `post_attention_norm`).
+pub struct Body {
+    pub mixer_norm: &'static str,
+    pub post_mixer_norm: Option<&'static str>,
     pub ffn_norm: &'static str,
-    /// The final norm: `output_norm` (LFM2: `token_embd_norm`).
+    pub post_ffn_norm: Option<&'static str>,
+    /// The final norm (LFM2: `token_embd_norm.weight`).
     pub output_norm: &'static str,
+    pub loops: usize,
+    pub loop_norm: bool,
+    /// Per-layer embeddings (Gemma 4): the width of each layer's slice of
+    /// the per-layer input; 0 when the model has none. After the FFN
+    /// residual: `x += norm(proj(gelu(inp_gate(x)) * slice); post_norm)`.
+    pub per_layer_input: usize,
+    /// Each layer's output is multiplied by this one-value tensor (Gemma 4's
+    /// `layer_output_scale.weight`), after every other part.
+    pub output_scale: Option<&'static str>,
 }
 
-impl Default for TensorNames {
+impl Default for Body {
+    /// The pre-norm llama body, one pass.
     fn default() -> Self {
-        TensorNames {
+        Body {
+            mixer_norm: "attn_norm.weight",
+            post_mixer_norm: None,
             ffn_norm: "ffn_norm.weight",
+            post_ffn_norm: None,
             output_norm: "output_norm.weight",
+            loops: 1,
+            loop_norm: false,
+            per_layer_input: 0,
+            output_scale: None,
         }
     }
 }
 
+impl Body {
+    fn describe(&self) -> String {
+        let post = |p: Option<&str>| p.map_or(String::new(), |n| format!(" -> {n}"));
+        let mut s = format!(
+            "{} -> mixer{} -> +; {} -> ffn{} -> +; final {}",
+            self.mixer_norm,
+            post(self.post_mixer_norm),
+            self.ffn_norm,
+            post(self.post_ffn_norm),
+            self.output_norm
+        );
+        if self.per_layer_input > 0 {
+            s += &format!(
+                "; per-layer embeddings of width {} (inp_gate -> gelu -> x slice -> proj -> post_norm -> +)",
+                self.per_layer_input
+            );
+        }
+        if let Some(t) = self.output_scale {
+            s += &format!("; layer output x {t}");
+        }
+        if self.loops > 1 {
+            s += &format!(
+                "; the layers run {} times{}",
+                self.loops,
+                if self.loop_norm {
+                    format!(", {} between passes", self.output_norm)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        s
+    }
+}
+
 impl Semantics {
+    /// The semantics of a run whose context limit is `max_context`: a
+    /// LongRoPE table choice (short, or long when the context exceeds the
+    /// original training context, llama.cpp's rule) resolved into
+    /// `freq_factors`, so the `[semantics]` line names the table the forward
+    /// uses.
+    pub fn at_context(&self, max_context: usize) -> Semantics {
+        let mut s = self.clone();
+        for rope in [&mut s.rope_full, &mut s.rope_sliding] {
+            if let Some((long, orig)) = rope.value.long_factors.take() {
+                let short = rope.value.freq_factors.clone().unwrap_or_default();
+                if max_context > orig {
+                    rope.value.freq_factors = Some(long.clone());
+                    rope.source = format!(
+                        "{}; {long} used: the context {max_context} exceeds the original {orig}",
+                        rope.source
+                    );
+                } else {
+                    rope.source = format!(
+                        "{}; {short} used: the context {max_context} is within the original {orig}",
+                        rope.source
+                    );
+                }
+            }
+        }
+        s
+    }
+
+    /// Head sizes (k, v) of the attention layers of `kind`.
+    pub fn head_dims(&self, kind: LayerKind) -> (usize, usize) {
+        match (&self.head_dims_sliding, kind) {
+            (Some(hd), LayerKind::Sliding) => hd.value,
+            _ => (self.dims.head_dim_k, self.dims.head_dim_v),
+        }
+    }
+
+    /// Sequence-state slots: one per layer per pass of the stack.
+    pub fn n_slots(&self) -> usize {
+        self.dims.n_layer * self.body.value.loops
+    }
+
     pub fn rope_for(&self, kind: LayerKind) -> &RopeSpec {
         match kind {
             LayerKind::Sliding => &self.rope_sliding.value,
@@ -258,11 +371,7 @@ impl Semantics {
             NormForm::OnePlus => "x/rms * (1 + w)",
         };
         line("norm form", form.into(), &self.norm_form.source);
-        line(
-            "sandwich norms",
-            self.sandwich_norms.value.to_string(),
-            &self.sandwich_norms.source,
-        );
+        line("layer body", self.body.value.describe(), &self.body.source);
         line(
             "embedding scale",
             opt(self.embed_scale.value),
@@ -283,6 +392,34 @@ impl Semantics {
             self.attn_bias.value.to_string(),
             &self.attn_bias.source,
         );
+        if let Some(hd) = &self.head_dims_sliding {
+            line(
+                "sliding head dims",
+                format!("{}/{} (k/v)", hd.value.0, hd.value.1),
+                &hd.source,
+            );
+        }
+        if self.v_norm.value {
+            line(
+                "v norm",
+                "RMSNorm per head, no weight".into(),
+                &self.v_norm.source,
+            );
+        }
+        let kv = &self.kv_source.value;
+        if kv.iter().enumerate().any(|(i, &s)| s != i) {
+            let shared: Vec<String> = kv
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| *i != **s)
+                .map(|(i, s)| format!("{i}<-{s}"))
+                .collect();
+            line(
+                "shared KV",
+                format!("layer<-source {}", shared.join(", ")),
+                &self.kv_source.source,
+            );
+        }
         if self.attn_output_gate.value {
             line(
                 "attention output gate",
@@ -362,7 +499,7 @@ fn describe_kinds(kinds: &[LayerKind]) -> String {
     for k in [
         LayerKind::Sliding,
         LayerKind::ShortConv,
-        LayerKind::Linear,
+        LayerKind::DeltaNet,
         LayerKind::Full,
     ] {
         let at = layers_of(kinds, k);

@@ -68,26 +68,28 @@ pub struct SeqState {
 
 impl SeqState {
     /// An empty sequence for a model: empty KV caches of type `kv`, zero
-    /// conv histories and recurrent states.
+    /// conv histories and recurrent states; one slot per layer per pass of
+    /// the layer stack (`Semantics::n_slots`).
     pub fn new(sem: &Semantics, kv: KvType) -> SeqState {
         let d = &sem.dims;
-        let layers = sem
-            .layer_kinds
-            .value
-            .iter()
-            .map(|k| match k {
-                LayerKind::Full | LayerKind::Sliding => LayerState::Attention(KvCache::new(
-                    kv,
-                    d.n_head_kv * d.head_dim_k,
-                    d.n_head_kv * d.head_dim_v,
-                )),
+        let kinds = &sem.layer_kinds.value;
+        let layers = (0..sem.n_slots())
+            .map(|slot| match kinds[slot % kinds.len()] {
+                kind @ (LayerKind::Full | LayerKind::Sliding) => {
+                    // A layer that reads another layer's KV (Gemma 4's
+                    // shared-KV layers) keeps an empty, zero-width cache.
+                    let layer = slot % kinds.len();
+                    let own = sem.kv_source.value[layer] == layer;
+                    let (dk, dv) = if own { sem.head_dims(kind) } else { (0, 0) };
+                    LayerState::Attention(KvCache::new(kv, d.n_head_kv * dk, d.n_head_kv * dv))
+                }
                 LayerKind::ShortConv => {
                     let l = sem.short_conv.as_ref().map_or(1, |s| s.value);
                     LayerState::ShortConv {
                         history: vec![0.0; (l - 1) * d.n_embd],
                     }
                 }
-                LayerKind::Linear => {
+                LayerKind::DeltaNet => {
                     let dn = &sem
                         .delta_net
                         .as_ref()

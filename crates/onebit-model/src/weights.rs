@@ -43,14 +43,39 @@ pub struct AttnWeights {
     /// [n_head * head_dim_k] rows, or twice that with an output gate
     /// ([q_h | gate_h] per head).
     pub wq: QMatrix,
-    pub wk: QMatrix,
-    pub wv: QMatrix,
     pub wo: QMatrix,
     pub bq: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    /// The layer's own K/V projections; None for a layer that reads an
+    /// earlier layer's KV cache (`Semantics::kv_source`).
+    pub kv: Option<KvWeights>,
+}
+
+pub struct KvWeights {
+    pub wk: QMatrix,
+    pub wv: QMatrix,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+}
+
+/// Gemma 4's per-layer embeddings: the inputs, computed once per call.
+pub struct PerLayerInput {
+    /// [n_vocab rows][n_layer * width]
+    pub token_embd: QMatrix,
+    /// [n_layer * width rows][n_embd]
+    pub model_proj: QMatrix,
+    /// [width]
+    pub proj_norm: Vec<f32>,
+}
+
+/// One layer's per-layer-embedding branch.
+pub struct PerLayerBranch {
+    /// [width rows][n_embd]
+    pub inp_gate: QMatrix,
+    /// [n_embd rows][width]
+    pub proj: QMatrix,
+    pub post_norm: Vec<f32>,
 }
 
 pub struct ShortConvWeights {
@@ -96,6 +121,9 @@ pub struct LayerWeights {
     pub ffn_norm: Vec<f32>,
     pub ffn: FfnWeights,
     pub post_ffn_norm: Option<Vec<f32>>,
+    pub per_layer: Option<PerLayerBranch>,
+    /// The layer output scale (Gemma 4).
+    pub out_scale: Option<f32>,
 }
 
 pub struct Weights {
@@ -106,6 +134,7 @@ pub struct Weights {
     pub output: QMatrix,
     /// RoPE per-pair factors by tensor name, for the tables the semantics name.
     pub rope_factors: Vec<(String, Vec<f32>)>,
+    pub per_layer_input: Option<PerLayerInput>,
     pub layers: Vec<LayerWeights>,
 }
 
@@ -113,13 +142,25 @@ impl Weights {
     /// Every matrix the forward multiplies by (the tied output once).
     pub fn matrices(&self) -> Vec<&QMatrix> {
         let mut m = vec![&self.output];
+        if let Some(p) = &self.per_layer_input {
+            m.push(&p.model_proj);
+        }
         for l in &self.layers {
             match &l.mixer {
-                Mixer::Attention(a) => m.extend([&a.wq, &a.wk, &a.wv, &a.wo]),
+                Mixer::Attention(a) => {
+                    m.push(&a.wq);
+                    if let Some(kv) = &a.kv {
+                        m.extend([&kv.wk, &kv.wv]);
+                    }
+                    m.push(&a.wo);
+                }
                 Mixer::ShortConv(c) => m.extend([&c.in_proj, &c.out_proj]),
                 Mixer::DeltaNet(d) => m.extend([&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out]),
             }
             m.extend([&l.ffn.gate, &l.ffn.up, &l.ffn.down]);
+            if let Some(p) = &l.per_layer {
+                m.extend([&p.inp_gate, &p.proj]);
+            }
         }
         m
     }
@@ -241,7 +282,8 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
     } else {
         l.matrix("output.weight", d.n_vocab, d.n_embd)?
     };
-    let output_norm = l.norm(sem.names.output_norm, d.n_embd)?;
+    let body = &sem.body.value;
+    let output_norm = l.norm(body.output_norm, d.n_embd)?;
     let mut rope_factors = Vec::new();
     for spec in [&sem.rope_full.value, &sem.rope_sliding.value] {
         let names = spec
@@ -255,22 +297,29 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         }
     }
 
+    let pl = body.per_layer_input;
+    let per_layer_input = if pl > 0 {
+        let width = d.n_layer * pl;
+        Some(PerLayerInput {
+            token_embd: l.matrix("per_layer_token_embd.weight", d.n_vocab, width)?,
+            model_proj: l.matrix("per_layer_model_proj.weight", width, d.n_embd)?,
+            proj_norm: l.norm("per_layer_proj_norm.weight", pl)?,
+        })
+    } else {
+        None
+    };
+
     let mut layers = Vec::with_capacity(d.n_layer);
     for (i, &kind) in sem.layer_kinds.value.iter().enumerate() {
         let n = |s: &str| format!("blk.{i}.{s}");
         let mixer = match kind {
             LayerKind::Full | LayerKind::Sliding => Mixer::Attention(attention(&l, sem, i)?),
             LayerKind::ShortConv => Mixer::ShortConv(short_conv(&l, sem, i)?),
-            LayerKind::Linear => Mixer::DeltaNet(delta_net(&l, sem, i)?),
+            LayerKind::DeltaNet => Mixer::DeltaNet(delta_net(&l, sem, i)?),
         };
-        let (post_attn_norm, post_ffn_norm) = if sem.sandwich_norms.value {
-            (
-                Some(l.norm(&n("post_attention_norm.weight"), d.n_embd)?),
-                Some(l.norm(&n("post_ffw_norm.weight"), d.n_embd)?),
-            )
-        } else {
-            (None, None)
-        };
+        let post_norm = |name: Option<&str>| name.map(|t| l.norm(&n(t), d.n_embd)).transpose();
+        let post_attn_norm = post_norm(body.post_mixer_norm)?;
+        let post_ffn_norm = post_norm(body.post_ffn_norm)?;
         // Phi-3 fuses gate and up into ffn_up (gate rows first).
         let (gate, up) = if !l.has(&n("ffn_gate.weight")) && l.has(&n("ffn_up.weight")) {
             let mut parts = l.split_matrix(&n("ffn_up.weight"), &[d.n_ff, d.n_ff], d.n_embd)?;
@@ -283,16 +332,29 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
             )
         };
         layers.push(LayerWeights {
-            attn_norm: l.norm(&n("attn_norm.weight"), d.n_embd)?,
+            attn_norm: l.norm(&n(body.mixer_norm), d.n_embd)?,
             mixer,
             post_attn_norm,
-            ffn_norm: l.norm(&n(sem.names.ffn_norm), d.n_embd)?,
+            ffn_norm: l.norm(&n(body.ffn_norm), d.n_embd)?,
             ffn: FfnWeights {
                 gate,
                 up,
                 down: l.matrix(&n("ffn_down.weight"), d.n_embd, d.n_ff)?,
             },
             post_ffn_norm,
+            per_layer: if pl > 0 {
+                Some(PerLayerBranch {
+                    inp_gate: l.matrix(&n("inp_gate.weight"), pl, d.n_embd)?,
+                    proj: l.matrix(&n("proj.weight"), d.n_embd, pl)?,
+                    post_norm: l.norm(&n("post_norm.weight"), d.n_embd)?,
+                })
+            } else {
+                None
+            },
+            out_scale: match body.output_scale {
+                Some(t) => Some(l.floats(&n(t), 1)?[0]),
+                None => None,
+            },
         });
     }
     Ok(Weights {
@@ -300,6 +362,7 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         output_norm,
         output,
         rope_factors,
+        per_layer_input,
         layers,
     })
 }
@@ -307,9 +370,25 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
 fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
     let d = &sem.dims;
     let n = |s: &str| format!("blk.{i}.{s}");
-    let q_rows = d.n_head * d.head_dim_k * if sem.attn_output_gate.value { 2 } else { 1 };
-    let k_rows = d.n_head_kv * d.head_dim_k;
-    let v_rows = d.n_head_kv * d.head_dim_v;
+    let (dk, dv) = sem.head_dims(sem.layer_kinds.value[i]);
+    let q_rows = d.n_head * dk * if sem.attn_output_gate.value { 2 } else { 1 };
+    let k_rows = d.n_head_kv * dk;
+    let v_rows = d.n_head_kv * dv;
+    if sem.kv_source.value[i] != i {
+        // Reads an earlier layer's KV cache: q and the output only.
+        let q_norm = if sem.qk_norm.value != QkNorm::None {
+            Some(l.norm(&n("attn_q_norm.weight"), dk)?)
+        } else {
+            None
+        };
+        return Ok(AttnWeights {
+            wq: l.matrix(&n("attn_q.weight"), q_rows, d.n_embd)?,
+            wo: l.matrix(&n("attn_output.weight"), d.n_embd, d.n_head * dv)?,
+            bq: l.vector_opt(&n("attn_q.bias"), d.n_head * dk)?,
+            q_norm,
+            kv: None,
+        });
+    }
     let (wq, wk, wv) = if l.has(&n("attn_qkv.weight")) {
         let mut p = l.split_matrix(&n("attn_qkv.weight"), &[q_rows, k_rows, v_rows], d.n_embd)?;
         let wv = p.pop().expect("three parts");
@@ -336,8 +415,8 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
             }
         }
         (
-            Some(l.norm(&n("attn_q_norm.weight"), d.head_dim_k)?),
-            Some(l.norm(&n("attn_k_norm.weight"), d.head_dim_k)?),
+            Some(l.norm(&n("attn_q_norm.weight"), dk)?),
+            Some(l.norm(&n("attn_k_norm.weight"), dk)?),
         )
     } else {
         (None, None)
@@ -352,14 +431,16 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
     };
     Ok(AttnWeights {
         wq,
-        wk,
-        wv,
-        wo: l.matrix(&n("attn_output.weight"), d.n_embd, d.n_head * d.head_dim_v)?,
-        bq: bias("attn_q.bias", d.n_head * d.head_dim_k)?,
-        bk: bias("attn_k.bias", k_rows)?,
-        bv: bias("attn_v.bias", v_rows)?,
+        wo: l.matrix(&n("attn_output.weight"), d.n_embd, d.n_head * dv)?,
+        bq: bias("attn_q.bias", d.n_head * dk)?,
         q_norm,
-        k_norm,
+        kv: Some(KvWeights {
+            wk,
+            wv,
+            bk: bias("attn_k.bias", k_rows)?,
+            bv: bias("attn_v.bias", v_rows)?,
+            k_norm,
+        }),
     })
 }
 

@@ -21,6 +21,7 @@
 
 use onebit_kernels::kv::KvType;
 use onebit_kernels::Precision;
+use onebit_model::semantics::LayerKind;
 use onebit_model::{load, ExecConfig, Logits};
 use onebit_testdata::{compare, Fixture};
 
@@ -165,6 +166,11 @@ fn check_batch_equals_sequential_kv(
     let toks = fx.tokens(tokens_key);
     let batch = run(&fx, file, precision, &toks, false, kv);
     let seq = run(&fx, file, precision, &toks, true, kv);
+    assert_eq!(
+        batch.len(),
+        seq.len(),
+        "{family} {file} {kv} KV: batched and sequential runs gave different numbers of logits"
+    );
     let same = batch
         .iter()
         .zip(&seq)
@@ -175,25 +181,28 @@ fn check_batch_equals_sequential_kv(
     );
 }
 
-/// Every family fixture with an f32 reference llama.cpp computed directly.
-const FAMILIES: &[&str] = &[
-    "llama",
-    "qwen2",
-    "qwen3",
-    "lfm2",
-    "hunyuan-dense",
-    "phi3",
-    "qwen35",
-];
+/// Every registered family: each has a fixture under testdata/llamacpp/
+/// named by its GGUF architecture.
+fn registry() -> Vec<&'static str> {
+    onebit_model::families::FAMILIES
+        .iter()
+        .map(|f| f.arch)
+        .collect()
+}
 
-/// The families the every-family tests run: all of them (with gemma3 when
-/// `with_gemma3`), or those the comma-separated `ONEBIT_GOLDEN_FAMILIES`
-/// names (`scripts/test-arm.sh` runs two under qemu). A name that is not a
-/// fixture family is refused.
-fn families(with_gemma3: bool) -> Vec<&'static str> {
-    let mut all = FAMILIES.to_vec();
-    if with_gemma3 {
-        all.push("gemma3");
+/// Families whose f32 logits have their own tests below instead of the
+/// every-family bound: gemma3 and gemma4 (llama.cpp's fp16 GELU table).
+const OWN_F32_TESTS: &[&str] = &["gemma3", "gemma4"];
+
+/// The families the every-family tests run: every registered family (those
+/// of `OWN_F32_TESTS` only when `with_own`), or those the comma-separated
+/// `ONEBIT_GOLDEN_FAMILIES` names (`scripts/test-arm.sh` runs two under
+/// qemu). A name that is not a registered family is refused.
+fn families(with_own: bool) -> Vec<&'static str> {
+    let registered = registry();
+    let mut all = registered.clone();
+    if !with_own {
+        all.retain(|f| !OWN_F32_TESTS.contains(f));
     }
     let Ok(list) = std::env::var("ONEBIT_GOLDEN_FAMILIES") else {
         return all;
@@ -201,8 +210,8 @@ fn families(with_gemma3: bool) -> Vec<&'static str> {
     let want: Vec<&str> = list.split(',').map(str::trim).collect();
     for w in &want {
         assert!(
-            FAMILIES.contains(w) || *w == "gemma3",
-            "ONEBIT_GOLDEN_FAMILIES names `{w}`, which is not a fixture family ({FAMILIES:?} or gemma3)"
+            registered.contains(w),
+            "ONEBIT_GOLDEN_FAMILIES names `{w}`, which is not a registered family ({registered:?})"
         );
     }
     all.retain(|f| want.contains(f));
@@ -334,7 +343,7 @@ fn batched_prefill_equals_sequential_in_every_family() {
 
 #[test]
 fn f16_kv_matches_llamacpp_f16_kv_in_every_family() {
-    for family in FAMILIES.iter().chain(&["gemma3"]) {
+    for family in registry() {
         let q = Fixture::new(family).quant();
         check_within_quantized_tolerances(family, "f32", "tokens", KvType::F16);
         check_within_quantized_tolerances(family, &q, "tokens", KvType::F16);
@@ -344,13 +353,14 @@ fn f16_kv_matches_llamacpp_f16_kv_in_every_family() {
 
 #[test]
 fn batched_prefill_equals_sequential_for_every_kv_type() {
-    for family in FAMILIES.iter().chain(&["gemma3"]) {
+    for family in registry() {
         let fx = Fixture::new(family);
         let q = fx.quant();
         let file = format!("{q}.gguf");
-        let d = load::open(&fx.dir.join(&file)).unwrap().sem.dims;
+        let sem = load::open(&fx.dir.join(&file)).unwrap().sem;
+        let (d, (sk, sv)) = (&sem.dims, sem.head_dims(LayerKind::Sliding));
         for kv in [KvType::F16, KvType::Q8_0] {
-            if [d.head_dim_k, d.head_dim_v]
+            if [d.head_dim_k, d.head_dim_v, sk, sv]
                 .iter()
                 .any(|&h| kv.check_head_dim(h).is_err())
             {
@@ -360,4 +370,58 @@ fn batched_prefill_equals_sequential_for_every_kv_type() {
             check_batch_equals_sequential_kv(family, &file, Precision::Quantized, "tokens", kv);
         }
     }
+}
+
+/// Gemma 4's two fixtures: `gemma4` (per-layer embeddings) and
+/// `gemma4-nople` (none); both with shared-KV layers and a sequence longer
+/// than the sliding window. Bound 1e-3 * M (testdata/llamacpp/README.md):
+/// llama.cpp's GELU goes through an fp16 table, in the FFN gate and in the
+/// per-layer branch; we compute it in f32 (seen: 4.8e-4 M).
+const GEMMA4: &[&str] = &["gemma4", "gemma4-nople"];
+
+#[test]
+fn gemma4_f32_and_dequantized_match_llamacpp_within_its_gelu_table() {
+    for fx in GEMMA4 {
+        check_close(
+            fx,
+            "tokens",
+            "f32.gguf",
+            Precision::Quantized,
+            "f32.logits.bin",
+            "f32",
+            1e-3,
+        );
+        check_close(
+            fx,
+            "tokens",
+            "Q8_0.gguf",
+            Precision::Float,
+            "Q8_0.dequant.logits.bin",
+            "Q8_0",
+            1e-3,
+        );
+    }
+}
+
+#[test]
+fn gemma4_quantized_and_f16_kv_match_llamacpp() {
+    for fx in GEMMA4 {
+        check_quantized(fx, "tokens");
+        check_within_quantized_tolerances(fx, "f32", "tokens", KvType::F16);
+        check_within_quantized_tolerances(fx, "Q8_0", "tokens", KvType::F16);
+    }
+}
+
+#[test]
+fn gemma4_without_per_layer_embeddings_batched_equals_sequential() {
+    check_batch_equals_sequential("gemma4-nople", "f32.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-nople", "Q8_0.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-nople", "Q8_0.gguf", Precision::Float, "tokens");
+    check_batch_equals_sequential_kv(
+        "gemma4-nople",
+        "Q8_0.gguf",
+        Precision::Quantized,
+        "tokens",
+        KvType::F16,
+    );
 }

@@ -71,7 +71,7 @@ fn smollm2_pack_decodes_to_exactly_the_gguf_q4_1_weights() {
     let g = Gguf::open(&path).unwrap();
     let pack = Pack::open(tmp.path()).unwrap();
     let st = SafeTensors::open(tmp.path().join("model.q4nx")).unwrap();
-    let rows = names::table("llama").unwrap();
+    let rows = names::table(onebit_model::families::by_arch("llama").unwrap()).unwrap();
     let n_head = g.u64("llama.attention.head_count").unwrap() as usize;
     let n_kv = g.u64("llama.attention.head_count_kv").unwrap() as usize;
     let mut checked = 0;
@@ -136,7 +136,11 @@ fn min_cos(a: &[f32], b: &[f32], nv: usize) -> f32 {
 /// up to bf16 rounding; the pack's semantics restate the GGUF's.
 #[test]
 fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
-    for fam in ["llama", "qwen2", "qwen3", "gemma3", "lfm2"] {
+    let importable = onebit_model::families::FAMILIES
+        .iter()
+        .filter(|f| f.import.is_some())
+        .map(|f| f.arch);
+    for fam in importable {
         let fx = Fixture::new(fam);
         let gguf = fx.dir.join("f32.gguf");
         let tmp = TempDir::new(&format!("pack-fx-{fam}"));

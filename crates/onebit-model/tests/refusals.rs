@@ -21,7 +21,7 @@ fn load_variant(family: &str, edit: impl Fn(&mut GgufWriter)) -> Result<(), Stri
 
 #[test]
 fn the_unedited_fixtures_load() {
-    for family in ["lfm2", "qwen35", "gemma3", "phi3"] {
+    for family in onebit_model::families::FAMILIES.iter().map(|f| f.arch) {
         load_variant(family, |_| {}).unwrap();
     }
 }
@@ -147,4 +147,46 @@ fn a_q8_0_kv_cache_on_heads_of_16_is_refused_by_name() {
         ..ExecConfig::default()
     };
     load::load(&path, &f16).unwrap();
+}
+
+#[test]
+fn nanbeige_loop_counts_out_of_range_are_refused_by_name() {
+    let e = load_variant("nanbeige", |w| {
+        w.set_kv("nanbeige.num_loops", Value::U32(0));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("nanbeige.num_loops") && e.contains("at least 1"),
+        "{e}"
+    );
+    // 3 layers x 2000 passes = 6000 state slots, over the 4096-layer bound.
+    let e = load_variant("nanbeige", |w| {
+        w.set_kv("nanbeige.num_loops", Value::U32(2000));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("nanbeige.num_loops") && e.contains("4096"),
+        "{e}"
+    );
+}
+
+#[test]
+fn gemma4_experts_and_a_shared_kv_source_of_another_kind_are_refused_by_name() {
+    let e = load_variant("gemma4", |w| {
+        w.set_kv("gemma4.expert_count", Value::U32(8));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("gemma4.expert_count") && e.contains("mixture-of-experts"),
+        "{e}"
+    );
+    // 3 shared layers of SSFSFSF: layer 4 (full) would read layer 3 (sliding).
+    let e = load_variant("gemma4", |w| {
+        w.set_kv("gemma4.attention.shared_kv_layers", Value::U32(3));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("gemma4.attention.shared_kv_layers") && e.contains("another kind"),
+        "{e}"
+    );
 }

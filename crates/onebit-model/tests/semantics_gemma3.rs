@@ -146,7 +146,11 @@ fn gemma3_norms_embedding_and_qk_rules() {
         NormForm::Plain,
         "GGUF gemma3 norms already hold 1 + w"
     );
-    assert!(s.sandwich_norms.value);
+    assert_eq!(
+        s.body.value.post_mixer_norm,
+        Some("post_attention_norm.weight")
+    );
+    assert_eq!(s.body.value.post_ffn_norm, Some("post_ffw_norm.weight"));
     assert_eq!(s.qk_norm.value, QkNorm::BeforeRope);
     assert_eq!(s.embed_scale.value, Some(640f32.sqrt()));
 }

@@ -9,16 +9,10 @@ use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits, Model, SeqInput};
 use onebit_testdata::Fixture;
 
-const FAMILIES: &[&str] = &[
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "lfm2",
-    "hunyuan-dense",
-    "phi3",
-    "qwen35",
-];
+/// Every registered family (each has a fixture under testdata/llamacpp/).
+fn families() -> impl Iterator<Item = &'static str> {
+    onebit_model::families::FAMILIES.iter().map(|f| f.arch)
+}
 
 fn model(family: &str) -> Model {
     model_kv(family, KvType::F32).expect("f32 KV loads")
@@ -43,7 +37,7 @@ fn model_kv(family: &str, kv: KvType) -> Option<Model> {
 
 /// Every (family, KV type) the fixtures can run.
 fn models() -> impl Iterator<Item = (&'static str, KvType, Model)> {
-    FAMILIES.iter().flat_map(|&family| {
+    families().flat_map(|family| {
         KvType::ALL
             .into_iter()
             .filter_map(move |kv| model_kv(family, kv).map(|m| (family, kv, m)))
@@ -164,4 +158,27 @@ fn batched_sequences_get_what_each_gets_alone() {
             "{family}: decode a"
         );
     }
+}
+
+#[test]
+fn gemma4_shared_kv_layers_store_no_kv_of_their_own() {
+    // Layers 5 and 6 read layers 3 and 4's caches (fixture README): their
+    // own caches have rows of width 0, so nothing is stored or reserved.
+    let m = model("gemma4");
+    let mut st = m.new_state();
+    m.forward(&mut st, &[2, 17, 99, 250], Logits::Last).unwrap();
+    let widths: Vec<(usize, usize)> = st
+        .layers
+        .iter()
+        .map(|l| match l {
+            onebit_model::state::LayerState::Attention(c) => (c.k.width(), c.k.rows()),
+            other => panic!("gemma4 layers are attention layers, found {other:?}"),
+        })
+        .collect();
+    // k widths: n_head_kv (2) x head size (16 sliding, 32 full).
+    assert_eq!(
+        widths,
+        [(32, 4), (32, 4), (64, 4), (32, 4), (64, 4), (0, 0), (0, 0)],
+        "{widths:?}"
+    );
 }

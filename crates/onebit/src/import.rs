@@ -1,17 +1,15 @@
 //! `onebit import`: a GGUF file becomes a FastFlowLM pack directory
 //! (model.q4nx, config.json, tokenizer.json, tokenizer_config.json,
-//! generation_config.json), and `onebit eval`: teacher-forced top-1 accuracy
-//! and perplexity of a model over a text.
+//! generation_config.json).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use onebit_formats::gguf::Gguf;
 use onebit_model::pack::{self, import as imp};
-use onebit_model::{Logits, Model};
 use onebit_text::{TextError, Tokenizer};
 use serde_json::json;
 
@@ -136,60 +134,4 @@ fn write_tokenizer_files(g: &Gguf, dir: &Path) -> Result<()> {
         gc["bos_token_id"] = json!(b);
     }
     write_json(&dir.join(pack::GENERATION_CONFIG), &gc)
-}
-
-/// Teacher-forced evaluation: every position predicts the next token.
-pub struct EvalResult {
-    pub tokens: usize,
-    pub correct: usize,
-    pub nll: f64,
-}
-
-pub fn eval(model: &Model, ids: &[u32]) -> Result<EvalResult> {
-    if ids.len() < 2 {
-        bail!(
-            "the text encodes to {} tokens; eval needs at least 2",
-            ids.len()
-        );
-    }
-    if ids.len() > model.max_context() {
-        bail!(
-            "the text encodes to {} tokens, more than the context of {}",
-            ids.len(),
-            model.max_context()
-        );
-    }
-    let mut state = model.new_state();
-    let logits = model.forward(&mut state, ids, Logits::All)?;
-    let nv = model.sem.dims.n_vocab;
-    let (mut correct, mut nll) = (0usize, 0f64);
-    for (i, &target) in ids[1..].iter().enumerate() {
-        let row = &logits[i * nv..(i + 1) * nv];
-        let (best, max) =
-            row.iter()
-                .enumerate()
-                .fold((0, f32::MIN), |b, (j, &v)| if v > b.1 { (j, v) } else { b });
-        correct += (best as u32 == target) as usize;
-        let lse = max as f64
-            + row
-                .iter()
-                .map(|&v| ((v - max) as f64).exp())
-                .sum::<f64>()
-                .ln();
-        nll += lse - row[target as usize] as f64;
-    }
-    Ok(EvalResult {
-        tokens: ids.len() - 1,
-        correct,
-        nll,
-    })
-}
-
-impl EvalResult {
-    pub fn top1(&self) -> f64 {
-        self.correct as f64 / self.tokens as f64
-    }
-    pub fn perplexity(&self) -> f64 {
-        (self.nll / self.tokens as f64).exp()
-    }
 }

@@ -17,6 +17,7 @@ use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
 
 mod bench;
+mod eval;
 mod import;
 mod open;
 use open::{load_model, Loaded};
@@ -293,7 +294,7 @@ fn eval(a: ModelArgs, text: &std::path::Path) -> Result<()> {
     let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
     let tok = open::tokenizer(&opened)?;
     let ids = tok.encode(&body, true)?;
-    let r = import::eval(&model, &ids)?;
+    let r = eval::eval(&model, &ids)?;
     println!(
         "{}",
         serde_json::json!({
@@ -321,7 +322,7 @@ fn inspect(a: ModelArgs, verify: bool) -> Result<()> {
             a.model.display()
         );
     }
-    for l in open::semantics_lines(&opened) {
+    for l in open::semantics_lines(&opened, &a.exec()) {
         println!("[semantics] {l}");
     }
     let g = match &opened.container {

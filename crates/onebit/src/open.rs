@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use onebit_model::forward::context_limit;
 use onebit_model::load::{self, Container, Opened};
 use onebit_model::pack::{self, Pack, TokenRef};
 use onebit_model::{ExecConfig, Model};
@@ -19,7 +20,7 @@ pub struct Loaded {
 pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     let t = Instant::now();
     let opened = load::open(path)?;
-    for l in semantics_lines(&opened) {
+    for l in semantics_lines(&opened, exec) {
         eprintln!("[semantics] {l}");
     }
     let model = opened.load(exec)?;
@@ -33,10 +34,14 @@ pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     Ok(Loaded { model, opened })
 }
 
-/// The `[semantics]` lines: the model's rules, and for a pack the BOS/EOS
-/// facts with the file and key each came from.
-pub fn semantics_lines(opened: &Opened) -> Vec<String> {
-    let mut v = opened.sem.lines();
+/// The `[semantics]` lines of a run with `exec`: the model's rules (with
+/// the tables this run's context selects), and for a pack the BOS/EOS facts
+/// with the file and key each came from.
+pub fn semantics_lines(opened: &Opened, exec: &ExecConfig) -> Vec<String> {
+    let mut v = opened
+        .sem
+        .at_context(context_limit(exec, &opened.sem))
+        .lines();
     if let Container::Pack(p) = &opened.container {
         let f = p.special_facts();
         let show = |t: &Option<TokenRef>| match t {

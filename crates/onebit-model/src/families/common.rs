@@ -152,7 +152,10 @@ pub fn base(
         )?,
         norm_eps: Sourced::new(eps as f32, d.src(k::NORM_EPS)),
         norm_form: Sourced::new(NormForm::Plain, format!("{family}: RMSNorm x/rms * w")),
-        sandwich_norms: Sourced::new(false, format!("{family}: none")),
+        body: Sourced::new(
+            Body::default(),
+            format!("{family}: pre-norm layers, one pass"),
+        ),
         embed_scale: Sourced::new(None, format!("{family}: none")),
         activation: Sourced::new(Activation::SiluGate, format!("{family}: SiLU-gated MLP")),
         tied_output: Sourced::new(
@@ -165,9 +168,14 @@ pub fn base(
         ),
         attn_bias: Sourced::new(false, format!("{family}: none")),
         attn_output_gate: Sourced::new(false, format!("{family}: none")),
+        head_dims_sliding: None,
+        v_norm: Sourced::new(false, format!("{family}: none")),
+        kv_source: Sourced::new(
+            (0..n_layer).collect(),
+            format!("{family}: every layer its own KV"),
+        ),
         short_conv: None,
         delta_net: None,
-        names: TensorNames::default(),
     })
 }
 

@@ -18,8 +18,10 @@ use crate::error::{ModelError, Result};
 /// may declare: 2^20, above every released model's (vocabularies reach 2^18).
 pub const MAX_SIZE: usize = 1 << 20;
 
+/// Which kind of container a declaration came from (the opened container
+/// itself, with its data, is `load::Container`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Container {
+pub enum ContainerKind {
     Gguf,
     /// A FastFlowLM pack: model.q4nx with HF config.json and tokenizer files.
     Pack,
@@ -33,13 +35,18 @@ pub struct Key {
     pub hf: &'static [&'static str],
 }
 
+/// A key table: `NAME = "gguf suffix", ["config.json path", ...];` ('/'
+/// descends into objects). The table below holds the keys several families
+/// read; a family's own keys are declared in its own file with this macro.
 macro_rules! keys {
     ($($name:ident = $gguf:literal, [$($hf:literal),*];)*) => {
-        $(pub const $name: Key = Key { gguf: $gguf, hf: &[$($hf),*] };)*
+        $(pub const $name: $crate::families::decls::Key =
+            $crate::families::decls::Key { gguf: $gguf, hf: &[$($hf),*] };)*
     };
 }
+pub(crate) use keys;
 
-// The table: logical key = GGUF suffix, [config.json paths ('/' descends)].
+// The shared table: logical key = GGUF suffix, [config.json paths].
 keys! {
     N_EMBD = "embedding_length", ["hidden_size"];
     N_LAYER = "block_count", ["num_hidden_layers"];
@@ -52,33 +59,15 @@ keys! {
     N_CTX_TRAIN = "context_length", ["max_position_embeddings"];
     NORM_EPS = "attention.layer_norm_rms_epsilon", ["rms_norm_eps", "norm_eps"];
     ROPE_BASE = "rope.freq_base", ["rope_theta", "rope_parameters/rope_theta"];
-    ROPE_BASE_SWA = "rope.freq_base_swa", ["rope_local_base_freq"];
     ROPE_DIMS = "rope.dimension_count", [];
     ROPE_SCALING_TYPE = "rope.scaling.type", ["rope_scaling/rope_type", "rope_scaling/type"];
     ROPE_SCALING_FACTOR = "rope.scaling.factor", ["rope_scaling/factor"];
     ROPE_SCALE_LINEAR = "rope.scale_linear", [];
-    ROPE_SCALING_ALPHA = "rope.scaling.alpha", ["rope_scaling/alpha"];
-    ROPE_SCALING_ATTN_FACTOR = "rope.scaling.attn_factor", [];
-    ROPE_SCALING_ORIG_CTX = "rope.scaling.original_context_length", ["rope_scaling/original_max_position_embeddings"];
-    ROPE_SECTIONS = "rope.dimension_sections", [];
     SLIDING_WINDOW = "attention.sliding_window", ["sliding_window"];
     SLIDING_WINDOW_PATTERN = "attention.sliding_window_pattern", ["sliding_window_pattern"];
     LAYER_TYPES = "", ["layer_types"];
-    QUERY_PRE_ATTN_SCALAR = "", ["query_pre_attn_scalar"];
     FINAL_SOFTCAP = "final_logit_softcapping", ["final_logit_softcapping"];
-    ATTN_SOFTCAP = "attn_logit_softcapping", ["attn_logit_softcapping"];
     USE_QK_NORM = "", ["use_qk_norm"];
-    SHORTCONV_L_CACHE = "shortconv.l_cache", ["conv_L_cache"];
-    FF_AUTO_ADJUST = "", ["block_auto_adjust_ff_dim"];
-    FF_MULTIPLIER = "", ["block_ffn_dim_multiplier"];
-    FF_MULTIPLE_OF = "", ["block_multiple_of"];
-    SSM_CONV_KERNEL = "ssm.conv_kernel", ["linear_conv_kernel_dim"];
-    SSM_STATE_SIZE = "ssm.state_size", ["linear_key_head_dim"];
-    SSM_GROUP_COUNT = "ssm.group_count", ["linear_num_key_heads"];
-    SSM_TIME_STEP_RANK = "ssm.time_step_rank", ["linear_num_value_heads"];
-    SSM_INNER_SIZE = "ssm.inner_size", [];
-    FULL_ATTN_INTERVAL = "full_attention_interval", ["full_attention_interval"];
-    RECURRENT_LAYERS = "attention.recurrent_layers", [];
 }
 
 enum Source<'a> {
@@ -88,7 +77,7 @@ enum Source<'a> {
 
 /// The declarations of one model.
 pub struct Decls<'a> {
-    pub container: Container,
+    pub container: ContainerKind,
     /// The GGUF architecture prefix of the family reading these declarations.
     pub arch: &'static str,
     path: PathBuf,
@@ -103,7 +92,7 @@ impl<'a> Decls<'a> {
         tensors: &'a dyn Fn(&str) -> Option<Vec<u64>>,
     ) -> Decls<'a> {
         Decls {
-            container: Container::Gguf,
+            container: ContainerKind::Gguf,
             arch,
             path: g.path().to_path_buf(),
             source: Source::Gguf(g),
@@ -120,7 +109,7 @@ impl<'a> Decls<'a> {
         tensors: &'a dyn Fn(&str) -> Option<Vec<u64>>,
     ) -> Decls<'a> {
         Decls {
-            container: Container::Pack,
+            container: ContainerKind::Pack,
             arch,
             path: path.to_path_buf(),
             source: Source::Config(config),
@@ -159,8 +148,8 @@ impl<'a> Decls<'a> {
     /// "GGUF gemma3.rope.freq_base_swa" / "config.json rope_local_base_freq".
     pub fn src(&self, k: Key) -> String {
         match self.container {
-            Container::Gguf => format!("GGUF {}", self.spelled(k)),
-            Container::Pack => format!("config.json {}", self.spelled(k)),
+            ContainerKind::Gguf => format!("GGUF {}", self.spelled(k)),
+            ContainerKind::Pack => format!("config.json {}", self.spelled(k)),
         }
     }
 

@@ -14,12 +14,57 @@
 //!   scale 1/sqrt(query_pre_attn_scalar or head dim); GELU(tanh) gate; final
 //!   logit soft-capping when stated.
 
-use serde_json::Value as Json;
+use onebit_formats::q4nx::Q4Kind;
+use serde_json::{json, Value as Json};
 
 use super::common::{base, qk_norm};
-use super::decls::{self as k, Container, Decls};
+use super::decls::{self as k, keys, ContainerKind, Decls};
+use super::{Family, ImportRules, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
+
+pub const FAMILY: Family = Family {
+    arch: "gemma3",
+    hf_names: &[
+        "gemma3",
+        "gemma3_text",
+        "Gemma3ForCausalLM",
+        "Gemma3ForConditionalGeneration",
+    ],
+    semantics,
+    pack: Some(PackNames {
+        rows: &[
+            (
+                "blk.{i}.post_attention_norm.weight",
+                "model.layers.{i}.post_attention_layernorm.weight",
+            ),
+            (
+                "blk.{i}.ffn_norm.weight",
+                "model.layers.{i}.pre_feedforward_layernorm.weight",
+            ),
+            (
+                "blk.{i}.post_ffw_norm.weight",
+                "model.layers.{i}.post_feedforward_layernorm.weight",
+            ),
+        ],
+    }),
+    import: Some(ImportRules {
+        model_type: "gemma3_text",
+        hf_arch: "Gemma3ForCausalLM",
+        q4_kind: Q4Kind::Asymmetric,
+        unpermute_qk: false,
+        prescale_embedding: true,
+        eps_key: "rms_norm_eps",
+        config: config_json,
+    }),
+};
+
+// gemma3's own keys (the shared ones are in decls.rs).
+keys! {
+    ROPE_BASE_SWA = "rope.freq_base_swa", ["rope_local_base_freq"];
+    QUERY_PRE_ATTN_SCALAR = "", ["query_pre_attn_scalar"];
+    ATTN_SOFTCAP = "attn_logit_softcapping", ["attn_logit_softcapping"];
+}
 
 /// HF Gemma3's default sliding pattern and its sliding layers' default base.
 const DEFAULT_PATTERN: usize = 6;
@@ -50,32 +95,32 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     // linear scaling belongs to the full layers.
     let mut sliding = s.rope_full.value.clone();
     sliding.scaling = RopeScaling::None;
-    let swa_src = match d.f64_opt(k::ROPE_BASE_SWA)? {
+    let swa_src = match d.f64_opt(ROPE_BASE_SWA)? {
         Some(b) if b > 0.0 => {
             sliding.base = b;
-            format!("{}; unscaled", d.src(k::ROPE_BASE_SWA))
+            format!("{}; unscaled", d.src(ROPE_BASE_SWA))
         }
-        Some(b) => return Err(d.err(k::ROPE_BASE_SWA, format!("must be positive, found {b}"))),
+        Some(b) => return Err(d.err(ROPE_BASE_SWA, format!("must be positive, found {b}"))),
         None => {
             sliding.base = DEFAULT_SWA_BASE;
             format!(
                 "gemma3 default {DEFAULT_SWA_BASE} ({} absent; HF's rope_local_base_freq default); unscaled",
-                d.spelled(k::ROPE_BASE_SWA)
+                d.spelled(ROPE_BASE_SWA)
             )
         }
     };
     s.rope_sliding = Sourced::new(sliding, swa_src);
 
-    if let Some(q) = d.f64_opt(k::QUERY_PRE_ATTN_SCALAR)? {
+    if let Some(q) = d.f64_opt(QUERY_PRE_ATTN_SCALAR)? {
         if q <= 0.0 {
             return Err(d.err(
-                k::QUERY_PRE_ATTN_SCALAR,
+                QUERY_PRE_ATTN_SCALAR,
                 format!("must be positive, found {q}"),
             ));
         }
         s.attn_scale = Sourced::new(
             (1.0 / q.sqrt()) as f32,
-            format!("1/sqrt({})", d.src(k::QUERY_PRE_ATTN_SCALAR)),
+            format!("1/sqrt({})", d.src(QUERY_PRE_ATTN_SCALAR)),
         );
     }
 
@@ -89,13 +134,20 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         NormForm::Plain,
         "gemma3 GGUF/q4nx: norms stored as 1 + w (the converter adds the 1)",
     );
-    s.sandwich_norms = Sourced::new(true, "gemma3: post-attention and post-feed-forward norms");
+    s.body = Sourced::new(
+        Body {
+            post_mixer_norm: Some("post_attention_norm.weight"),
+            post_ffn_norm: Some("post_ffw_norm.weight"),
+            ..Body::default()
+        },
+        "gemma3: post-attention and post-feed-forward norms",
+    );
     s.embed_scale = match d.container {
-        Container::Gguf => Sourced::new(
+        ContainerKind::Gguf => Sourced::new(
             Some((s.dims.n_embd as f32).sqrt()),
             format!("gemma3: sqrt({} = {})", d.spelled(k::N_EMBD), s.dims.n_embd),
         ),
-        Container::Pack => Sourced::new(
+        ContainerKind::Pack => Sourced::new(
             None,
             "gemma3 pack: embedding stored pre-scaled by sqrt(hidden_size)",
         ),
@@ -104,8 +156,8 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
         s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
     }
-    if let Some(cap) = d.f64_opt(k::ATTN_SOFTCAP)? {
-        s.attn_softcap = Sourced::new(Some(cap as f32), d.src(k::ATTN_SOFTCAP));
+    if let Some(cap) = d.f64_opt(ATTN_SOFTCAP)? {
+        s.attn_softcap = Sourced::new(Some(cap as f32), d.src(ATTN_SOFTCAP));
     }
     Ok(s)
 }
@@ -195,4 +247,34 @@ pub fn layer_types(d: &Decls, types: &Json, n_layer: usize) -> Result<Vec<LayerK
             )),
         })
         .collect()
+}
+
+/// config.json keys of a gemma3 pack, restating the semantics.
+fn config_json(sem: &Semantics, c: &mut Json) {
+    c["layer_types"] = json!(sem
+        .layer_kinds
+        .value
+        .iter()
+        .map(|k| match k {
+            LayerKind::Sliding => "sliding_attention",
+            _ => "full_attention",
+        })
+        .collect::<Vec<_>>());
+    if let Some(w) = sem.sliding_window.value {
+        c["sliding_window"] = json!(w);
+    }
+    c["rope_local_base_freq"] = json!(sem.rope_sliding.value.base);
+    let s = sem.attn_scale.value as f64;
+    let q = 1.0 / (s * s);
+    c["query_pre_attn_scalar"] = json!(if (q - q.round()).abs() < 1e-3 {
+        q.round()
+    } else {
+        q
+    });
+    if let Some(cap) = sem.final_softcap.value {
+        c["final_logit_softcapping"] = json!(cap);
+    }
+    if let Some(cap) = sem.attn_softcap.value {
+        c["attn_logit_softcapping"] = json!(cap);
+    }
 }

@@ -7,9 +7,25 @@
 //!   key, when present, applies on top of it as llama.cpp applies it.
 
 use super::common::{base, qk_norm};
-use super::decls::{self as k, Decls};
+use super::decls::{self as k, keys, Decls};
+use super::{Family, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
+
+/// Hunyuan dense packs use the common tensor names; the converter does not
+/// write them.
+pub const FAMILY: Family = Family {
+    arch: "hunyuan-dense",
+    hf_names: &["hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM"],
+    semantics,
+    pack: Some(PackNames { rows: &[] }),
+    import: None,
+};
+
+// hunyuan's own keys (the shared ones are in decls.rs).
+keys! {
+    ROPE_SCALING_ALPHA = "rope.scaling.alpha", ["rope_scaling/alpha"];
+}
 
 pub fn semantics(d: &Decls) -> Result<Semantics> {
     let mut s = base(
@@ -18,10 +34,10 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         Sourced::new(RopeStyle::Halves, "hunyuan: neox (halves) RoPE"),
         &["dynamic"],
     )?;
-    if let Some(alpha) = d.f64_opt(k::ROPE_SCALING_ALPHA)? {
+    if let Some(alpha) = d.f64_opt(ROPE_SCALING_ALPHA)? {
         if !(alpha > 0.0 && alpha.is_finite()) {
             return Err(d.err(
-                k::ROPE_SCALING_ALPHA,
+                ROPE_SCALING_ALPHA,
                 format!("must be positive, found {alpha}"),
             ));
         }
@@ -34,11 +50,11 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         s.rope_full.source = format!(
             "{} * alpha^(d/(d-2)) with {} = {alpha}, d = {dim}",
             s.rope_full.source,
-            d.src(k::ROPE_SCALING_ALPHA)
+            d.src(ROPE_SCALING_ALPHA)
         );
     } else if d.str_opt(k::ROPE_SCALING_TYPE)?.as_deref() == Some("dynamic") {
         return Err(d.err(
-            k::ROPE_SCALING_ALPHA,
+            ROPE_SCALING_ALPHA,
             "dynamic RoPE scaling is declared without an alpha",
         ));
     }

@@ -9,10 +9,56 @@
 //! - Attention layers: q/k RMSNorm before RoPE, halves pairing.
 //! - The final norm is the tensor GGUF calls `token_embd_norm`.
 
+use onebit_formats::q4nx::Q4Kind;
+use serde_json::{json, Value as Json};
+
 use super::common::{base, per_layer_kv_heads, qk_norm};
-use super::decls::{self as k, Decls};
+use super::decls::{self as k, keys, Decls};
+use super::{Family, ImportRules, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
+
+pub const FAMILY: Family = Family {
+    arch: "lfm2",
+    hf_names: &["lfm2", "Lfm2ForCausalLM"],
+    semantics,
+    pack: Some(PackNames {
+        rows: &[
+            ("token_embd.weight", "model.token_embd.weight"),
+            ("token_embd_norm.weight", "model.norm.weight"),
+            ("output_norm.weight", ""),
+            (
+                "blk.{i}.shortconv.in_proj.weight",
+                "model.layers.{i}.shortconv.in_proj.weight",
+            ),
+            (
+                "blk.{i}.shortconv.out_proj.weight",
+                "model.layers.{i}.shortconv.out_proj.weight",
+            ),
+            (
+                "blk.{i}.shortconv.conv.weight",
+                "model.layers.{i}.shortconv.conv.weight",
+            ),
+        ],
+    }),
+    import: Some(ImportRules {
+        model_type: "lfm2",
+        hf_arch: "Lfm2ForCausalLM",
+        q4_kind: Q4Kind::Symmetric,
+        unpermute_qk: false,
+        prescale_embedding: false,
+        eps_key: "norm_eps",
+        config: config_json,
+    }),
+};
+
+// lfm2's own keys (the shared ones are in decls.rs).
+keys! {
+    SHORTCONV_L_CACHE = "shortconv.l_cache", ["conv_L_cache"];
+    FF_AUTO_ADJUST = "", ["block_auto_adjust_ff_dim"];
+    FF_MULTIPLIER = "", ["block_ffn_dim_multiplier"];
+    FF_MULTIPLE_OF = "", ["block_multiple_of"];
+}
 
 pub fn semantics(d: &Decls) -> Result<Semantics> {
     let mut s = base(
@@ -66,15 +112,21 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         ));
     };
     s.layer_kinds = kinds;
-    if d.bool_opt(k::FF_AUTO_ADJUST)? == Some(true) {
+    if d.bool_opt(FF_AUTO_ADJUST)? == Some(true) {
         let (n_ff, how) = auto_adjusted_ff(d, s.dims.n_ff)?;
         s.dims.n_ff = n_ff;
         s.activation.source = format!("{}; feed-forward width {how}", s.activation.source);
     }
-    let l = d.positive(k::SHORTCONV_L_CACHE)?;
-    s.short_conv = Some(Sourced::new(l, d.src(k::SHORTCONV_L_CACHE)));
+    let l = d.positive(SHORTCONV_L_CACHE)?;
+    s.short_conv = Some(Sourced::new(l, d.src(SHORTCONV_L_CACHE)));
     s.qk_norm = qk_norm(d, true, QkNorm::BeforeRope, "lfm2: q/k RMSNorm before RoPE")?;
-    s.names.output_norm = "token_embd_norm.weight";
+    s.body = Sourced::new(
+        Body {
+            output_norm: "token_embd_norm.weight",
+            ..Body::default()
+        },
+        "lfm2: the final norm is GGUF's token_embd_norm",
+    );
     Ok(s)
 }
 
@@ -83,18 +135,33 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
 /// `block_multiple_of` (as the SwiGLU sizing rule of Llama does).
 fn auto_adjusted_ff(d: &Decls, declared: usize) -> Result<(usize, String)> {
     let mut ff = 2 * declared / 3;
-    if let Some(m) = d.f64_opt(k::FF_MULTIPLIER)? {
+    if let Some(m) = d.f64_opt(FF_MULTIPLIER)? {
         if !(m > 0.0 && m.is_finite()) {
-            return Err(d.err(k::FF_MULTIPLIER, format!("must be positive, found {m}")));
+            return Err(d.err(FF_MULTIPLIER, format!("must be positive, found {m}")));
         }
         ff = (m * ff as f64) as usize;
     }
-    let of = d.usize_opt(k::FF_MULTIPLE_OF)?.unwrap_or(1).max(1);
+    let of = d.usize_opt(FF_MULTIPLE_OF)?.unwrap_or(1).max(1);
     let ff = ff.div_ceil(of) * of;
     Ok((
         ff,
-        format!("{ff} from {declared} by {}", d.src(k::FF_AUTO_ADJUST)),
+        format!("{ff} from {declared} by {}", d.src(FF_AUTO_ADJUST)),
     ))
+}
+
+/// config.json keys of an lfm2 pack, restating the semantics.
+fn config_json(sem: &Semantics, c: &mut Json) {
+    c["layer_types"] = json!(sem
+        .layer_kinds
+        .value
+        .iter()
+        .map(|k| match k {
+            LayerKind::ShortConv => "conv",
+            _ => "full_attention",
+        })
+        .collect::<Vec<_>>());
+    c["conv_L_cache"] = json!(sem.short_conv.as_ref().map(|s| s.value));
+    c["block_auto_adjust_ff_dim"] = json!(false);
 }
 
 #[cfg(test)]

@@ -6,18 +6,37 @@
 //! original weights; FastFlowLM's converter permutes them back, so a pack
 //! rotates halves.
 
+use onebit_formats::q4nx::Q4Kind;
+
 use super::common::base;
-use super::decls::{Container, Decls};
+use super::decls::{ContainerKind, Decls};
+use super::{no_config, Family, ImportRules, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
 
+pub const FAMILY: Family = Family {
+    arch: "llama",
+    hf_names: &["llama", "LlamaForCausalLM"],
+    semantics,
+    pack: Some(PackNames { rows: &[] }),
+    import: Some(ImportRules {
+        model_type: "llama",
+        hf_arch: "LlamaForCausalLM",
+        q4_kind: Q4Kind::Asymmetric,
+        unpermute_qk: true,
+        prescale_embedding: false,
+        eps_key: "rms_norm_eps",
+        config: no_config,
+    }),
+};
+
 pub fn semantics(d: &Decls) -> Result<Semantics> {
     let style = match d.container {
-        Container::Gguf => Sourced::new(
+        ContainerKind::Gguf => Sourced::new(
             RopeStyle::Interleaved,
             "llama GGUF: q/k rows permuted by the converter for adjacent-pair RoPE",
         ),
-        Container::Pack => Sourced::new(
+        ContainerKind::Pack => Sourced::new(
             RopeStyle::Halves,
             "llama pack: q/k rows un-permuted, HF rotate-half",
         ),

@@ -1,90 +1,105 @@
 //! One file per model family, each holding only what that family does
-//! differently. `common` reads what every family declares the same way;
-//! `decls` hides whether a declaration came from GGUF metadata or a pack's
-//! config.json, so one family file serves both containers.
+//! differently, and its registry row (`FAMILY`): names, key table, semantics,
+//! pack tensor names, import rules. `common` reads what every family declares
+//! the same way; `decls` hides whether a declaration came from GGUF metadata
+//! or a pack's config.json, so one family file serves both containers.
+//! Adding a family: docs/adding-a-family.md.
 
 pub mod common;
 pub mod decls;
 pub mod gemma3;
+pub mod gemma4;
 pub mod hunyuan;
 pub mod lfm2;
 pub mod llama;
+pub mod nanbeige;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
 
 use onebit_formats::gguf::Gguf;
+use onebit_formats::q4nx::Q4Kind;
+use serde_json::Value as Json;
 
 use crate::error::{ModelError, Result};
 use crate::semantics::Semantics;
 use decls::Decls;
 
-/// A family: how containers name it and how it reads its semantics.
+/// A family: one row, declared in the family's own file (`pub const
+/// FAMILY`) and listed once in [`FAMILIES`]. The loaders, the pack reader,
+/// the importer and the tests read families only through these rows.
 pub struct Family {
     /// GGUF `general.architecture`, also the prefix of its metadata keys.
     pub arch: &'static str,
     /// HF config.json `model_type` values and `architectures` entries.
     pub hf_names: &'static [&'static str],
+    /// Reads the semantics (every rule with its source) from the
+    /// declarations, through the family's key table.
     pub semantics: fn(&Decls) -> Result<Semantics>,
+    /// How FastFlowLM packs of this family name their tensors; `None`: packs
+    /// of this family are refused by name.
+    pub pack: Option<PackNames>,
+    /// How `onebit import` writes a pack of this family; `None`: refused.
+    pub import: Option<ImportRules>,
 }
 
-/// Every family onebit runs.
-pub const FAMILIES: &[Family] = &[
-    Family {
-        arch: "llama",
-        hf_names: &["llama", "LlamaForCausalLM"],
-        semantics: llama::semantics,
-    },
-    Family {
-        arch: "gemma3",
-        hf_names: &[
-            "gemma3",
-            "gemma3_text",
-            "Gemma3ForCausalLM",
-            "Gemma3ForConditionalGeneration",
-        ],
-        semantics: gemma3::semantics,
-    },
-    Family {
-        arch: "qwen2",
-        hf_names: &["qwen2", "Qwen2ForCausalLM"],
-        semantics: qwen2::semantics,
-    },
-    Family {
-        arch: "qwen3",
-        hf_names: &["qwen3", "Qwen3ForCausalLM"],
-        semantics: qwen3::semantics,
-    },
-    Family {
-        arch: "phi3",
-        hf_names: &["phi3", "Phi3ForCausalLM"],
-        semantics: phi3::semantics,
-    },
-    Family {
-        arch: "hunyuan-dense",
-        hf_names: &["hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM"],
-        semantics: hunyuan::semantics,
-    },
-    Family {
-        arch: "lfm2",
-        hf_names: &["lfm2", "Lfm2ForCausalLM"],
-        semantics: lfm2::semantics,
-    },
-    Family {
-        arch: "qwen35",
-        hf_names: &[
-            "qwen3_5",
-            "qwen3_5_text",
-            "Qwen3_5ForCausalLM",
-            "Qwen3_5ForConditionalGeneration",
-        ],
-        semantics: qwen35::semantics,
-    },
+/// A (GGUF name, pack name) row; `{i}` is the layer index. A pack name ""
+/// removes the common row of that GGUF name.
+pub type NameRow = (&'static str, &'static str);
+
+/// The family's pack tensor names: the common table (`pack::names::COMMON`)
+/// with these rows replacing those of the same GGUF name.
+pub struct PackNames {
+    pub rows: &'static [NameRow],
+}
+
+/// The import converter's rules for a family (what FastFlowLM's converter
+/// does for it).
+pub struct ImportRules {
+    /// config.json `model_type` and `architectures` to write.
+    pub model_type: &'static str,
+    pub hf_arch: &'static str,
+    /// The Q4 kind matrices are re-quantized to.
+    pub q4_kind: Q4Kind,
+    /// GGUF q/k rows were permuted for adjacent-pair RoPE by llama.cpp's
+    /// converter: the importer puts them back in HF order.
+    pub unpermute_qk: bool,
+    /// The embedding is stored pre-multiplied by sqrt(hidden size).
+    pub prescale_embedding: bool,
+    /// The config.json spelling of the norm epsilon.
+    pub eps_key: &'static str,
+    /// Writes the family's own config.json keys (layer types, ...).
+    pub config: fn(&Semantics, &mut Json),
+}
+
+/// No family-specific config.json keys.
+pub fn no_config(_: &Semantics, _: &mut Json) {}
+
+/// Every family onebit runs: one line each.
+pub const FAMILIES: &[&Family] = &[
+    &llama::FAMILY,
+    &gemma3::FAMILY,
+    &qwen2::FAMILY,
+    &qwen3::FAMILY,
+    &phi3::FAMILY,
+    &hunyuan::FAMILY,
+    &lfm2::FAMILY,
+    &qwen35::FAMILY,
+    &nanbeige::FAMILY,
+    &gemma4::FAMILY,
 ];
 
 pub fn by_arch(arch: &str) -> Option<&'static Family> {
-    FAMILIES.iter().find(|f| f.arch == arch)
+    FAMILIES.iter().copied().find(|f| f.arch == arch)
+}
+
+/// The family a config.json name (`model_type` or an `architectures` entry) names.
+pub fn by_hf_name(name: &str) -> Option<&'static Family> {
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.hf_names.contains(&name))
 }
 
 /// Reads the semantics of a GGUF model, refusing an architecture we do not run.

@@ -10,9 +10,24 @@
 //! - A declared sliding window is not applied, as llama.cpp does not.
 
 use super::common::base;
-use super::decls::{self as k, Decls};
+use super::decls::{self as k, keys, Decls};
+use super::Family;
 use crate::error::Result;
 use crate::semantics::*;
+
+pub const FAMILY: Family = Family {
+    arch: "phi3",
+    hf_names: &["phi3", "Phi3ForCausalLM"],
+    semantics,
+    pack: None,
+    import: None,
+};
+
+// phi3's own keys (the shared ones are in decls.rs).
+keys! {
+    ROPE_SCALING_ATTN_FACTOR = "rope.scaling.attn_factor", [];
+    ROPE_SCALING_ORIG_CTX = "rope.scaling.original_context_length", ["rope_scaling/original_max_position_embeddings"];
+}
 
 pub const FACTORS_SHORT: &str = "rope_factors_short.weight";
 pub const FACTORS_LONG: &str = "rope_factors_long.weight";
@@ -30,22 +45,22 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         s.rope_full.source = format!(
             "{}; LongRoPE short factors ({FACTORS_LONG} when the context exceeds {})",
             s.rope_full.source,
-            d.spelled(k::ROPE_SCALING_ORIG_CTX)
+            d.spelled(ROPE_SCALING_ORIG_CTX)
         );
     }
     if d.has_tensor(FACTORS_LONG) {
-        let orig = d.usize_opt(k::ROPE_SCALING_ORIG_CTX)?.ok_or_else(|| {
+        let orig = d.usize_opt(ROPE_SCALING_ORIG_CTX)?.ok_or_else(|| {
             d.err(
-                k::ROPE_SCALING_ORIG_CTX,
+                ROPE_SCALING_ORIG_CTX,
                 "LongRoPE factors need the original context length",
             )
         })?;
         rope.long_factors = Some((FACTORS_LONG.into(), orig));
     }
-    if let Some(f) = d.f64_opt(k::ROPE_SCALING_ATTN_FACTOR)? {
+    if let Some(f) = d.f64_opt(ROPE_SCALING_ATTN_FACTOR)? {
         if !(f > 0.0 && f.is_finite()) {
             return Err(d.err(
-                k::ROPE_SCALING_ATTN_FACTOR,
+                ROPE_SCALING_ATTN_FACTOR,
                 format!("must be positive, found {f}"),
             ));
         }
@@ -53,7 +68,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         s.rope_full.source = format!(
             "{}; attention factor from {}",
             s.rope_full.source,
-            d.src(k::ROPE_SCALING_ATTN_FACTOR)
+            d.src(ROPE_SCALING_ATTN_FACTOR)
         );
     }
     s.rope_sliding = s.rope_full.clone();

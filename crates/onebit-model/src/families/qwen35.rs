@@ -17,9 +17,35 @@
 use serde_json::Value as Json;
 
 use super::common::{base, qk_norm};
-use super::decls::{self as k, Decls};
+use super::decls::{keys, Decls};
+use super::Family;
 use crate::error::Result;
 use crate::semantics::*;
+
+pub const FAMILY: Family = Family {
+    arch: "qwen35",
+    hf_names: &[
+        "qwen3_5",
+        "qwen3_5_text",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+    ],
+    semantics,
+    pack: None,
+    import: None,
+};
+
+// qwen35's own keys (the shared ones are in decls.rs).
+keys! {
+    ROPE_SECTIONS = "rope.dimension_sections", [];
+    SSM_CONV_KERNEL = "ssm.conv_kernel", ["linear_conv_kernel_dim"];
+    SSM_STATE_SIZE = "ssm.state_size", ["linear_key_head_dim"];
+    SSM_GROUP_COUNT = "ssm.group_count", ["linear_num_key_heads"];
+    SSM_TIME_STEP_RANK = "ssm.time_step_rank", ["linear_num_value_heads"];
+    SSM_INNER_SIZE = "ssm.inner_size", [];
+    FULL_ATTN_INTERVAL = "full_attention_interval", ["full_attention_interval"];
+    RECURRENT_LAYERS = "attention.recurrent_layers", [];
+}
 
 const DEFAULT_INTERVAL: usize = 4;
 
@@ -35,46 +61,46 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     )?;
     let n_layer = s.dims.n_layer;
 
-    if let Some(sections) = d.get(k::ROPE_SECTIONS) {
+    if let Some(sections) = d.get(ROPE_SECTIONS) {
         let secs: Vec<u64> = sections
             .as_array()
             .map(|a| a.iter().filter_map(Json::as_u64).collect())
             .unwrap_or_default();
         if secs.len() < 3 || secs.get(3).copied().unwrap_or(0) != 0 {
             return Err(d.err(
-                k::ROPE_SECTIONS,
+                ROPE_SECTIONS,
                 format!("{sections}: a pair on the fourth M-RoPE component is not implemented"),
             ));
         }
     }
 
-    s.layer_kinds = match d.get(k::RECURRENT_LAYERS) {
+    s.layer_kinds = match d.get(RECURRENT_LAYERS) {
         Some(Json::Array(flags)) if flags.len() == n_layer => {
             let kinds = flags
                 .iter()
                 .map(
                     |f| match f.as_bool().or_else(|| f.as_u64().map(|v| v != 0)) {
-                        Some(true) => Ok(LayerKind::Linear),
+                        Some(true) => Ok(LayerKind::DeltaNet),
                         Some(false) => Ok(LayerKind::Full),
                         None => Err(d.err(
-                            k::RECURRENT_LAYERS,
+                            RECURRENT_LAYERS,
                             format!("entries must be flags, found {f}"),
                         )),
                     },
                 )
                 .collect::<Result<Vec<_>>>()?;
-            Sourced::new(kinds, d.src(k::RECURRENT_LAYERS))
+            Sourced::new(kinds, d.src(RECURRENT_LAYERS))
         }
         Some(v) => {
             return Err(d.err(
-                k::RECURRENT_LAYERS,
+                RECURRENT_LAYERS,
                 format!("expected {n_layer} flags, found {v}"),
             ))
         }
         None => {
-            let (interval, src) = match d.usize_opt(k::FULL_ATTN_INTERVAL)? {
-                Some(0) => return Err(d.err(k::FULL_ATTN_INTERVAL, "must be positive")),
-                Some(i) => (i, d.src(k::FULL_ATTN_INTERVAL)),
+            let (interval, src) = match d.usize_opt(FULL_ATTN_INTERVAL)? {
+                Some(0) => return Err(d.err(FULL_ATTN_INTERVAL, "must be positive")),
+                Some(i) => (i, d.src(FULL_ATTN_INTERVAL)),
                 None => (
                     DEFAULT_INTERVAL,
                     format!("qwen35 default interval {DEFAULT_INTERVAL}"),
@@ -85,7 +111,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
                     if (i + 1) % interval == 0 {
                         LayerKind::Full
                     } else {
-                        LayerKind::Linear
+                        LayerKind::DeltaNet
                     }
                 })
                 .collect();
@@ -96,16 +122,16 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         }
     };
 
-    let conv_kernel = d.positive(k::SSM_CONV_KERNEL)?;
-    let head_k_dim = d.positive(k::SSM_STATE_SIZE)?;
-    let n_k_heads = d.positive(k::SSM_GROUP_COUNT)?;
-    let n_v_heads = d.positive(k::SSM_TIME_STEP_RANK)?;
+    let conv_kernel = d.positive(SSM_CONV_KERNEL)?;
+    let head_k_dim = d.positive(SSM_STATE_SIZE)?;
+    let n_k_heads = d.positive(SSM_GROUP_COUNT)?;
+    let n_v_heads = d.positive(SSM_TIME_STEP_RANK)?;
     let inner = d
-        .usize_opt(k::SSM_INNER_SIZE)?
+        .usize_opt(SSM_INNER_SIZE)?
         .unwrap_or(n_v_heads * head_k_dim);
     if inner % n_v_heads != 0 || n_v_heads % n_k_heads != 0 {
         return Err(d.err(
-            k::SSM_INNER_SIZE,
+            SSM_INNER_SIZE,
             format!("{inner} inner dims over {n_v_heads} v heads and {n_k_heads} k heads do not divide evenly"),
         ));
     }
@@ -117,7 +143,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
             head_k_dim,
             head_v_dim: inner / n_v_heads,
         },
-        format!("{} and the other ssm.* keys", d.src(k::SSM_CONV_KERNEL)),
+        format!("{} and the other ssm.* keys", d.src(SSM_CONV_KERNEL)),
     ));
     s.attn_output_gate = Sourced::new(
         true,
@@ -133,6 +159,12 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         NormForm::Plain,
         "qwen35 GGUF: norms stored as 1 + w (ssm_norm plain)",
     );
-    s.names.ffn_norm = "post_attention_norm.weight";
+    s.body = Sourced::new(
+        Body {
+            ffn_norm: "post_attention_norm.weight",
+            ..Body::default()
+        },
+        "qwen35: the pre-feed-forward norm is GGUF's post_attention_norm",
+    );
     Ok(s)
 }

@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value as Json};
 
-use crate::families::{Family, FAMILIES};
+use crate::families::{self, Family};
 use crate::semantics::Sourced;
 
 /// The family a config names by `model_type` or an `architectures` entry
@@ -27,8 +27,7 @@ pub fn family_of(config: &Json) -> Option<&'static Family> {
     if let Some(t) = config.get("text_config") {
         all.extend(names(t));
     }
-    all.iter()
-        .find_map(|n| FAMILIES.iter().find(|f| f.hf_names.contains(&n.as_str())))
+    all.iter().find_map(|n| families::by_hf_name(n))
 }
 
 /// Every `model_type` / `architectures` name a config states, for errors.

@@ -5,14 +5,16 @@
 //! kept as Q8 tiles on request; and the tokenizer is written from our GGUF
 //! vocabulary (by the caller, which owns the tokenizer).
 //!
-//! - Q4_0 / Q4_1 matrices are repacked exactly (scales and minimums round to bf16).
+//! - Q4_0 / Q4_1 matrices are tiled exactly (scales and minimums round to bf16).
 //! - Every other quantized matrix is dequantized and quantized to the family
-//!   default: Q4_1 (asymmetric) for llama, qwen2, qwen3, gemma3; Q4_0
-//!   (symmetric) for lfm2.
+//!   default (`ImportRules::q4_kind` in the family's row: Q4_1, asymmetric,
+//!   for llama, qwen2, qwen3, gemma3; Q4_0, symmetric, for lfm2).
 //! - F32 / F16 / BF16 tensors, the embedding, norms and conv taps become BF16.
-//! - llama: q_proj / k_proj rows un-permuted (llama.cpp's converter permuted
-//!   them for adjacent-pair RoPE), so the pack rotates halves.
-//! - gemma3: the embedding stored as BF16 already multiplied by sqrt(hidden).
+//! - `unpermute_qk` (llama): q_proj / k_proj rows un-permuted (llama.cpp's
+//!   converter permuted them for adjacent-pair RoPE), so the pack rotates halves.
+//! - `prescale_embedding` (gemma3): the embedding stored as BF16 already
+//!   multiplied by sqrt(hidden).
+//! - The family's own config.json keys come from its `ImportRules::config`.
 //! - `lm_head.weight` written from the embedding when the GGUF has no output.
 
 use std::collections::BTreeMap;
@@ -27,8 +29,8 @@ use serde_json::{json, Value as Json};
 
 use super::names;
 use crate::error::{ModelError, Result};
-use crate::families;
-use crate::semantics::{LayerKind, RopeScaling, Semantics};
+use crate::families::{self, ImportRules};
+use crate::semantics::{RopeScaling, Semantics};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ImportOptions {
@@ -86,18 +88,6 @@ pub struct Imported {
     pub notes: Vec<String>,
 }
 
-/// The converter's families: HF model_type, architecture, default Q4 kind.
-fn converter_family(arch: &str) -> Option<(&'static str, &'static str, Q4Kind)> {
-    Some(match arch {
-        "llama" => ("llama", "LlamaForCausalLM", Q4Kind::Asymmetric),
-        "qwen2" => ("qwen2", "Qwen2ForCausalLM", Q4Kind::Asymmetric),
-        "qwen3" => ("qwen3", "Qwen3ForCausalLM", Q4Kind::Asymmetric),
-        "gemma3" => ("gemma3_text", "Gemma3ForCausalLM", Q4Kind::Asymmetric),
-        "lfm2" => ("lfm2", "Lfm2ForCausalLM", Q4Kind::Symmetric),
-        _ => return None,
-    })
-}
-
 fn kind_name_of(k: Q4Kind) -> &'static str {
     k.ggml().name()
 }
@@ -136,14 +126,25 @@ pub fn import(
 ) -> Result<Imported> {
     let path = g.path().to_path_buf();
     let arch = g.str("general.architecture")?.to_string();
-    let (model_type, hf_arch, default_kind) =
-        converter_family(&arch).ok_or_else(|| ModelError::Unsupported {
-            path: path.clone(),
-            what: format!(
-                "general.architecture `{arch}`: the pack converter handles llama, qwen2, qwen3, gemma3 and lfm2"
-            ),
-        })?;
-    let rows = names::table(&arch).expect("converter families have name tables");
+    let refuse = || ModelError::Unsupported {
+        path: path.clone(),
+        what: format!(
+            "general.architecture `{arch}`: the pack converter handles {}",
+            families::FAMILIES
+                .iter()
+                .filter(|f| f.import.is_some())
+                .map(|f| f.arch)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let family = families::by_arch(&arch).ok_or_else(refuse)?;
+    let rules = family.import.as_ref().ok_or_else(refuse)?;
+    let default_kind = rules.q4_kind;
+    let rows = names::table(family).ok_or_else(|| ModelError::Unsupported {
+        path: path.clone(),
+        what: format!("family {arch} has import rules but no pack tensor-name table"),
+    })?;
     let sem = families::semantics_from_gguf(g)?;
     let d = &sem.dims;
     let mut notes = Vec::new();
@@ -199,9 +200,9 @@ pub fn import(
         let is_matrix =
             info.dims.len() == 2 && !is_embd_row_table && !gname.ends_with("shortconv.conv.weight");
         // llama: q/k rows back in HF order.
-        let permute_heads = if arch == "llama" && gname.ends_with("attn_q.weight") {
+        let permute_heads = if rules.unpermute_qk && gname.ends_with("attn_q.weight") {
             Some(d.n_head)
-        } else if arch == "llama" && gname.ends_with("attn_k.weight") {
+        } else if rules.unpermute_qk && gname.ends_with("attn_k.weight") {
             Some(d.n_head_kv)
         } else {
             None
@@ -212,11 +213,11 @@ pub fn import(
             let mut v = vec![0f32; n];
             blocks::dequantize(info.dtype, &bytes, &mut v)
                 .map_err(|e| terr(gname, e.to_string()))?;
-            if is_embd_row_table && arch == "gemma3" {
+            if is_embd_row_table && rules.prescale_embedding {
                 let s = (d.n_embd as f32).sqrt();
                 v.iter_mut().for_each(|x| *x *= s);
                 notes.push(format!(
-                    "gemma3: {pname} stored as BF16 pre-scaled by sqrt({}) = {s}",
+                    "{arch}: {pname} stored as BF16 pre-scaled by sqrt({}) = {s}",
                     d.n_embd
                 ));
             }
@@ -351,7 +352,7 @@ pub fn import(
             )
         });
     }
-    let config = config_json(g, &sem, model_type, hf_arch)?;
+    let config = config_json(g, &sem, rules)?;
     Ok(Imported {
         tensors,
         config,
@@ -360,12 +361,13 @@ pub fn import(
     })
 }
 
-/// config.json in HF form, restating the GGUF's semantics.
-pub fn config_json(g: &Gguf, sem: &Semantics, model_type: &str, hf_arch: &str) -> Result<Json> {
+/// config.json in HF form, restating the GGUF's semantics (the family's own
+/// keys written by its import rules).
+pub fn config_json(g: &Gguf, sem: &Semantics, rules: &ImportRules) -> Result<Json> {
     let d = &sem.dims;
     let mut c = json!({
-        "architectures": [hf_arch],
-        "model_type": model_type,
+        "architectures": [rules.hf_arch],
+        "model_type": rules.model_type,
         "hidden_size": d.n_embd,
         "intermediate_size": d.n_ff,
         "num_hidden_layers": d.n_layer,
@@ -377,11 +379,7 @@ pub fn config_json(g: &Gguf, sem: &Semantics, model_type: &str, hf_arch: &str) -
         "tie_word_embeddings": sem.tied_output.value,
         "torch_dtype": "bfloat16",
     });
-    let eps_key = if sem.family == "lfm2" {
-        "norm_eps"
-    } else {
-        "rms_norm_eps"
-    };
+    let eps_key = rules.eps_key;
     // The f32 epsilon as its shortest decimal (1e-6, not 9.99999997e-7).
     c[eps_key] = json!(sem
         .norm_eps
@@ -401,47 +399,7 @@ pub fn config_json(g: &Gguf, sem: &Semantics, model_type: &str, hf_arch: &str) -
     if let RopeScaling::Linear { factor } = sem.rope_full.value.scaling {
         c["rope_scaling"] = json!({"rope_type": "linear", "factor": factor});
     }
-    let kinds = &sem.layer_kinds.value;
-    match sem.family {
-        "gemma3" => {
-            c["layer_types"] = json!(kinds
-                .iter()
-                .map(|k| match k {
-                    LayerKind::Sliding => "sliding_attention",
-                    _ => "full_attention",
-                })
-                .collect::<Vec<_>>());
-            if let Some(w) = sem.sliding_window.value {
-                c["sliding_window"] = json!(w);
-            }
-            c["rope_local_base_freq"] = json!(sem.rope_sliding.value.base);
-            let s = sem.attn_scale.value as f64;
-            let q = 1.0 / (s * s);
-            c["query_pre_attn_scalar"] = json!(if (q - q.round()).abs() < 1e-3 {
-                q.round()
-            } else {
-                q
-            });
-            if let Some(cap) = sem.final_softcap.value {
-                c["final_logit_softcapping"] = json!(cap);
-            }
-            if let Some(cap) = sem.attn_softcap.value {
-                c["attn_logit_softcapping"] = json!(cap);
-            }
-        }
-        "lfm2" => {
-            c["layer_types"] = json!(kinds
-                .iter()
-                .map(|k| match k {
-                    LayerKind::ShortConv => "conv",
-                    _ => "full_attention",
-                })
-                .collect::<Vec<_>>());
-            c["conv_L_cache"] = json!(sem.short_conv.as_ref().map(|s| s.value));
-            c["block_auto_adjust_ff_dim"] = json!(false);
-        }
-        _ => {}
-    }
+    (rules.config)(sem, &mut c);
     Ok(c)
 }
 

@@ -4,7 +4,7 @@
 //! `chat_template.jinja`.
 //!
 //! The reader maps the pack's HF-style names to the GGUF names the loader
-//! asks for (`names`), and repacks each tiled tensor at open into the ggml
+//! asks for (`names`), and untiles each tiled tensor at open into the ggml
 //! block type the kernels already run. A Q4 tensor's tile form is named by
 //! its declared row width: 5,120 bytes the full tile ([tiles, 5120]), 1,280
 //! the quarter tile ([N/16, Kp/128, 1280]), 4,608 the symmetric chunk
@@ -63,7 +63,7 @@ pub struct PackTensor {
     pub stored_shape: Vec<u64>,
     pub stored_bytes: usize,
     pub raw: RawTensor,
-    /// Scales/minimums that f16 could not hold exactly when repacked.
+    /// Scales/minimums that f16 could not hold exactly when untiled.
     pub inexact_scales: usize,
 }
 
@@ -131,11 +131,17 @@ impl Pack {
                     .join(", ")
             ),
         })?;
-        let rows = names::table(family.arch).ok_or_else(|| ModelError::Unsupported {
+        let rows = names::table(family).ok_or_else(|| ModelError::Unsupported {
             path: config_path.clone(),
             what: format!(
-                "family {} has no pack tensor-name table (packs of llama, qwen2, qwen3, gemma3, lfm2 and hunyuan-dense are read)",
-                family.arch
+                "family {} has no pack tensor-name table (packs of {} are read)",
+                family.arch,
+                crate::families::FAMILIES
+                    .iter()
+                    .filter(|f| f.pack.is_some())
+                    .map(|f| f.arch)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         })?;
         let text = config::text_root(&config);

@@ -1,10 +1,11 @@
 //! The name table: GGUF tensor names (what the loader asks for) and the
-//! Hugging Face style names FastFlowLM's converter writes into `model.q4nx`,
-//! per family. Data, not branches: a family's table is the common rows with
-//! its own rows replacing those of the same GGUF name.
+//! Hugging Face style names FastFlowLM's converter writes into `model.q4nx`.
+//! Data, not branches: a family's table is the common rows below with its
+//! own rows (declared in its family file) replacing those of the same GGUF
+//! name.
 
-/// (GGUF name, pack name); `{i}` is the layer index.
-pub type Row = (&'static str, &'static str);
+use crate::families::Family;
+pub use crate::families::NameRow as Row;
 
 const COMMON: &[Row] = &[
     ("token_embd.weight", "model.embed_tokens.weight"),
@@ -69,48 +70,11 @@ const COMMON: &[Row] = &[
     ),
 ];
 
-const GEMMA3: &[Row] = &[
-    (
-        "blk.{i}.post_attention_norm.weight",
-        "model.layers.{i}.post_attention_layernorm.weight",
-    ),
-    (
-        "blk.{i}.ffn_norm.weight",
-        "model.layers.{i}.pre_feedforward_layernorm.weight",
-    ),
-    (
-        "blk.{i}.post_ffw_norm.weight",
-        "model.layers.{i}.post_feedforward_layernorm.weight",
-    ),
-];
-
-const LFM2: &[Row] = &[
-    ("token_embd.weight", "model.token_embd.weight"),
-    ("token_embd_norm.weight", "model.norm.weight"),
-    ("output_norm.weight", ""),
-    (
-        "blk.{i}.shortconv.in_proj.weight",
-        "model.layers.{i}.shortconv.in_proj.weight",
-    ),
-    (
-        "blk.{i}.shortconv.out_proj.weight",
-        "model.layers.{i}.shortconv.out_proj.weight",
-    ),
-    (
-        "blk.{i}.shortconv.conv.weight",
-        "model.layers.{i}.shortconv.conv.weight",
-    ),
-];
-
-/// The families with a pack name table (the converter's families, and
-/// Hunyuan dense whose packs use the common names).
-pub fn table(arch: &str) -> Option<Vec<Row>> {
-    let own: &[Row] = match arch {
-        "llama" | "qwen2" | "qwen3" | "hunyuan-dense" => &[],
-        "gemma3" => GEMMA3,
-        "lfm2" => LFM2,
-        _ => return None,
-    };
+/// A family's table: the common rows with the family's own rows
+/// (`Family::pack`) replacing those of the same GGUF name; `None` when the
+/// family's packs are not read.
+pub fn table(family: &Family) -> Option<Vec<Row>> {
+    let own = family.pack.as_ref()?.rows;
     let mut rows: Vec<Row> = COMMON
         .iter()
         .filter(|(g, _)| !own.iter().any(|(o, _)| o == g))
@@ -159,7 +123,8 @@ mod tests {
 
     #[test]
     fn names_map_both_ways_per_family() {
-        let g = table("gemma3").unwrap();
+        let fam = |a| table(crate::families::by_arch(a).unwrap());
+        let g = fam("gemma3").unwrap();
         assert_eq!(
             to_pack(&g, "blk.3.ffn_norm.weight").as_deref(),
             Some("model.layers.3.pre_feedforward_layernorm.weight")
@@ -168,7 +133,7 @@ mod tests {
             to_gguf(&g, "model.layers.12.post_attention_layernorm.weight").as_deref(),
             Some("blk.12.post_attention_norm.weight")
         );
-        let l = table("llama").unwrap();
+        let l = fam("llama").unwrap();
         assert_eq!(
             to_gguf(&l, "model.layers.0.post_attention_layernorm.weight").as_deref(),
             Some("blk.0.ffn_norm.weight")
@@ -177,7 +142,7 @@ mod tests {
             to_pack(&l, "output.weight").as_deref(),
             Some("lm_head.weight")
         );
-        let f = table("lfm2").unwrap();
+        let f = fam("lfm2").unwrap();
         assert_eq!(
             to_gguf(&f, "model.norm.weight").as_deref(),
             Some("token_embd_norm.weight")
@@ -188,6 +153,6 @@ mod tests {
             Some("blk.0.shortconv.conv.weight")
         );
         assert_eq!(to_gguf(&l, "model.layers.x.mlp.up_proj.weight"), None);
-        assert!(table("qwen35").is_none());
+        assert!(fam("qwen35").is_none());
     }
 }

@@ -1,0 +1,218 @@
+//! Causal softmax attention, full or over a sliding window: q/k/v
+//! projections (with biases, per-head q/k RMSNorm before or after RoPE, and
+//! Qwen3.5's sigmoid output gate where the semantics say), RoPE from the
+//! layer kind's table, each sequence's KV cache extended and attended, the
+//! output projection.
+
+use onebit_kernels::attention::{attend_rows, AttnShape};
+use onebit_kernels::ops::rmsnorm_inplace;
+use onebit_kernels::rope::Rope;
+use onebit_kernels::{matmul, matmul_many, Pool};
+
+use super::{sigmoid, At, Run, Scratch, SeqRows, TokenMixer};
+use crate::error::Result;
+use crate::rows::{par_rows, sized};
+use crate::semantics::{LayerKind, QkNorm};
+use crate::state::LayerState;
+use crate::weights::AttnWeights;
+
+impl TokenMixer for AttnWeights {
+    fn mix(
+        &self,
+        run: &Run,
+        at: At,
+        seqs: &mut [SeqRows],
+        h: &[f32],
+        sc: &mut Scratch,
+        mixed: &mut Vec<f32>,
+    ) -> Result<()> {
+        let aw = self;
+        let sem = run.sem;
+        let d = &sem.dims;
+        let kind = sem.layer_kinds.value[at.layer];
+        let (rope, cell) = if kind == LayerKind::Sliding {
+            (run.rope_sliding, &run.angles_sliding)
+        } else {
+            (run.rope_full, &run.angles_full)
+        };
+        let angles = cell.get_or_init(|| angle_table(run.pool, rope, run.positions));
+        let n = h.len() / d.n_embd;
+        let (dk, dv) = sem.head_dims(kind);
+        let gated = sem.attn_output_gate.value;
+        let Scratch {
+            q: q_all,
+            k,
+            v,
+            ctx,
+        } = sc;
+        // A layer without K/V of its own reads its source layer's cache,
+        // which that layer extended earlier in this call.
+        let kv = aw.kv.as_ref();
+        let kw = d.n_head_kv * dk;
+        let vw = d.n_head_kv * dv;
+        match kv {
+            Some(kv) => {
+                let mut outs = [
+                    sized(q_all, n * aw.wq.rows),
+                    sized(k, n * kv.wk.rows),
+                    sized(v, n * kv.wv.rows),
+                ];
+                matmul_many(
+                    run.pool,
+                    run.precision,
+                    &[&aw.wq, &kv.wk, &kv.wv],
+                    h,
+                    n,
+                    &mut outs,
+                );
+            }
+            None => {
+                matmul(
+                    run.pool,
+                    run.precision,
+                    &aw.wq,
+                    h,
+                    n,
+                    sized(q_all, n * aw.wq.rows),
+                );
+                // One unused value per row keeps the row loop below uniform.
+                sized(k, n);
+            }
+        }
+        let kw_rows = if kv.is_some() { kw } else { 1 };
+        let qw = d.n_head * dk;
+        // With an output gate, q rows are [q_h | gate_h] per head.
+        let mut q_split = Vec::new();
+        let (q, gate): (&mut [f32], _) = if gated {
+            let mut g = Vec::with_capacity(n * qw);
+            q_split.reserve_exact(n * qw);
+            for head in q_all.chunks_exact(2 * dk) {
+                q_split.extend_from_slice(&head[..dk]);
+                g.extend_from_slice(&head[dk..]);
+            }
+            (&mut q_split[..], Some(g))
+        } else {
+            (&mut q_all[..], None)
+        };
+        let eps = sem.norm_eps.value;
+        add_bias(q, aw.bq.as_deref());
+        if let Some(kv) = kv {
+            add_bias(k, kv.bk.as_deref());
+            add_bias(v, kv.bv.as_deref());
+            if sem.v_norm.value {
+                let ones = vec![1f32; dv];
+                v.chunks_exact_mut(dv)
+                    .for_each(|head| rmsnorm_inplace(head, &ones, eps));
+            }
+        }
+        let k_norm = kv.and_then(|kv| kv.k_norm.as_ref());
+        let qk_norm = sem.qk_norm.value;
+        let norm_heads = |buf: &mut [f32], w: Option<&Vec<f32>>| {
+            if let Some(w) = w {
+                buf.chunks_exact_mut(dk)
+                    .for_each(|head| rmsnorm_inplace(head, w, eps));
+            }
+        };
+        let half = rope.inv_freq.len();
+        let has_kv = kv.is_some();
+        // Per row: q/k norms and RoPE, rows in parallel.
+        par_rows(
+            run.pool,
+            n,
+            [qw, kw_rows],
+            [&mut *q, &mut k[..]],
+            |r0, [qs, ks]| {
+                for (j, (qt, kt)) in qs
+                    .chunks_exact_mut(qw)
+                    .zip(ks.chunks_exact_mut(kw_rows))
+                    .enumerate()
+                {
+                    let t = r0 + j;
+                    let angles = &angles[t * half..(t + 1) * half];
+                    if qk_norm == QkNorm::BeforeRope {
+                        norm_heads(qt, aw.q_norm.as_ref());
+                        norm_heads(kt, k_norm);
+                    }
+                    qt.chunks_exact_mut(dk)
+                        .for_each(|head| rope.apply(head, angles));
+                    if has_kv {
+                        kt.chunks_exact_mut(dk)
+                            .for_each(|head| rope.apply(head, angles));
+                    }
+                    if qk_norm == QkNorm::AfterRope {
+                        norm_heads(qt, aw.q_norm.as_ref());
+                        norm_heads(kt, k_norm);
+                    }
+                }
+            },
+        );
+
+        let shape = AttnShape {
+            n_head: d.n_head,
+            n_head_kv: d.n_head_kv,
+            head_dim_k: dk,
+            head_dim_v: dv,
+        };
+        let window = match kind {
+            LayerKind::Sliding => sem.sliding_window.value,
+            _ => None,
+        };
+        let scale = sem.attn_scale.value;
+        let cap = sem.attn_softcap.value;
+        let width = d.n_head * dv;
+        let ctx = sized(ctx, n * width);
+        // The source layer's slot in the same pass of the stack.
+        let src = at.slot - at.layer + sem.kv_source.value[at.layer];
+        for seg in seqs.iter_mut() {
+            let LayerState::Attention(cache) = &mut seg.state.layers[src] else {
+                unreachable!("attention layers hold KV caches (SeqState::new)")
+            };
+            if has_kv {
+                cache.k.push(&k[seg.rows.start * kw..seg.rows.end * kw]);
+                cache.v.push(&v[seg.rows.start * vw..seg.rows.end * vw]);
+            }
+            let spans: Vec<(usize, usize)> = (0..seg.rows.len())
+                .map(|i| {
+                    let p = seg.pos0 + i;
+                    (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1)
+                })
+                .collect();
+            attend_rows(
+                run.pool,
+                shape,
+                &q[seg.rows.start * qw..seg.rows.end * qw],
+                &spans,
+                cache.k.view(),
+                cache.v.view(),
+                scale,
+                cap,
+                &mut ctx[seg.rows.start * width..seg.rows.end * width],
+            );
+        }
+        if let Some(g) = gate {
+            ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));
+        }
+        let out = sized(mixed, n * aw.wo.rows);
+        matmul(run.pool, run.precision, &aw.wo, ctx, n, out);
+        Ok(())
+    }
+}
+
+/// `rope`'s cos/sin pairs for every stacked row ([rows][n_rot / 2]).
+fn angle_table(pool: &Pool, rope: &Rope, positions: &[usize]) -> Vec<(f32, f32)> {
+    pool.map_ranges(positions.len(), 64, |r| {
+        positions[r]
+            .iter()
+            .flat_map(|&p| rope.angles(p))
+            .collect::<Vec<_>>()
+    })
+    .concat()
+}
+
+fn add_bias(x: &mut [f32], b: Option<&[f32]>) {
+    if let Some(b) = b {
+        for row in x.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, bb)| *v += bb);
+        }
+    }
+}

@@ -1,0 +1,122 @@
+/*
+ * gen-fixtures-driver: runs a GGUF through llama.cpp's public API (libllama)
+ * on the CPU and writes the logits of every position as raw little-endian
+ * float32, row-major [n_tokens][n_vocab]. Built and called by
+ * scripts/gen-fixtures.py; see testdata/llamacpp/README.md for the settings.
+ *
+ *   gen-fixtures-driver MODE MODEL.gguf OUT.bin TOKEN...
+ *
+ * MODE: batch       one llama_decode call with every token, KV cache F32,
+ *                   flash attention off
+ *       sequential  one llama_decode call per token, same settings
+ *       kvf16       one call, llama.cpp's default KV type (F16) and flash
+ *                   attention "auto"
+ *       sysinfo     print llama_print_system_info() and exit (no other args)
+ * Always: n_ctx = n_batch = n_ubatch = 128, 2 threads, seq 0, positions
+ * 0..n-1, a fresh context, logits requested for every token.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)user;
+    if (level == GGML_LOG_LEVEL_ERROR) {
+        fputs(text, stderr);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "sysinfo") == 0) {
+        llama_log_set(quiet, NULL);
+        llama_backend_init();
+        printf("%s\n", llama_print_system_info());
+        return 0;
+    }
+    if (argc < 5) {
+        fprintf(stderr, "usage: %s batch|sequential|kvf16 MODEL.gguf OUT.bin TOKEN...\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1];
+    int batch_mode = strcmp(mode, "batch") == 0;
+    int seq_mode = strcmp(mode, "sequential") == 0;
+    int kvf16_mode = strcmp(mode, "kvf16") == 0;
+    if (!batch_mode && !seq_mode && !kvf16_mode) {
+        fprintf(stderr, "error: mode '%s'; expected batch, sequential or kvf16\n", mode);
+        return 2;
+    }
+    int n = argc - 4;
+    if (n > 128) {
+        fprintf(stderr, "error: %d tokens; at most 128 (n_ctx)\n", n);
+        return 2;
+    }
+    llama_token *tokens = malloc(sizeof(llama_token) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        tokens[i] = (llama_token)atoi(argv[4 + i]);
+    }
+
+    llama_log_set(quiet, NULL);
+    llama_backend_init();
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    struct llama_model *model = llama_model_load_from_file(argv[2], mp);
+    if (!model) {
+        fprintf(stderr, "error: llama.cpp could not load %s\n", argv[2]);
+        return 1;
+    }
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_batch = 128;
+    cp.n_ubatch = 128;
+    cp.n_threads = 2;
+    cp.n_threads_batch = 2;
+    cp.no_perf = true;
+    if (!kvf16_mode) {
+        cp.type_k = GGML_TYPE_F32;
+        cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
+    struct llama_context *ctx = llama_init_from_model(model, cp);
+    if (!ctx) {
+        fprintf(stderr, "error: llama.cpp could not make a context for %s\n", argv[2]);
+        return 1;
+    }
+    int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)n_vocab);
+
+    int per_call = seq_mode ? 1 : n;
+    struct llama_batch b = llama_batch_init(per_call, 0, 1);
+    for (int start = 0; start < n; start += per_call) {
+        b.n_tokens = per_call;
+        for (int j = 0; j < per_call; j++) {
+            b.token[j] = tokens[start + j];
+            b.pos[j] = start + j;
+            b.n_seq_id[j] = 1;
+            b.seq_id[j][0] = 0;
+            b.logits[j] = 1;
+        }
+        if (llama_decode(ctx, b) != 0) {
+            fprintf(stderr, "error: llama_decode failed at token %d\n", start);
+            return 1;
+        }
+        for (int j = 0; j < per_call; j++) {
+            const float *l = llama_get_logits_ith(ctx, j);
+            memcpy(out + (size_t)(start + j) * (size_t)n_vocab, l, sizeof(float) * (size_t)n_vocab);
+        }
+    }
+    FILE *f = fopen(argv[3], "wb");
+    if (!f || fwrite(out, sizeof(float), (size_t)n * (size_t)n_vocab, f) != (size_t)n * (size_t)n_vocab) {
+        fprintf(stderr, "error: could not write %s\n", argv[3]);
+        return 1;
+    }
+    fclose(f);
+    llama_batch_free(b);
+    llama_free(ctx);
+    llama_model_free(model);
+    llama_backend_free();
+    free(out);
+    free(tokens);
+    return 0;
+}

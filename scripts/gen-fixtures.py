@@ -1,0 +1,479 @@
+#!/usr/bin/env python3
+"""Writes one llama.cpp golden-logits fixture: a tiny seeded random-weight GGUF
+for a family, its llama-quantize'd copy, and llama.cpp's logits for every
+position (one call, one token per call, default F16 KV), plus the
+dequantized reference. The layout and the settings are those of
+testdata/llamacpp/README.md; run it through scripts/gen-fixtures.sh, which
+pins the Python packages and builds the libllama driver.
+
+    scripts/gen-fixtures.sh FAMILY OUT_DIR [--compare DIR]
+
+FAMILY is a key of FAMILIES below (the fixture directory name). --compare DIR compares every file written
+with the same file in DIR (bytes for GGUFs and logits; the reproducible
+fields for meta.json) and exits 1 on a difference.
+
+Not part of CI: it needs llama.cpp built by scripts/build-llamacpp.sh.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+N_VOCAB = 384
+TOKEN_SEED = 4242  # the 40 ids every family shares: default_rng(4242).integers(3, 384, 40)
+N_TOKENS = 40
+
+
+# ---------------------------------------------------------------- families
+#
+# A family spec is a function of the generator's settings returning the
+# metadata (key, value, gguf type) in file order and the tensors in file
+# order, each with its initialiser. Random draws are taken from one
+# default_rng(seed) stream in tensor order, one standard_normal draw of the
+# tensor's NumPy shape per random tensor, so the order below is the recipe.
+
+
+def w(n_out, n_in, gain=1.0):
+    """A matmul weight, NumPy shape [n_out, n_in], std gain/sqrt(n_in)."""
+    return ("normal", (n_out, n_in), gain / math.sqrt(n_in), 0.0)
+
+
+def norm(n):
+    """A norm weight as stored in GGUF: 1 + N(0, 0.1^2)."""
+    return ("normal", (n,), 0.1, 1.0)
+
+
+def qk_norm(n):
+    """A q/k norm weight of about 0.4 (attention scale 1 models)."""
+    return ("normal", (n,), 0.05, 0.4)
+
+
+def vec(n, std):
+    return ("normal", (n,), std, 0.0)
+
+
+def llama3_rope_freqs(hp):
+    """The Llama-3 RoPE divisors of convert_hf_to_gguf.py (LlamaModel)."""
+    s = hp["llama3_rope"]
+    factor, lo, hi, old = s["factor"], s["low_freq_factor"], s["high_freq_factor"], s["original_max_position_embeddings"]
+    base, dim = hp["rope_base"], hp["head_dim"]
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    low_wl, high_wl = old / lo, old / hi
+    out = []
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            out.append(1.0)
+        elif wl > low_wl:
+            out.append(factor)
+        else:
+            smooth = (old / wl - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return ("const", np.array(out, dtype=np.float32))
+
+
+def common_keys(arch, hp):
+    u32, f32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    keys = [
+        ("general.name", f"tiny-random-{hp['family']}", gguf.GGUFValueType.STRING),
+        (f"{arch}.context_length", hp["n_ctx_train"], u32),
+        (f"{arch}.embedding_length", hp["n_embd"], u32),
+        (f"{arch}.block_count", hp["n_layer"], u32),
+        (f"{arch}.feed_forward_length", hp["n_ff"], u32),
+        (f"{arch}.attention.head_count", hp["n_head"], u32),
+        (f"{arch}.vocab_size", hp["n_vocab"], u32),
+        ("tokenizer.ggml.model", "none", gguf.GGUFValueType.STRING),
+    ]
+    if hp["bos"] is not None:
+        keys.append(("tokenizer.ggml.bos_token_id", hp["bos"], u32))
+    keys += [
+        ("tokenizer.ggml.add_bos_token", hp["bos"] is not None, gguf.GGUFValueType.BOOL),
+        (f"{arch}.attention.head_count_kv", hp["n_head_kv"], u32),
+        (f"{arch}.attention.layer_norm_rms_epsilon", hp["eps"], f32),
+        (f"{arch}.rope.freq_base", hp["rope_base"], f32),
+    ]
+    return keys
+
+
+def llama_like_block(i, hp, biases=None):
+    """attn_norm, q, k, v (with optional biases), output, ffn_norm, gate, up, down."""
+    e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
+    b = f"blk.{i}."
+    t = [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * hd, e))]
+    if biases:
+        t.append((b + "attn_q.bias", vec(nh * hd, biases[0])))
+    t.append((b + "attn_k.weight", w(nkv * hd, e)))
+    if biases:
+        t.append((b + "attn_k.bias", vec(nkv * hd, biases[1])))
+    t.append((b + "attn_v.weight", w(nkv * hd, e)))
+    if biases:
+        t.append((b + "attn_v.bias", vec(nkv * hd, biases[2])))
+    t += [
+        (b + "attn_output.weight", w(e, nh * hd, 0.5)),
+        (b + "ffn_norm.weight", norm(e)),
+        (b + "ffn_gate.weight", w(ff, e)),
+        (b + "ffn_up.weight", w(ff, e)),
+        (b + "ffn_down.weight", w(e, ff, 0.5)),
+    ]
+    return t
+
+
+def head(hp):
+    t = [("output_norm.weight", norm(hp["n_embd"]))]
+    if not hp.get("tied", False):
+        t.append(("output.weight", w(hp["n_vocab"], hp["n_embd"], hp["out_gain"])))
+    return t
+
+
+def spec_llama(hp):
+    keys = common_keys("llama", hp) + [("llama.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0)),
+         ("rope_freqs.weight", llama3_rope_freqs(hp))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp)
+    return keys, t + head(hp)
+
+
+def spec_qwen2(hp):
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp, biases=(0.2, 0.5, 0.1))
+    return common_keys("qwen2", hp), t + head(hp)
+
+
+def spec_nanbeige(hp):
+    keys = common_keys("nanbeige", hp) + [
+        ("nanbeige.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32),
+        ("nanbeige.num_loops", hp["num_loops"], gguf.GGUFValueType.UINT32),
+    ]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp)
+    return keys, t + head(hp)
+
+
+def spec_gemma4(hp):
+    """llama.cpp's gemma4 (src/models/gemma4.cpp), dense layers."""
+    arch, u32, f32 = "gemma4", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    e, nh, nkv, ff, L = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["n_ff"], hp["n_layer"]
+    hd, hd_swa, pl = hp["head_dim"], hp["head_dim_swa"], hp["n_embd_per_layer"]
+    swa = hp["sliding"]
+    keys = common_keys(arch, hp) + [
+        (f"{arch}.rope.freq_base_swa", hp["rope_base_swa"], f32),
+        (f"{arch}.attention.sliding_window", hp["window"], u32),
+        (f"{arch}.attention.sliding_window_pattern", swa, gguf.GGUFValueType.ARRAY),
+        (f"{arch}.attention.key_length", hd, u32),
+        (f"{arch}.attention.value_length", hd, u32),
+        (f"{arch}.attention.key_length_swa", hd_swa, u32),
+        (f"{arch}.attention.value_length_swa", hd_swa, u32),
+        (f"{arch}.rope.dimension_count", hd, u32),
+        (f"{arch}.rope.dimension_count_swa", hd_swa, u32),
+        (f"{arch}.embedding_length_per_layer_input", pl, u32),
+        (f"{arch}.attention.shared_kv_layers", hp["shared_kv_layers"], u32),
+        (f"{arch}.final_logit_softcapping", hp["final_softcap"], f32),
+    ]
+    # Proportional RoPE on full layers: the first n_rot/2 pairs rotate, the
+    # rest get divisor 1e30 (no rotation), as conversion/gemma.py writes it.
+    n_rot_pairs = hp["rot_pairs_full"]
+    freqs = np.array([1.0] * n_rot_pairs + [1e30] * (hd // 2 - n_rot_pairs), dtype=np.float32)
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    if pl:
+        t += [("per_layer_token_embd.weight", ("normal", (hp["n_vocab"], pl * L), hp["embd_std"], 0.0)),
+              ("per_layer_model_proj.weight", w(pl * L, e)),
+              ("per_layer_proj_norm.weight", norm(pl))]
+    t.append(("rope_freqs.weight", ("const", freqs)))
+    kv_from = L - hp["shared_kv_layers"]
+    for i in range(L):
+        b = f"blk.{i}."
+        d = hd_swa if swa[i] else hd
+        t += [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * d, e))]
+        if i < kv_from:
+            t += [(b + "attn_k.weight", w(nkv * d, e)), (b + "attn_v.weight", w(nkv * d, e))]
+        # q/k norm weights ~0.4: with attention scale 1, unit-RMS q and k
+        # would make every softmax one-hot (and the quantized runs chaotic).
+        t += [(b + "attn_output.weight", w(e, nh * d, 0.5)), (b + "attn_q_norm.weight", qk_norm(d))]
+        if i < kv_from:
+            t.append((b + "attn_k_norm.weight", qk_norm(d)))
+        t += [(b + "post_attention_norm.weight", norm(e)),
+              (b + "layer_output_scale.weight", ("normal", (1,), 0.1, 0.8)),
+              (b + "ffn_norm.weight", norm(e)),
+              (b + "ffn_gate.weight", w(ff, e)), (b + "ffn_up.weight", w(ff, e)),
+              (b + "ffn_down.weight", w(e, ff, 0.5)),
+              (b + "post_ffw_norm.weight", norm(e))]
+        if pl:
+            t += [(b + "inp_gate.weight", w(pl, e)), (b + "proj.weight", w(e, pl, 0.5)),
+                  (b + "post_norm.weight", norm(e))]
+    return keys, t + head(hp)
+
+
+BASE = {"n_vocab": N_VOCAB, "embd_std": 0.5, "out_gain": 2.0, "n_ctx_train": 4096}
+
+GEMMA4_HP = dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, head_dim_swa=16, n_ff=128, n_layer=7,
+                 sliding=[True, True, False, True, False, True, False], window=8, shared_kv_layers=2,
+                 rot_pairs_full=4, eps=1e-6, rope_base=1000000.0, rope_base_swa=10000.0, final_softcap=30.0,
+                 tied=True, bos=2)
+GEMMA4_MODEL = {
+    "layer_kinds": "SSFSFSF (sliding_window_pattern), window 8",
+    "shared_kv": "layers 5 and 6 (the last shared_kv_layers = 2) have no K/V of their own: a sliding one reads "
+                 "layer 3's KV (kv_from_start - 2), a full one layer 4's (kv_from_start - 1)",
+    "heads": "full layers head dim 32 (rotary 32 with rope_freqs: 4 pairs rotate, 12 pairs divisor 1e30), "
+             "sliding head dim 16 (rotary 16, base rope.freq_base_swa)",
+    "attention": "scale 1; q RMSNorm with weight, k RMSNorm with weight, v RMSNorm without weight; NEOX RoPE",
+    "body": "attn_norm -> attention -> post_attention_norm -> +; ffn_norm -> GELU-gated FFN -> post_ffw_norm -> +; "
+            "then per-layer embedding branch (when n_embd_per_layer > 0); then x layer_output_scale",
+    "per_layer_input": "(per_layer_token_embd[token] * sqrt(n_embd_per_layer) + RMSNorm(per_layer_model_proj(x0) / "
+                       "sqrt(n_embd); per_layer_proj_norm)) / sqrt(2), x0 the scaled embedding; layer i's slice i",
+    "per_layer_branch": "x + RMSNorm(proj(gelu(inp_gate(x)) * slice_i); post_norm)",
+    "embedding_scale": "sqrt(n_embd)", "final_logit_softcapping": 30.0, "tied_embeddings": True,
+}
+
+FAMILIES = {
+    "llama": dict(
+        spec=spec_llama, arch="llama", seed=1001, quant="Q4_K_M",
+        hp=dict(BASE, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=256, n_layer=6, eps=1e-5,
+                rope_base=500000.0, bos=1,
+                llama3_rope=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                 original_max_position_embeddings=8192)),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NORM (adjacent pairs x[2i], x[2i+1])", "n_rot": 64, "freq_base": 500000.0,
+                        "freq_factors": "rope_freqs.weight (Llama-3 table)"},
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
+    "qwen2": dict(
+        spec=spec_qwen2, arch="qwen2", seed=1002, quant="Q8_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, eps=1e-6,
+                rope_base=1000000.0, tied=True, bos=None),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 16, "freq_base": 1000000.0},
+               "tied_embeddings": True, "qkv_bias": True, "ffn": "SiLU-gated"}),
+    "gemma4": dict(
+        spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
+        hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
+    "gemma4-nople": dict(
+        spec=spec_gemma4, arch="gemma4", seed=1011, quant="Q8_0",
+        hp=dict(GEMMA4_HP, n_embd_per_layer=0), model=GEMMA4_MODEL),
+    "nanbeige": dict(
+        spec=spec_nanbeige, arch="nanbeige", seed=1009, quant="Q8_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=3, num_loops=2,
+                eps=1e-6, rope_base=10000.0, tied=False, bos=1),
+        model={"layer_kinds": ["full_attention"] * 3, "num_loops": 2,
+               "loops": "the 3 stored layers run 2 times (6 logical layers, each with its own KV cache); "
+                        "between loops (not after the last) the hidden state goes through output_norm",
+               "rope": {"type": "NORM (adjacent pairs x[2i], x[2i+1])", "n_rot": 16, "freq_base": 10000.0},
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
+}
+
+
+# ---------------------------------------------------------------- writing
+
+
+def make_tensors(tensors, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, init in tensors:
+        if init[0] == "const":
+            out.append((name, init[1]))
+        else:
+            _, shape, std, mean = init
+            z = rng.standard_normal(shape)
+            out.append((name, (mean + std * z).astype(np.float32)))
+    return out
+
+
+def write_gguf(path, arch, keys, tensors):
+    wr = gguf.GGUFWriter(str(path), arch)
+    for k, v, t in keys:
+        if t == gguf.GGUFValueType.STRING:
+            wr.add_string(k, v)
+        elif t == gguf.GGUFValueType.UINT32:
+            wr.add_uint32(k, int(v))
+        elif t == gguf.GGUFValueType.FLOAT32:
+            wr.add_float32(k, float(v))
+        elif t == gguf.GGUFValueType.BOOL:
+            wr.add_bool(k, bool(v))
+        elif t == gguf.GGUFValueType.ARRAY:
+            wr.add_array(k, v)
+        else:
+            raise ValueError(f"metadata {k}: type {t} not handled")
+    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for name, arr in tensors:
+        wr.add_tensor(name, arr)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def describe_gguf(path):
+    r = gguf.GGUFReader(str(path))
+    tensors, counts = [], {}
+    for t in r.tensors:
+        ty = t.tensor_type.name
+        counts[ty] = counts.get(ty, 0) + 1
+        tensors.append({"name": t.name, "type": ty, "shape_ggml": [int(x) for x in t.shape],
+                        "n_bytes": int(t.n_bytes)})
+    return {"sha256": sha256(path), "size_bytes": Path(path).stat().st_size,
+            "tensor_type_counts": counts, "tensors": tensors}
+
+
+def read_metadata(path):
+    """Every key/value as written (floats as their float32 values)."""
+    out = {}
+    for k, f in gguf.GGUFReader(str(path)).fields.items():
+        if not k.startswith("GGUF."):
+            v = f.contents()
+            out[k] = v.tolist() if hasattr(v, "tolist") else v
+    return out
+
+
+def compare(a, b):
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    d = np.abs(a - b)
+    m = float(np.max(np.abs(a)))
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    return {"max_abs_diff": float(d.max()), "max_abs_diff_rel_to_max_abs_logit": float(d.max() / m),
+            "mean_abs_diff": float(d.mean()),
+            "top1_agreement": float(np.mean(a.argmax(1) == b.argmax(1))),
+            "min_cosine": float(np.float32(cos.min())), "mean_cosine": float(np.float32(cos.mean()))}
+
+
+def stats(l):
+    top = np.sort(l, axis=1)
+    return {"stats": {"max_abs_logit": float(np.abs(l).max()), "mean_row_std": float(l.std(1).mean()),
+                      "distinct_argmax": int(len(set(l.argmax(1).tolist()))), "finite": bool(np.isfinite(l).all())},
+            "top1": l.argmax(1).tolist(),
+            "top1_margin": [round(float(x), 5) for x in top[:, -1] - top[:, -2]]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("family", choices=sorted(FAMILIES))
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--bin-dir", type=Path, required=True, help="llama.cpp's bin directory (llama-quantize)")
+    ap.add_argument("--driver", type=Path, required=True, help="the built gen-fixtures-driver")
+    ap.add_argument("--compare", type=Path, help="a fixture directory to compare every file with")
+    a = ap.parse_args()
+
+    fam = FAMILIES[a.family]
+    hp = dict(fam["hp"], family=a.family)
+    q = fam["quant"]
+    out = a.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    keys, specs = fam["spec"](hp)
+    tensors = make_tensors(specs, fam["seed"])
+    write_gguf(out / "f32.gguf", fam["arch"], keys, tensors)
+
+    def run(args):
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    quantize = str(a.bin_dir / "llama-quantize")
+    run([quantize, str(out / "f32.gguf"), str(out / f"{q}.gguf"), q])
+    dequant = out / f"{q}.dequant.tmp.gguf"
+    run([quantize, "--allow-requantize", str(out / f"{q}.gguf"), str(dequant), "F32"])
+
+    tokens = np.random.default_rng(TOKEN_SEED).integers(3, N_VOCAB, size=N_TOKENS).tolist()
+    if hp["bos"] is not None:
+        tokens[0] = hp["bos"]
+    note = "same random ids for every family; position 0 replaced by the family's BOS id where the family adds one"
+    (out / "tokens.json").write_text(
+        "{\n"
+        f' "tokens": {json.dumps(tokens)},\n'
+        f' "bos_prepended": {json.dumps(hp["bos"] is not None)},\n'
+        f' "bos_id": {json.dumps(hp["bos"])},\n'
+        f' "note": {json.dumps(note)}\n'
+        "}\n")
+
+    def logits(mode, model, name):
+        run([str(a.driver), mode, str(model), str(out / name)] + [str(t) for t in tokens])
+        return np.fromfile(out / name, dtype="<f4").reshape(len(tokens), -1)
+
+    runs = {}
+    for wname, model in (("f32", out / "f32.gguf"), (q, out / f"{q}.gguf")):
+        b = logits("batch", model, f"{wname}.logits.bin")
+        s = logits("sequential", model, f"{wname}.sequential.logits.bin")
+        k = logits("kvf16", model, f"{wname}.kvf16.logits.bin")
+        runs[wname] = dict(weights=model.name, token_sequence="tokens", n_tokens=len(tokens),
+                           files={"batch": f"{wname}.logits.bin", "sequential": f"{wname}.sequential.logits.bin",
+                                  "default_ctx_kvf16": f"{wname}.kvf16.logits.bin"},
+                           **stats(b), batch_vs_sequential=compare(b, s),
+                           batch_f32kv_vs_default_f16kv_fa_auto=compare(b, k))
+    dq = logits("batch", dequant, f"{q}.dequant.logits.bin")
+    dequant.unlink()
+    runs[q]["files"]["dequant_f32_batch"] = f"{q}.dequant.logits.bin"
+    runs[q]["quant_vs_dequant_f32"] = compare(np.fromfile(out / f"{q}.logits.bin", "<f4").reshape(dq.shape), dq)
+    runs[q]["f32_vs_quant"] = compare(np.fromfile(out / "f32.logits.bin", "<f4").reshape(dq.shape),
+                                      np.fromfile(out / f"{q}.logits.bin", "<f4").reshape(dq.shape))
+
+    sysinfo = subprocess.run([str(a.driver), "sysinfo"], check=True, capture_output=True, text=True).stdout.strip()
+    meta = {
+        "family": a.family, "arch": fam["arch"], "seed": fam["seed"], "n_vocab": hp["n_vocab"],
+        "hparams": {k: v for k, v in hp.items() if k != "family"},
+        "gguf_metadata_f32": read_metadata(out / "f32.gguf"),
+        "model": fam["model"], "tokens": "tokens.json", "quant_type": q,
+        "files": {"f32.gguf": describe_gguf(out / "f32.gguf"), f"{q}.gguf": describe_gguf(out / f"{q}.gguf")},
+        "llama_cpp": {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+                      "source": "llama.cpp vendored in the PyPI sdist llama-cpp-python 0.3.36, built by scripts/build-llamacpp.sh",
+                      "system_info": sysinfo, "backend": "CPU only (ggml-cpu), 2 threads"},
+        "method": {
+            "generator": f"scripts/gen-fixtures.sh {a.family} (gguf-py {gguf.__version__ if hasattr(gguf, '__version__') else ''}, "
+                         f"numpy {np.__version__}; weights from one default_rng({fam['seed']}) stream in tensor order)",
+            "batch": "one llama_decode call with all tokens at positions 0..n-1, seq 0, logits requested for every token; n_ctx = n_batch = n_ubatch = 128, n_threads = 2, KV cache F32 (type_k = type_v = F32), flash attention disabled; fresh context",
+            "sequential": "fresh context, one llama_decode call per token (positions 0..n-1), same settings as batch",
+            "default_ctx_kvf16": "one llama_decode call, llama.cpp's default context parameters except n_ctx/n_batch/n_ubatch/threads: KV cache F16 and flash_attn_type AUTO (on CPU this enables flash attention)",
+            "quantize": f"llama-quantize f32.gguf {q}.gguf {q} (same build), default tensor-type rules",
+            "dequant_f32_batch": f"llama-quantize --allow-requantize {q}.gguf -> F32 (ggml's own dequantization), then the batch run",
+        },
+        "runs": runs,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+    if a.compare:
+        sys.exit(compare_dirs(out, a.compare, q))
+
+
+def compare_dirs(new, old, q):
+    """Bytes for GGUFs, tokens and logits; sha256 and tensor types for meta.json's files."""
+    bad = 0
+    for p in sorted(new.iterdir()):
+        o = old / p.name
+        if p.name == "meta.json":
+            mn, mo = json.loads(p.read_text()), json.loads(o.read_text())
+            for key in ("hparams", "gguf_metadata_f32", "seed", "quant_type"):
+                same = mn[key] == mo[key]
+                bad += not same
+                print(f"{'same' if same else 'DIFFERENT'}  meta.json:{key}")
+            for f in mn["files"]:
+                same = mn["files"][f] == mo["files"][f]
+                bad += not same
+                print(f"{'same' if same else 'DIFFERENT'}  meta.json:files.{f} (sha256, tensor types)")
+            continue
+        if not o.exists():
+            print(f"NEW        {p.name} (not in {old})")
+            continue
+        if p.name == "tokens.json":
+            same = json.loads(p.read_text())["tokens"] == json.loads(o.read_text())["tokens"]
+        else:
+            same = p.read_bytes() == o.read_bytes()
+        bad += not same
+        extra = ""
+        if not same and p.suffix == ".bin":
+            d = np.abs(np.fromfile(p, "<f4") - np.fromfile(o, "<f4")).max()
+            extra = f" (max |diff| {d:.3g})"
+        print(f"{'same' if same else 'DIFFERENT'}  {p.name}{extra}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Writes one llama.cpp golden-logits fixture (testdata/llamacpp/<family>/)
+# with scripts/gen-fixtures.py, against the llama.cpp that
+# scripts/build-llamacpp.sh builds (built here if missing, ~20 minutes).
+#
+#   scripts/gen-fixtures.sh FAMILY OUT_DIR                  write a fixture
+#   scripts/gen-fixtures.sh FAMILY OUT_DIR --compare DIR    ... and compare it with DIR
+#   FAMILY: llama, qwen2, nanbeige, gemma4, gemma4-nople (the FAMILIES table
+#   in gen-fixtures.py)
+#
+# Pins its Python packages (gguf-py as vendored in that llama.cpp, NumPy for
+# the seeded weights) and compiles scripts/gen-fixtures-driver.c against the
+# build's libllama. Not run by scripts/test.sh (it needs llama.cpp).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0 numpy==2.4.6
+bin="$("$here/build-llamacpp.sh" --bin-dir)"
+[ -x "$bin/llama-quantize" ] || "$here/build-llamacpp.sh"
+src="${ONEBIT_LLAMACPP:-$HOME/.cache/onebit/llamacpp}/src"
+driver="$bin/../gen-fixtures-driver"
+if [ ! -x "$driver" ] || [ "$here/gen-fixtures-driver.c" -nt "$driver" ]; then
+    cc -O2 -o "$driver" "$here/gen-fixtures-driver.c" -I"$src/include" -I"$src/ggml/include" \
+        -L"$bin" -lllama -Wl,-rpath,"$bin"
+fi
+family="$1"; out="$2"; shift 2
+exec python3 "$here/gen-fixtures.py" "$family" "$out" --bin-dir "$bin" --driver "$driver" "$@"
