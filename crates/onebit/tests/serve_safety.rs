@@ -391,7 +391,9 @@ fn a_huge_prompt_is_refused_before_tokenizing_and_health_answers() {
         let dt = t.elapsed();
         assert_eq!(s, 400, "{text}");
         assert_eq!(error_code(&text), "context_length_exceeded");
-        assert!(dt < Duration::from_millis(200), "{path}: refused in {dt:?}");
+        // Generous for a loaded 2-core machine (288 ms seen at load 10); tokenizing
+        // the 4 MiB prompt instead would take seconds.
+        assert!(dt < Duration::from_millis(750), "{path}: refused in {dt:?}");
     }
     // Four at once, /health answering meanwhile.
     std::thread::scope(|sc| {
