@@ -9,6 +9,7 @@ mod mixers;
 pub mod pack;
 pub mod sampler;
 pub mod semantics;
+pub mod spec;
 pub mod state;
 pub mod weights;
 

@@ -9,7 +9,7 @@ use onebit_kernels::ops::{rmsnorm_inplace, silu};
 
 use crate::error::Result;
 use crate::forward::{sigmoid, Model, SeqInput};
-use crate::state::LayerState;
+use crate::state::{LayerState, SeqState};
 use crate::weights::{DeltaNetWeights, ShortConvWeights};
 
 /// Causal depthwise convolution of one step: `history` holds the previous
@@ -48,7 +48,8 @@ pub(crate) fn short_conv(
     let mut y = vec![0f32; n * e];
     let mut bx = vec![0f32; e];
     for (s, rows) in seqs.iter_mut().zip(segs) {
-        let LayerState::ShortConv { history } = &mut s.state.layers[il] else {
+        let SeqState { layers, trail, .. } = &mut *s.state;
+        let LayerState::ShortConv { history } = &mut layers[il] else {
             unreachable!("short-conv layers hold conv histories (SeqState::new)")
         };
         for t in rows.clone() {
@@ -61,6 +62,10 @@ pub(crate) fn short_conv(
             let yt = &mut y[t * e..(t + 1) * e];
             conv_step(&w.kernel, l, history, &bx, yt);
             yt.iter_mut().zip(c).for_each(|(v, c)| *v *= c);
+            if let Some(tr) = trail {
+                let history = history.clone();
+                tr.record(il, LayerState::ShortConv { history });
+            }
         }
     }
     Ok(m.mm(&w.out_proj, &y, n))
@@ -108,7 +113,8 @@ pub(crate) fn delta_net(
     let mut conv = vec![0f32; channels];
     let mut sk = vec![0f32; dv];
     for (s, rows) in seqs.iter_mut().zip(segs) {
-        let LayerState::DeltaNet { history, s: state } = &mut s.state.layers[il] else {
+        let SeqState { layers, trail, .. } = &mut *s.state;
+        let LayerState::DeltaNet { history, s: state } = &mut layers[il] else {
             unreachable!("linear layers hold delta-net states (SeqState::new)")
         };
         for t in rows.clone() {
@@ -161,6 +167,10 @@ pub(crate) fn delta_net(
                 rmsnorm_inplace(oh, &w.norm, eps);
                 let zh = &z[(t * nv + hv) * dv..(t * nv + hv + 1) * dv];
                 oh.iter_mut().zip(zh).for_each(|(a, &zz)| *a *= silu(zz));
+            }
+            if let Some(tr) = trail {
+                let (history, s) = (history.clone(), state.clone());
+                tr.record(il, LayerState::DeltaNet { history, s });
             }
         }
     }
