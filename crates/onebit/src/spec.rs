@@ -8,8 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use clap::Args;
 use onebit_model::load::Opened;
-use onebit_model::sampler::SamplerConfig;
-use onebit_model::spec::{vocab_mismatch, DraftModel, Drafter, PromptLookup, Speculator};
+use onebit_model::spec::{vocab_mismatch, DrafterSource, SpecPlan};
 use onebit_model::{ExecConfig, Model};
 
 use crate::open::{self, load_model, Loaded};
@@ -28,30 +27,6 @@ pub struct SpecArgs {
     /// to how many recent guesses were kept.
     #[arg(long, value_name = "K", default_value_t = 8)]
     pub draft_max: usize,
-}
-
-/// What makes one speculator per sequence.
-pub enum DrafterSource {
-    Lookup(usize),
-    Model(Arc<Model>),
-}
-
-pub struct SpecPlan {
-    pub source: DrafterSource,
-    pub draft_max: usize,
-}
-
-impl SpecPlan {
-    /// A speculator for one sequence sampling with `cfg`.
-    pub fn speculator(&self, target_vocab: usize, cfg: &SamplerConfig) -> Result<Speculator> {
-        let d: Box<dyn Drafter> = match &self.source {
-            DrafterSource::Lookup(n) => Box::new(PromptLookup::new(*n)),
-            DrafterSource::Model(m) => {
-                Box::new(DraftModel::new(m.clone(), target_vocab, cfg.clone())?)
-            }
-        };
-        Ok(Speculator::new(d, self.draft_max))
-    }
 }
 
 /// The plan the flags ask for (None without `--lookup`/`--draft`); a draft

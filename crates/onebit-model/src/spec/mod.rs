@@ -15,8 +15,10 @@ use crate::state::SeqState;
 
 mod draft_model;
 mod lookup;
+mod plan;
 pub use draft_model::{vocab_mismatch, DraftModel};
 pub use lookup::PromptLookup;
+pub use plan::{DrafterSource, SpecPlan};
 
 /// A distribution over token ids: candidates and their probabilities.
 pub type Dist = (Vec<u32>, Vec<f64>);
