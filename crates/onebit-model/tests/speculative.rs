@@ -360,38 +360,23 @@ fn temperature_one_keeps_the_target_distribution() {
     let (best, second) = (sorted[0], sorted[1]);
     // A model-like q: most mass on the second-best token.
     let q_model: Dist = (vec![second, best], vec![0.7, 0.3]);
-    let drafts: [(&str, Option<Fixed>); 4] = [
+    // (name, token, q): None = plain decoding.
+    type Case = (&'static str, Option<(u32, Option<Dist>)>);
+    let cases: [Case; 4] = [
         ("plain", None),
-        (
-            "point mass on the best",
-            Some(Fixed {
-                token: best,
-                q: None,
-                rng: Rng(1),
-            }),
-        ),
-        (
-            "point mass on the second",
-            Some(Fixed {
-                token: second,
-                q: None,
-                rng: Rng(1),
-            }),
-        ),
-        (
-            "model-like q",
-            Some(Fixed {
-                token: second,
-                q: Some(q_model),
-                rng: Rng(1),
-            }),
-        ),
+        ("point mass on the best", Some((best, None))),
+        ("point mass on the second", Some((second, None))),
+        ("model-like q", Some((second, Some(q_model)))),
     ];
     let n = 4000;
-    for (name, d) in drafts {
+    for (name, d) in cases {
         let mut counts = vec![0usize; n_vocab];
-        let mut sp = d.map(|d| Speculator::new(Box::new(d), 1));
         for seed in 0..n as u64 {
+            // A fresh speculator per seed: every step verifies a draft.
+            let mut sp = d.clone().map(|(token, q)| {
+                let rng = Rng(seed + 1);
+                Speculator::new(Box::new(Fixed { token, q, rng }), 1)
+            });
             let mut s = st.clone();
             let mut sampler = Sampler::new(SamplerConfig {
                 temperature: 1.0,

@@ -80,8 +80,16 @@ pub struct Speculator {
     k: usize,
     current: Draft,
     pos0: usize,
+    /// Steps left without drafting, and how many the next miss skips:
+    /// drafts that keep missing (free text for prompt lookup) cost a
+    /// wider verify for nothing, so they back off exponentially.
+    skip: usize,
+    backoff: usize,
     pub stats: SpecStats,
 }
+
+/// The most steps a run of misses skips drafting for.
+const MAX_BACKOFF: usize = 16;
 
 impl Speculator {
     /// Drafts at most `max` tokens per step (at least 1).
@@ -93,6 +101,8 @@ impl Speculator {
             k: max.min(4),
             current: Draft::default(),
             pos0: 0,
+            skip: 0,
+            backoff: 0,
             stats: SpecStats::default(),
         }
     }
@@ -113,7 +123,11 @@ impl Speculator {
     ) -> Result<Vec<u32>> {
         let last = *ctx.last().expect("a sequence has at least one token");
         let room = max_context.saturating_sub(state.pos + 1);
-        let k = self.k.min(room);
+        let mut k = self.k.min(room);
+        if self.skip > 0 {
+            self.skip -= 1;
+            k = 0;
+        }
         let mut d = if k == 0 {
             Draft::default()
         } else {
@@ -167,13 +181,22 @@ impl Speculator {
         self.stats.drafted += k;
         self.stats.accepted += accepted;
         self.stats.produced += kept;
-        // Adapt: longer after a fully kept draft, shorter after a miss.
+        // Adapt: longer after a fully kept draft, shorter after a partial
+        // one, and after a draft missed from its first token no drafting
+        // for 1, 2, 4, ... steps.
         if k > 0 {
-            self.k = if accepted == k {
-                (self.k + 2).min(self.max)
+            if accepted == 0 {
+                self.backoff = (2 * self.backoff).clamp(1, MAX_BACKOFF);
+                self.skip = self.backoff;
+                self.k = 1;
             } else {
-                (accepted + 1).min(self.max)
-            };
+                self.backoff = 0;
+                self.k = if accepted == k {
+                    (self.k + 2).min(self.max)
+                } else {
+                    (accepted + 1).min(self.max)
+                };
+            }
         }
         out
     }
