@@ -134,8 +134,29 @@ fn check_all_drafters(what: &str, m: &Model, prompt: &[u32], n: usize) {
         );
         let s = sp.stats;
         match quality {
-            Quality::Right => assert_eq!(s.accepted, s.drafted, "{what}: {s:?}"),
-            Quality::Wrong => assert_eq!(s.accepted, 0, "{what}: {s:?}"),
+            Quality::Right => {
+                assert_eq!(s.accepted, s.drafted, "{what}: {s:?}");
+                // Kept drafts grow by 2 from 4 up to the cap of 5.
+                let (mut produced, mut k, mut drafted, mut steps) = (0, 4, 0, 0);
+                while produced < n {
+                    (drafted, produced, steps) = (drafted + k, produced + k + 1, steps + 1);
+                    k = (k + 2).min(5);
+                }
+                assert_eq!((s.steps, s.drafted), (steps, drafted), "{what}: {s:?}");
+            }
+            Quality::Wrong => {
+                assert_eq!(s.accepted, 0, "{what}: {s:?}");
+                // Each miss skips drafting for 1, 2, 4, ... (at most 16)
+                // steps: drafts at steps 0, 2, 5, 10, 19, ...; the first
+                // of 4 tokens (the starting length), then of 1.
+                let (mut step, mut backoff, mut drafted) = (0, 1, 0);
+                while step < s.steps {
+                    drafted += if step == 0 { 4 } else { 1 };
+                    step += backoff + 1;
+                    backoff = (2 * backoff).min(16);
+                }
+                assert_eq!(s.drafted, drafted, "{what}: misses back off: {s:?}");
+            }
             Quality::Half => assert!(
                 s.accepted > 0 && s.accepted < s.drafted,
                 "{what}: half-right drafts must be cut mid-way: {s:?}"
