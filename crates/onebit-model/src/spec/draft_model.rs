@@ -122,20 +122,22 @@ pub fn vocab_mismatch(
 mod tests {
     use super::vocab_mismatch;
 
+    fn get(v: &'static [&'static str]) -> impl Fn(u32) -> Option<String> {
+        move |i| v.get(i as usize).map(|s| s.to_string())
+    }
+
     #[test]
     fn names_the_first_differing_token_then_the_sizes() {
-        let a = ["a", "b", "c"];
-        let b = ["a", "x", "y"];
-        let get =
-            |v: &'static [&'static str]| move |i: u32| v.get(i as usize).map(|s| s.to_string());
+        const A: &[&str] = &["a", "b", "c"];
+        const B: &[&str] = &["a", "x", "y"];
         assert_eq!(
-            vocab_mismatch(3, get(&a), 3, get(&b)).unwrap(),
+            vocab_mismatch(3, get(A), 3, get(B)).unwrap(),
             "token 1 is \"b\" in the target and \"x\" in the draft"
         );
         assert_eq!(
-            vocab_mismatch(3, get(&a), 2, get(&a[..2])).unwrap(),
+            vocab_mismatch(3, get(A), 2, get(&A[..2])).unwrap(),
             "the target has 3 tokens and the draft 2"
         );
-        assert_eq!(vocab_mismatch(3, get(&a), 3, get(&a)), None);
+        assert_eq!(vocab_mismatch(3, get(A), 3, get(A)), None);
     }
 }
