@@ -133,7 +133,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             prefill = t0.elapsed().as_secs_f64();
         }
         let mut speculator = match &plan {
-            Some(p) => Some(p.speculator(model.sem.dims.n_vocab as usize, &Default::default())?),
+            Some(p) => Some(p.speculator(model.sem.dims.n_vocab, &Default::default())?),
             None => None,
         };
         let mut ctx: Vec<u32> = fill.iter().chain(&prompt).copied().collect();
