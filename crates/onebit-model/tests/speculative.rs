@@ -418,3 +418,34 @@ fn temperature_one_keeps_the_target_distribution() {
         );
     }
 }
+
+#[test]
+fn rewind_restores_any_position_on_the_trail_and_refuses_the_rest() {
+    for family in ["llama", "lfm2", "qwen35"] {
+        let fx = Fixture::new(family);
+        let m = load_file(&fx.dir.join("f32.gguf"));
+        let t = fx.tokens("tokens");
+        let run = |n: usize| {
+            let mut st = m.new_state();
+            m.forward(&mut st, &t[..n], Logits::None).unwrap();
+            st
+        };
+        let mut st = run(3);
+        st.start_trail();
+        m.forward(&mut st, &t[3..7], Logits::None).unwrap();
+        let before = st.clone();
+        // Past the end, or (recurrent layers) before the trail's start.
+        assert!(!st.rewind(8), "{family}");
+        let recurrent = family != "llama";
+        assert_eq!(st.rewind(2), !recurrent, "{family}");
+        if recurrent {
+            assert!(st == before, "{family}: a refused rewind changes nothing");
+        }
+        for n in [3, 5, 7] {
+            let mut s = before.clone();
+            assert!(s.rewind(n), "{family}: {n}");
+            assert!(s.trail.is_none(), "{family}: the trail stops");
+            assert!(s == run(n), "{family}: rewound to {n} equals {n} run");
+        }
+    }
+}
