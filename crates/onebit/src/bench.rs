@@ -64,6 +64,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         None => None,
     };
     let plan = crate::spec::plan(&a.spec, &model, &opened, &a.model.exec())?;
+    // The opened file's pages are not needed once the weights are loaded.
+    drop(opened);
     let a = BenchArgs {
         prompt_tokens: text_ids.as_ref().map_or(a.prompt_tokens, Vec::len),
         ..a
