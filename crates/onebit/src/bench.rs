@@ -2,7 +2,9 @@
 //! measures them (a prompt of N synthetic tokens in one batch; G tokens
 //! decoded one at a time; both from an empty context, or, with `--depth D`
 //! as `llama-bench -d D`, after D tokens filled the context untimed),
-//! repeated R times; min, median and max reported.
+//! repeated R times; min, median and max reported. With `--prompt-text`
+//! the prompt is that text and decode goes on after it; with `--lookup` or
+//! `--draft` decode is speculative and the drafting counts are reported.
 
 use std::time::Instant;
 
