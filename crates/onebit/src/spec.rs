@@ -16,7 +16,8 @@ use crate::open::{self, load_model, Loaded};
 #[derive(Args, Clone, Debug, Default)]
 pub struct SpecArgs {
     /// Speculative decoding by prompt lookup: guess the continuation of the
-    /// latest earlier match of the last N tokens (prompt and output).
+    /// latest earlier match of the last N tokens (else N - 1, ... 1) in the
+    /// prompt and the output so far.
     #[arg(long, value_name = "N", conflicts_with = "draft")]
     pub lookup: Option<usize>,
     /// Speculative decoding with a draft model (a .gguf file or pack
