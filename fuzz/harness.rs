@@ -254,6 +254,7 @@ pub fn request(data: &[u8]) {
     let limits = Limits {
         max_n: 8,
         max_tokens: 0,
+        drafting: true,
     };
     if let Ok(r) = api::parse(body, ep, limits) {
         assert!(r.n >= 1 && r.n <= limits.max_n, "n = {}", r.n);

@@ -10,6 +10,7 @@ pub mod pack;
 mod rows;
 pub mod sampler;
 pub mod semantics;
+pub mod spec;
 pub mod state;
 pub mod weights;
 

@@ -38,6 +38,22 @@ impl Sampler {
         if self.cfg.temperature <= 0.0 {
             return argmax(logits);
         }
+        let (idx, probs) = self.distribution(logits);
+        self.pick(&idx, &probs)
+    }
+
+    /// True when sampling is greedy (temperature 0).
+    pub fn greedy(&self) -> bool {
+        self.cfg.temperature <= 0.0
+    }
+
+    /// The candidates `sample` draws from and their probabilities (summing
+    /// to 1), highest first: temperature, top-k and top-p applied. Greedy
+    /// sampling is the point mass on the argmax.
+    pub fn distribution(&self, logits: &[f32]) -> (Vec<u32>, Vec<f64>) {
+        if self.cfg.temperature <= 0.0 {
+            return (vec![argmax(logits)], vec![1.0]);
+        }
         // Candidates sorted by logit, highest first; ties by lower id.
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
         let k = if self.cfg.top_k == 0 {
@@ -76,7 +92,19 @@ impl Sampler {
             }
             probs.truncate(keep);
             idx.truncate(keep);
+            let total: f64 = probs.iter().sum();
+            probs.iter_mut().for_each(|p| *p /= total);
         }
+        (idx, probs)
+    }
+
+    /// A uniform draw in [0, 1) from the seeded generator.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+
+    /// Draws one of `idx` with the (not necessarily normalized) weights `probs`.
+    pub fn pick(&mut self, idx: &[u32], probs: &[f64]) -> u32 {
         let total: f64 = probs.iter().sum();
         let mut r = self.rng.next_f64() * total;
         for (i, p) in probs.iter().enumerate() {

@@ -64,6 +64,27 @@ pub struct SeqState {
     /// Positions already run.
     pub pos: usize,
     pub layers: Vec<LayerState>,
+    /// While set, the recurrent layers' states after every row run, so
+    /// [`SeqState::rewind`] can go back to any position since
+    /// [`SeqState::start_trail`] without re-running tokens (speculative decoding).
+    pub trail: Option<Trail>,
+}
+
+/// Recurrent layers' states recorded since a start position: `start[i]` is
+/// layer i's state at `pos0` (None for attention layers, which truncate), and
+/// `rows[i][j]` its state after row `pos0 + j`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trail {
+    pub pos0: usize,
+    start: Vec<Option<LayerState>>,
+    rows: Vec<Vec<LayerState>>,
+}
+
+impl Trail {
+    /// Records layer `il`'s state after its next row (called by the mixers).
+    pub fn record(&mut self, il: usize, layer: LayerState) {
+        self.rows[il].push(layer);
+    }
 }
 
 impl SeqState {
@@ -103,7 +124,11 @@ impl SeqState {
                 }
             })
             .collect();
-        SeqState { pos: 0, layers }
+        SeqState {
+            pos: 0,
+            layers,
+            trail: None,
+        }
     }
 
     /// A copy to restore later.
@@ -146,6 +171,63 @@ impl SeqState {
         for l in &mut self.layers {
             if let LayerState::Attention(c) = l {
                 c.truncate(n);
+            }
+        }
+        self.pos = n;
+        true
+    }
+
+    /// Starts recording recurrent states from the current position (a
+    /// no-op for attention-only models, which rewind by truncating).
+    pub fn start_trail(&mut self) {
+        let recurrent = self
+            .layers
+            .iter()
+            .any(|l| !matches!(l, LayerState::Attention(_)));
+        self.trail = recurrent.then(|| Trail {
+            pos0: self.pos,
+            start: self
+                .layers
+                .iter()
+                .map(|l| (!matches!(l, LayerState::Attention(_))).then(|| l.clone()))
+                .collect(),
+            rows: vec![Vec::new(); self.layers.len()],
+        });
+    }
+
+    /// Back to position `n` (at most `pos`, and for a recurrent model at
+    /// least the trail's start): KV rows truncated, recurrent states restored
+    /// from the trail. Stops the trail. False, state untouched, if `n` is
+    /// out of that range.
+    pub fn rewind(&mut self, n: usize) -> bool {
+        if n > self.pos {
+            return false;
+        }
+        let trail = self.trail.take();
+        if let Some(t) = &trail {
+            if n < t.pos0 {
+                self.trail = trail;
+                return false;
+            }
+        } else if self
+            .layers
+            .iter()
+            .any(|l| !matches!(l, LayerState::Attention(_)))
+        {
+            return n == self.pos;
+        }
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            match l {
+                LayerState::Attention(c) => c.truncate(n),
+                recurrent => {
+                    let t = trail
+                        .as_ref()
+                        .expect("recurrent layers rewind from the trail");
+                    *recurrent = match n - t.pos0 {
+                        0 => t.start[i].clone().expect("recorded at start_trail"),
+                        j => t.rows[i][j - 1].clone(),
+                    };
+                }
             }
         }
         self.pos = n;

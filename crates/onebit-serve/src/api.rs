@@ -111,6 +111,9 @@ pub struct Request {
     pub frequency_penalty: f32,
     /// Extra template arguments (`chat_template_kwargs`, as vLLM and llama.cpp take them).
     pub template_kwargs: Option<Map<String, Value>>,
+    /// The extra field `speculative`: false turns the server's drafting off
+    /// for this request (true, the default, keeps it on).
+    pub speculative: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,6 +214,8 @@ pub struct Limits {
     pub max_n: usize,
     /// Largest `max_tokens` a request may ask for; 0: up to the context.
     pub max_tokens: usize,
+    /// The server drafts tokens (`--lookup`/`--draft`).
+    pub drafting: bool,
 }
 
 /// Parses and checks a request body.
@@ -378,7 +383,16 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         }
     };
 
+    let speculative = boolean(&o, "speculative")?;
+    if speculative == Some(true) && !limits.drafting {
+        return Err(ApiError::invalid(
+            "speculative",
+            "`speculative` true needs a server started with --lookup N or --draft PATH",
+        ));
+    }
+
     Ok(Request {
+        speculative: speculative.unwrap_or(true),
         prompt,
         max_tokens,
         temperature,
@@ -561,6 +575,7 @@ mod tests {
     const L: Limits = Limits {
         max_n: 4,
         max_tokens: 0,
+        drafting: false,
     };
 
     fn chat(body: &str) -> Result<Request, ApiError> {
@@ -626,6 +641,44 @@ mod tests {
             let e = chat(body).unwrap_err();
             assert_eq!(e.status, 400, "{body}");
             assert_eq!(e.param.as_deref(), param, "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn speculative_switches_drafting_and_is_refused_without_a_drafter() {
+        let drafting = Limits {
+            drafting: true,
+            ..L
+        };
+        let p = |b: &str, l: Limits| parse(b.as_bytes(), Endpoint::Completions, l);
+        assert!(p(r#"{"prompt":"a"}"#, drafting).unwrap().speculative);
+        assert!(
+            !p(r#"{"prompt":"a","speculative":false}"#, drafting)
+                .unwrap()
+                .speculative
+        );
+        assert!(
+            p(r#"{"prompt":"a","speculative":true}"#, drafting)
+                .unwrap()
+                .speculative
+        );
+        // Off is always fine; on needs a server that drafts.
+        assert!(
+            !p(r#"{"prompt":"a","speculative":false}"#, L)
+                .unwrap()
+                .speculative
+        );
+        for (body, l) in [
+            (r#"{"prompt":"a","speculative":true}"#, L),
+            (r#"{"prompt":"a","speculative":"no"}"#, drafting),
+        ] {
+            let e = p(body, l).unwrap_err();
+            assert_eq!(
+                e.param.as_deref(),
+                Some("speculative"),
+                "{body}: {}",
+                e.message
+            );
         }
     }
 

@@ -43,7 +43,11 @@ fn prefix_copy(s: &SeqState, n: usize) -> SeqState {
             other => other.clone(),
         })
         .collect();
-    SeqState { pos: n, layers }
+    SeqState {
+        pos: n,
+        layers,
+        trail: None,
+    }
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -165,6 +169,7 @@ mod tests {
         SeqState {
             pos: tokens.len(),
             layers: vec![LayerState::Attention(c)],
+            trail: None,
         }
     }
 
@@ -219,6 +224,7 @@ mod tests {
             layers: vec![LayerState::ShortConv {
                 history: vec![t.len() as f32],
             }],
+            trail: None,
         };
         c.insert(vec![1, 2, 3], rec(&[1, 2, 3]));
         assert!(c.lookup(&[1, 2, 4, 5]).is_none());

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use onebit_model::sampler::{Sampler, SamplerConfig};
+use onebit_model::spec::{SpecPlan, Speculator};
 use onebit_model::{Logits, Model, SeqInput, SeqState};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -31,6 +32,9 @@ pub struct GenParams {
     pub frequency_penalty: f32,
     /// Some(k): report the chosen token's logprob and the k most likely.
     pub logprobs: Option<usize>,
+    /// Draft tokens ahead when the engine has a drafter (off for sequences
+    /// with penalties or logprobs, whose per-token logits it does not keep).
+    pub speculative: bool,
 }
 
 /// One sequence to generate: one choice of one request.
@@ -99,6 +103,8 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     pub prefix_cache: bool,
     pub cache_bytes: usize,
+    /// Speculative decoding for the sequences that ask for it.
+    pub spec: Option<Arc<SpecPlan>>,
 }
 
 pub struct QueueFull;
@@ -211,6 +217,9 @@ struct Seq {
     /// For recurrent models: the state at prompt minus one token was cached.
     snapshotted: bool,
     done: bool,
+    /// Speculative decoding: its drafter, and whether this step verifies a draft.
+    spec: Option<Speculator>,
+    verifying: bool,
 }
 
 struct Worker {
@@ -315,7 +324,24 @@ impl Worker {
             cached,
         });
         let sampler = Sampler::new(job.params.sampler.clone());
+        let p = &job.params;
+        let plain = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 || p.logprobs.is_some();
+        let spec = match (&self.cfg.spec, p.speculative && !plain) {
+            (Some(plan), true) => match plan.speculator(self.model.sem.dims.n_vocab, &p.sampler) {
+                Ok(sp) => Some(sp),
+                Err(e) => {
+                    let _ = job.tx.send(Event::Failed {
+                        index: job.index,
+                        message: format!("cannot start drafting: {e}"),
+                    });
+                    return None;
+                }
+            },
+            _ => None,
+        };
         Some(Seq {
+            spec,
+            verifying: false,
             state,
             fed: prompt[..cached].to_vec(),
             pending: prompt[cached..].to_vec(),
@@ -343,7 +369,29 @@ impl Worker {
         for i in order {
             let s = &mut active[i];
             if s.generated > 0 {
-                takes[i] = 1; // decoding: the last sampled token
+                // Decoding: the last sampled token, and any draft after it.
+                takes[i] = 1;
+                s.verifying = false;
+                if let Some(sp) = &mut s.spec {
+                    let mut ctx = Vec::with_capacity(s.fed.len() + 1);
+                    ctx.extend_from_slice(&s.fed);
+                    ctx.extend_from_slice(&s.pending);
+                    match sp.propose(&ctx, &mut s.state, self.model.max_context()) {
+                        Ok(run) => {
+                            takes[i] = run.len();
+                            s.pending = run;
+                            s.verifying = true;
+                        }
+                        Err(e) => {
+                            let _ = s.job.tx.send(Event::Failed {
+                                index: s.job.index,
+                                message: format!("drafting failed: {e}"),
+                            });
+                            s.done = true;
+                            takes[i] = 0;
+                        }
+                    }
+                }
                 continue;
             }
             let mut take = s.pending.len().min(budget);
@@ -370,7 +418,11 @@ impl Worker {
             inputs.push(SeqInput {
                 state: &mut s.state,
                 tokens: &s.pending[..takes[i]],
-                want: Logits::Last,
+                want: if s.verifying {
+                    Logits::All
+                } else {
+                    Logits::Last
+                },
             });
         }
         let result = self.model.forward_batch(&mut inputs);
@@ -385,16 +437,40 @@ impl Worker {
                         message: format!("the forward failed: {e}"),
                     });
                     s.done = true;
+                    s.state.trail = None;
                 }
                 return;
             }
         };
         for (&i, logits) in which.iter().zip(logits) {
             let s = &mut active[i];
+            if s.verifying {
+                self.settle(s, &logits);
+                continue;
+            }
             let t = takes[i];
             s.fed.extend(s.pending.drain(..t));
             if s.pending.is_empty() {
                 self.sample(s, logits);
+            }
+        }
+    }
+
+    /// After a verify step: keeps the drafted tokens the target agreed with
+    /// (the state is rewound to them) and emits them and the target's own.
+    fn settle(&mut self, s: &mut Seq, logits: &[f32]) {
+        let sp = s.spec.as_mut().expect("verifying sequences have a drafter");
+        let drafted = s.pending.len() - 1;
+        let produced = sp.settle(&mut s.state, logits, &mut s.sampler);
+        let kept = produced.len();
+        Metrics::add(&self.metrics().draft_tokens, drafted as u64);
+        Metrics::add(&self.metrics().draft_tokens_accepted, kept as u64 - 1);
+        s.fed.extend(s.pending.drain(..).take(kept));
+        // Token j follows the positions up to pos0 + j + 1, as in plain decoding.
+        let pos0 = s.state.pos - kept;
+        for (j, &id) in produced.iter().enumerate() {
+            if !self.emit(s, id, None, pos0 + j + 1, j + 1 == kept) {
+                return;
             }
         }
     }
@@ -417,12 +493,27 @@ impl Worker {
             }
         }
         let id = s.sampler.sample(&logits);
+        let logprob = p.logprobs.map(|k| logprobs(&logits, id, k));
+        let pos = s.state.pos;
+        self.emit(s, id, logprob, pos, true);
+    }
+
+    /// Sends a generated token, which follows `pos` positions, unless it is
+    /// a stop; false once the sequence ends. The `last` token of a step is
+    /// queued to run next.
+    fn emit(
+        &mut self,
+        s: &mut Seq,
+        id: u32,
+        logprob: Option<TokenLogprob>,
+        pos: usize,
+        last: bool,
+    ) -> bool {
         let index = s.job.index;
         if self.stops.contains(&id) {
             self.finish(s, Finish::Stop);
-            return;
+            return false;
         }
-        let logprob = p.logprobs.map(|k| logprobs(&logits, id, k));
         let now = Instant::now();
         if s.first_token.is_none() {
             s.first_token = Some(now);
@@ -436,13 +527,16 @@ impl Worker {
         if s.job.tx.send(Event::Token { index, id, logprob }).is_err() {
             Metrics::add(&self.metrics().sequences_cancelled, 1);
             s.done = true;
-            return;
+            return false;
         }
-        if s.generated >= s.job.params.max_new || s.state.pos >= self.model.max_context() {
+        if s.generated >= s.job.params.max_new || pos >= self.model.max_context() {
             self.finish(s, Finish::Length);
-        } else {
+            return false;
+        }
+        if last {
             s.pending.push(id);
         }
+        true
     }
 
     fn finish(&self, s: &mut Seq, finish: Finish) {

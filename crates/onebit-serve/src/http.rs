@@ -389,6 +389,7 @@ async fn generate(
                 presence_penalty: req.presence_penalty,
                 frequency_penalty: req.frequency_penalty,
                 logprobs: req.logprobs,
+                speculative: req.speculative,
             },
             index: i,
             tx: tx.clone(),

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use onebit_model::spec::SpecPlan;
 use onebit_model::Model;
 use onebit_text::{ChatTemplate, Tokenizer};
 
@@ -80,6 +81,8 @@ pub struct Loaded {
     pub stops: Vec<u32>,
     /// One line about the model for the startup line.
     pub summary: String,
+    /// Speculative decoding (`--lookup`/`--draft`), for requests that keep it on.
+    pub spec: Option<SpecPlan>,
 }
 
 impl Default for ServeConfig {
@@ -177,7 +180,12 @@ async fn run(
         template,
         stops,
         summary,
+        spec,
     } = loaded;
+    let drafting = spec.is_some();
+    if let Some(p) = &spec {
+        eprintln!("[serve] speculative decoding: {p:?}");
+    }
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
     let engine = Engine::start(
@@ -189,6 +197,7 @@ async fn run(
             prefill_chunk: cfg.prefill_chunk,
             prefix_cache: cfg.prefix_cache,
             cache_bytes: cfg.cache_bytes,
+            spec: spec.map(Arc::new),
         },
         metrics.clone(),
     );
@@ -209,6 +218,7 @@ async fn run(
         limits: api::Limits {
             max_n: cfg.max_n,
             max_tokens: cfg.max_tokens,
+            drafting,
         },
         metrics,
         started: std::time::SystemTime::now()

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     pub cached_prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
+    /// Speculative decoding: tokens drafted, and those the model kept.
+    pub draft_tokens: AtomicU64,
+    pub draft_tokens_accepted: AtomicU64,
     pub sequences_cancelled: AtomicU64,
     pub queue_depth: AtomicU64,
     pub active_sequences: AtomicU64,
@@ -77,6 +80,8 @@ impl Default for Metrics {
             prompt_tokens: AtomicU64::new(0),
             cached_prompt_tokens: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
+            draft_tokens: AtomicU64::new(0),
+            draft_tokens_accepted: AtomicU64::new(0),
             sequences_cancelled: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             active_sequences: AtomicU64::new(0),
@@ -144,6 +149,20 @@ impl Metrics {
             "Tokens generated.",
             "counter",
             g(&self.generated_tokens),
+        );
+        one(
+            &mut out,
+            "onebit_draft_tokens_total",
+            "Tokens drafted by speculative decoding.",
+            "counter",
+            g(&self.draft_tokens),
+        );
+        one(
+            &mut out,
+            "onebit_draft_tokens_accepted_total",
+            "Drafted tokens the model agreed with.",
+            "counter",
+            g(&self.draft_tokens_accepted),
         );
         one(
             &mut out,

@@ -35,6 +35,7 @@ fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine
             prefill_chunk: 7, // small: prompts prefill over several steps
             prefix_cache: cache,
             cache_bytes: 64 << 20,
+            spec: None,
         },
         Arc::new(Metrics::default()),
     )
@@ -51,6 +52,7 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             logprobs: None,
+            speculative: true,
         },
         index,
         tx: tx.clone(),

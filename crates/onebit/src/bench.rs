@@ -2,13 +2,16 @@
 //! measures them (a prompt of N synthetic tokens in one batch; G tokens
 //! decoded one at a time; both from an empty context, or, with `--depth D`
 //! as `llama-bench -d D`, after D tokens filled the context untimed),
-//! repeated R times; min, median and max reported.
+//! repeated R times; min, median and max reported. With `--prompt-text`
+//! the prompt is that text and decode goes on after it; with `--lookup` or
+//! `--draft` decode is speculative and the drafting counts are reported.
 
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use onebit_model::sampler::argmax;
+use onebit_model::sampler::{argmax, Sampler};
+use onebit_model::spec::{decode_step, SpecStats};
 use onebit_model::state::LayerState;
 use onebit_model::Logits;
 
@@ -32,12 +35,21 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Bench this text (tokenized, BOS added) as the prompt instead of
+    /// --prompt-tokens random ids; decode then continues after it.
+    #[arg(long, value_name = "TEXT", conflicts_with = "depth")]
+    pub prompt_text: Option<String>,
+    /// With --lookup or --draft, decode speculatively (decode continues
+    /// after the prompt) and report the acceptance rate and tokens per step.
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
 }
 
 struct Run {
     prompt_tps: f64,
     decode_tps: f64,
     ttft_ms: f64,
+    spec: SpecStats,
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
@@ -47,8 +59,31 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if a.prompt_tokens == 0 && a.gen_tokens == 0 {
         bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
     }
-    let Loaded { model, .. } = load_model(&a.model.model, &a.model.exec())?;
+    let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     let n_vocab = model.sem.dims.n_vocab as u64;
+    let text_ids = match &a.prompt_text {
+        Some(t) => Some(crate::open::tokenizer(&opened)?.encode(t, true)?),
+        None => None,
+    };
+    let plan = crate::spec::plan(&a.spec, &model, &opened, &a.model.exec())?;
+    // The opened file's pages are not needed once the weights are loaded.
+    drop(opened);
+    let a = BenchArgs {
+        prompt_tokens: text_ids.as_ref().map_or(a.prompt_tokens, Vec::len),
+        ..a
+    };
+    // A real prompt or drafting: decode goes on after the prompt.
+    let after_prompt = a.prompt_text.is_some() || plan.is_some();
+    // Drafting may run up to --draft-max tokens past the last one counted.
+    let spec_extra = plan.as_ref().map_or(0, |p| p.draft_max);
+    if after_prompt && a.prompt_tokens + a.gen_tokens + spec_extra > model.max_context() {
+        bail!(
+            "{} prompt plus {} generated tokens (and {spec_extra} drafted) exceed the context limit {} (--ctx)",
+            a.prompt_tokens,
+            a.gen_tokens,
+            model.max_context()
+        );
+    }
     if a.depth + a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
         bail!(
             "a depth of {} plus {} prompt or {} generated tokens exceeds the context limit {} (--ctx)",
@@ -68,8 +103,12 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             ((x >> 33) % n_vocab) as u32
         })
         .collect();
-    let prompt = ids.split_off(a.depth);
-    let fill = ids;
+    let prompt = text_ids.unwrap_or_else(|| ids.split_off(a.depth));
+    let fill = if a.prompt_text.is_some() {
+        Vec::new()
+    } else {
+        ids
+    };
 
     // llama-bench's label for a test at a depth.
     let at = if a.depth > 0 {
@@ -97,18 +136,34 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             next = argmax(&logits);
             prefill = t0.elapsed().as_secs_f64();
         }
-        // Decode from the depth, as llama-bench's tg test does, so the two
-        // engines decode over the same cache lengths.
-        match &at_depth {
-            Some(snap) => st.restore(snap),
-            None => {
-                st.truncate(a.depth);
+        let mut speculator = match &plan {
+            Some(p) => Some(p.speculator(model.sem.dims.n_vocab, &Default::default())?),
+            None => None,
+        };
+        let mut ctx: Vec<u32> = fill.iter().chain(&prompt).copied().collect();
+        if after_prompt {
+            if a.prompt_tokens == 0 {
+                bail!("decoding after the prompt needs a prompt: --prompt-tokens is 0");
             }
+        } else {
+            // Decode from the depth, as llama-bench's tg test does, so the
+            // two engines decode over the same cache lengths.
+            match &at_depth {
+                Some(snap) => st.restore(snap),
+                None => {
+                    st.truncate(a.depth);
+                }
+            }
+            ctx = fill.clone();
         }
+        ctx.push(next);
+        let mut sampler = Sampler::new(Default::default());
         let t1 = Instant::now();
-        for _ in 0..a.gen_tokens {
-            let l = model.forward(&mut st, &[next], Logits::Last)?;
-            next = argmax(&l);
+        let mut produced = 0;
+        while produced < a.gen_tokens {
+            let got = decode_step(&model, &mut st, &ctx, &mut sampler, speculator.as_mut())?;
+            produced += got.len();
+            ctx.extend(got);
         }
         let decode = t1.elapsed().as_secs_f64();
         let r = Run {
@@ -123,6 +178,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                 0.0
             },
             ttft_ms: prefill * 1e3,
+            spec: speculator.map(|s| s.stats).unwrap_or_default(),
         };
         eprintln!(
             "[bench] run {}/{}{at}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
@@ -134,6 +190,17 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             r.decode_tps,
             r.ttft_ms
         );
+        if plan.is_some() {
+            eprintln!(
+                "[bench] run {}/{}: {} accepted of {} drafted ({:.1} %), {:.2} tokens per verify step",
+                rep + 1,
+                a.repetitions,
+                r.spec.accepted,
+                r.spec.drafted,
+                100.0 * r.spec.acceptance(),
+                r.spec.tokens_per_step()
+            );
+        }
         runs.push(r);
     }
     let stat = |f: fn(&Run) -> f64| {
@@ -167,6 +234,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             "decode_tps_max": tg_max,
             "ttft_ms": tt_med,
             "ttft_ms_min": tt_min,
+            "draft_acceptance": plan.as_ref().map(|_| runs[0].spec.acceptance()),
+            "tokens_per_step": plan.as_ref().map(|_| runs[0].spec.tokens_per_step()),
         });
         println!("{o}");
     } else {
@@ -182,6 +251,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             println!(
                 "| tg{}{at} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |",
                 a.gen_tokens
+            );
+        }
+        if plan.is_some() {
+            let s = runs[0].spec;
+            println!(
+                "drafting: {:.1} % of {} drafted tokens accepted, {:.2} tokens per verify step",
+                100.0 * s.acceptance(),
+                s.drafted,
+                s.tokens_per_step()
             );
         }
         println!(

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use onebit_kernels::Precision;
 use onebit_model::load::{self, Container};
 use onebit_model::sampler::{Sampler, SamplerConfig};
+use onebit_model::spec::decode_step;
 use onebit_model::state::KvType;
 use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
@@ -22,6 +23,7 @@ mod import;
 mod open;
 use open::{load_model, Loaded};
 mod serve;
+mod spec;
 
 #[derive(Parser)]
 #[command(
@@ -128,8 +130,12 @@ impl ModelArgs {
 struct RunArgs {
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long)]
-    prompt: String,
+    #[arg(long, required_unless_present = "ids", conflicts_with = "ids")]
+    prompt: Option<String>,
+    /// Comma-separated prompt token ids instead of --prompt (no tokenizer
+    /// needed); the generated ids are printed as one JSON array.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["chat", "chat_template"])]
+    ids: Option<Vec<u32>>,
     /// Apply the model's chat template to the prompt as one user message.
     #[arg(long)]
     chat: bool,
@@ -147,6 +153,8 @@ struct RunArgs {
     top_p: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    spec: spec::SpecArgs,
 }
 
 fn main() -> ExitCode {
@@ -183,62 +191,89 @@ fn run(a: RunArgs) -> Result<()> {
     if a.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }
-    let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
-    let tok = open::tokenizer(&opened)?;
-    let ids = if a.chat || a.chat_template.is_some() {
-        let (template, _) = open::load_chat_template(&opened, &tok, a.chat_template.as_deref())?
-            .with_context(|| {
-                format!(
-                    "{} has no chat template; pass one with --chat-template FILE",
-                    a.model.model.display()
-                )
-            })?;
-        let messages = serde_json::json!([{"role": "user", "content": a.prompt}]);
-        // As transformers: the template writes any BOS itself.
-        tok.encode(&template.render(&messages, true, None)?, false)?
-    } else {
-        tok.encode(&a.prompt, true)?
+    let exec = a.model.exec();
+    let Loaded { model, opened } = load_model(&a.model.model, &exec)?;
+    if let Some(ids) = &a.ids {
+        if ids.is_empty() {
+            bail!("--ids is empty");
+        }
+    }
+    let tok = match &a.ids {
+        Some(_) => None,
+        None => Some(open::tokenizer(&opened)?),
+    };
+    let ids = match (&a.ids, &tok, &a.prompt) {
+        (Some(ids), _, _) => ids.clone(),
+        (None, Some(tok), Some(prompt)) if a.chat || a.chat_template.is_some() => {
+            let (template, _) = open::load_chat_template(&opened, tok, a.chat_template.as_deref())?
+                .with_context(|| {
+                    format!(
+                        "{} has no chat template; pass one with --chat-template FILE",
+                        a.model.model.display()
+                    )
+                })?;
+            let messages = serde_json::json!([{"role": "user", "content": prompt}]);
+            // As transformers: the template writes any BOS itself.
+            tok.encode(&template.render(&messages, true, None)?, false)?
+        }
+        (None, Some(tok), Some(prompt)) => tok.encode(prompt, true)?,
+        _ => bail!("give --prompt TEXT or --ids 1,2,3"),
     };
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
     }
-    let stops = open::stop_ids(&tok);
-    let mut sampler = Sampler::new(SamplerConfig {
+    let stops = tok.as_ref().map(open::stop_ids).unwrap_or_default();
+    let cfg = SamplerConfig {
         temperature: a.temperature,
         top_k: a.top_k,
         top_p: a.top_p,
         seed: a.seed,
-    });
+    };
+    let plan = spec::plan(&a.spec, &model, &opened, &exec)?;
+    let mut speculator = match &plan {
+        Some(p) => Some(p.speculator(model.sem.dims.n_vocab, &cfg)?),
+        None => None,
+    };
+    let mut sampler = Sampler::new(cfg);
     let mut state = model.new_state();
 
     let t0 = Instant::now();
-    let mut logits = model.forward(&mut state, &ids, Logits::Last)?;
+    let logits = model.forward(&mut state, &ids, Logits::Last)?;
     let prefill = t0.elapsed().as_secs_f64();
 
     let mut out = std::io::stdout().lock();
-    let mut dec = StreamDecoder::new(&tok);
+    let mut dec = tok.as_ref().map(StreamDecoder::new);
     let t1 = Instant::now();
-    let mut generated = 0usize;
-    loop {
-        let next = sampler.sample(&logits);
-        if stops.contains(&next) {
-            break;
+    let mut ctx = ids.clone();
+    let mut produced = vec![sampler.sample(&logits)];
+    let mut generated = Vec::new();
+    'gen: loop {
+        for &next in &produced {
+            if stops.contains(&next) {
+                break 'gen;
+            }
+            if let Some(dec) = &mut dec {
+                out.write_all(dec.push(next)?.as_bytes())?;
+                out.flush()?;
+            }
+            generated.push(next);
+            ctx.push(next);
+            if generated.len() >= a.max_tokens || state.pos >= model.max_context() {
+                break 'gen;
+            }
         }
-        let piece = dec.push(next)?;
-        out.write_all(piece.as_bytes())?;
-        out.flush()?;
-        generated += 1;
-        if generated >= a.max_tokens || state.pos >= model.max_context() {
-            break;
-        }
-        logits = model.forward(&mut state, &[next], Logits::Last)?;
+        produced = decode_step(&model, &mut state, &ctx, &mut sampler, speculator.as_mut())?;
     }
-    out.write_all(dec.finish().as_bytes())?;
+    match dec {
+        Some(mut dec) => out.write_all(dec.finish().as_bytes())?,
+        None => writeln!(out, "{}", serde_json::to_string(&generated)?)?,
+    }
     out.flush()?;
     let decode = t1.elapsed().as_secs_f64();
     if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         eprintln!();
     }
+    let generated = generated.len();
     eprintln!(
         "[stats] prompt tokens {}, prefill {:.1} tok/s, generated {}, decode {:.1} tok/s",
         ids.len(),
@@ -251,6 +286,17 @@ fn run(a: RunArgs) -> Result<()> {
             0.0
         },
     );
+    if let Some(sp) = &speculator {
+        let s = sp.stats;
+        eprintln!(
+            "[spec] {} verify steps, {} drafted, {} accepted ({:.1} %), {:.2} tokens per step",
+            s.steps,
+            s.drafted,
+            s.accepted,
+            100.0 * s.acceptance(),
+            s.tokens_per_step()
+        );
+    }
     Ok(())
 }
 

@@ -20,6 +20,10 @@ pub struct ServeArgs {
     /// A .gguf file or a pack directory.
     #[arg(long)]
     model: PathBuf,
+    /// Speculative decoding for every request that does not send
+    /// `"speculative": false`.
+    #[command(flatten)]
+    spec: crate::spec::SpecArgs,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// 0 picks a free port; the startup line names it.
@@ -193,8 +197,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         allow_special_in_content: a.allow_special_in_content,
     };
     let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
+    let spec = a.spec;
     onebit_serve::serve(cfg, move || {
-        load(&path, &exec, chat_template.as_deref(), max_template_kib)
+        load(
+            &path,
+            &exec,
+            chat_template.as_deref(),
+            max_template_kib,
+            &spec,
+        )
     })
 }
 
@@ -204,6 +215,7 @@ fn load(
     exec: &ExecConfig,
     chat_template: Option<&Path>,
     max_template_kib: usize,
+    spec: &crate::spec::SpecArgs,
 ) -> Result<onebit_serve::Loaded> {
     let Loaded { model, opened } = load_model(path, exec)?;
     let tok = open::tokenizer(&opened)?;
@@ -225,6 +237,7 @@ fn load(
         }
     };
     let stops = open::stop_ids(&tok);
+    let spec = crate::spec::plan(spec, &model, &opened, exec)?;
     let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
     Ok(onebit_serve::Loaded {
         model,
@@ -232,5 +245,6 @@ fn load(
         template,
         stops,
         summary,
+        spec,
     })
 }

@@ -7,7 +7,7 @@ use onebit_kernels::ops::{rmsnorm_inplace, silu};
 
 use super::{conv_step, sigmoid, At, Run, Scratch, SeqRows, TokenMixer};
 use crate::error::Result;
-use crate::state::LayerState;
+use crate::state::{LayerState, SeqState};
 use crate::weights::DeltaNetWeights;
 
 fn softplus(x: f32) -> f32 {
@@ -55,7 +55,8 @@ impl TokenMixer for DeltaNetWeights {
         let mut conv = vec![0f32; channels];
         let mut sk = vec![0f32; dv];
         for sq in seqs.iter_mut() {
-            let LayerState::DeltaNet { history, s: state } = &mut sq.state.layers[at.slot] else {
+            let SeqState { layers, trail, .. } = &mut *sq.state;
+            let LayerState::DeltaNet { history, s: state } = &mut layers[at.slot] else {
                 unreachable!("linear layers hold delta-net states (SeqState::new)")
             };
             for t in sq.rows.clone() {
@@ -108,6 +109,10 @@ impl TokenMixer for DeltaNetWeights {
                     rmsnorm_inplace(oh, &w.norm, eps);
                     let zh = &z[(t * nv + hv) * dv..(t * nv + hv + 1) * dv];
                     oh.iter_mut().zip(zh).for_each(|(a, &zz)| *a *= silu(zz));
+                }
+                if let Some(tr) = trail {
+                    let (history, s) = (history.clone(), state.clone());
+                    tr.record(at.slot, LayerState::DeltaNet { history, s });
                 }
             }
         }

@@ -6,7 +6,7 @@
 
 use super::{conv_step, At, Run, Scratch, SeqRows, TokenMixer};
 use crate::error::Result;
-use crate::state::LayerState;
+use crate::state::{LayerState, SeqState};
 use crate::weights::ShortConvWeights;
 
 /// LFM2: in_proj -> B, C, x; y = C * conv(B * x); out_proj(y).
@@ -28,7 +28,8 @@ impl TokenMixer for ShortConvWeights {
         let mut y = vec![0f32; n * e];
         let mut bx = vec![0f32; e];
         for s in seqs.iter_mut() {
-            let LayerState::ShortConv { history } = &mut s.state.layers[at.slot] else {
+            let SeqState { layers, trail, .. } = &mut *s.state;
+            let LayerState::ShortConv { history } = &mut layers[at.slot] else {
                 unreachable!("short-conv layers hold conv histories (SeqState::new)")
             };
             for t in s.rows.clone() {
@@ -41,6 +42,10 @@ impl TokenMixer for ShortConvWeights {
                 let yt = &mut y[t * e..(t + 1) * e];
                 conv_step(&w.kernel, l, history, &bx, yt);
                 yt.iter_mut().zip(c).for_each(|(v, c)| *v *= c);
+                if let Some(tr) = trail {
+                    let history = history.clone();
+                    tr.record(at.slot, LayerState::ShortConv { history });
+                }
             }
         }
         *out = run.mm(&w.out_proj, &y, n);
