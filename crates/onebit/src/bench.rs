@@ -47,7 +47,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if a.prompt_tokens == 0 && a.gen_tokens == 0 {
         bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
     }
-    let Loaded { model, .. } = load_model(&a.model.model, &a.model.exec())?;
+    let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
+    crate::open::print_semantics(&opened, a.model.verbose);
     let n_vocab = model.sem.dims.n_vocab as u64;
     if a.depth + a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
         bail!(

@@ -17,6 +17,7 @@ use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
 
 mod bench;
+mod chat;
 mod import;
 mod open;
 use open::{load_model, Loaded};
@@ -35,10 +36,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Generate a continuation of a prompt; prints only the generated text.
+    /// Generate a continuation of a prompt (--prompt, else standard input);
+    /// prints only the generated text.
     Run(RunArgs),
+    /// A conversation in the terminal with the model's chat template: one
+    /// user message per line of standard input, the answer on stdout.
+    Chat(chat::ChatArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Print the embedding of each text as one JSON array per line: the final
+    /// normed hidden states pooled as the model declares, L2-normalized.
+    Embed {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// A text to embed (repeatable); without any, each line of standard
+        /// input is one text.
+        #[arg(long)]
+        text: Vec<String>,
+    },
     /// Print the token ids of a text as one JSON array.
     Tokenize {
         #[command(flatten)]
@@ -106,6 +121,10 @@ pub struct ModelArgs {
     /// a quarter; needs head sizes that are multiples of 32).
     #[arg(long, default_value_t = KvType::F16)]
     pub kv_type: KvType,
+    /// Print the model's `[semantics]` block (the rules it runs by, each with
+    /// its source) on stderr while loading.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 impl ModelArgs {
@@ -127,8 +146,10 @@ impl ModelArgs {
 struct RunArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// The prompt; without it, standard input is read to its end (less one
+    /// final line end).
     #[arg(long)]
-    prompt: String,
+    prompt: Option<String>,
     /// Apply the model's chat template to the prompt as one user message.
     #[arg(long)]
     chat: bool,
@@ -152,6 +173,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
+        Cmd::Embed { model, text } => embed(model, text),
+        Cmd::Chat(a) => chat::chat(a),
         Cmd::Serve(a) => serve::serve(a),
         Cmd::Tokenize {
             model,
@@ -172,17 +195,51 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text the message
+/// already holds (an I/O error its caller quotes) is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if s.contains(&t) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&t);
+    }
+    s
 }
 
 fn run(a: RunArgs) -> Result<()> {
     if a.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }
+    let prompt = match a.prompt {
+        Some(p) => p,
+        None => {
+            let mut p = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut p)
+                .context("cannot read the prompt from standard input (give it with --prompt)")?;
+            // The line end `echo` or a text file puts after the last line.
+            if p.ends_with('\n') {
+                p.pop();
+                if p.ends_with('\r') {
+                    p.pop();
+                }
+            }
+            p
+        }
+    };
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
+    open::print_semantics(&opened, a.model.verbose);
     let tok = open::tokenizer(&opened)?;
     let ids = if a.chat || a.chat_template.is_some() {
         let (template, _) = open::load_chat_template(&opened, &tok, a.chat_template.as_deref())?
@@ -192,11 +249,11 @@ fn run(a: RunArgs) -> Result<()> {
                     a.model.model.display()
                 )
             })?;
-        let messages = serde_json::json!([{"role": "user", "content": a.prompt}]);
+        let messages = serde_json::json!([{"role": "user", "content": prompt}]);
         // As transformers: the template writes any BOS itself.
         tok.encode(&template.render(&messages, true, None)?, false)?
     } else {
-        tok.encode(&a.prompt, true)?
+        tok.encode(&prompt, true)?
     };
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
@@ -253,6 +310,40 @@ fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+fn embed(a: ModelArgs, texts: Vec<String>) -> Result<()> {
+    let texts = if texts.is_empty() {
+        std::io::stdin()
+            .lines()
+            .collect::<std::io::Result<Vec<String>>>()
+            .context("cannot read the texts from standard input (give them with --text)")?
+            .into_iter()
+            .filter(|l| !l.trim().is_empty())
+            .collect()
+    } else {
+        texts
+    };
+    let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    open::print_semantics(&opened, a.verbose);
+    let pooling = open::pooling(&opened)
+        .map_err(|why| anyhow::anyhow!("{}: cannot give embeddings: {why}", a.model.display()))?;
+    if a.verbose {
+        eprintln!("[embed] pooling: {:?} <- {}", pooling.kind, pooling.source);
+    }
+    let tok = open::tokenizer(&opened)?;
+    let mut out = std::io::stdout().lock();
+    for (i, t) in texts.iter().enumerate() {
+        let ids = tok.encode(t, true)?;
+        if ids.is_empty() {
+            bail!("text {i} encodes to no tokens");
+        }
+        let mut state = model.new_state();
+        let rows = model.forward(&mut state, &ids, Logits::Hidden)?;
+        let v = pooling.pool(&rows, model.sem.dims.n_embd);
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+    }
+    Ok(())
+}
+
 fn tokenize(a: ModelArgs, text: &str, no_special: bool) -> Result<()> {
     let tok = open::tokenizer(&load::open(&a.model)?)?;
     let ids = if no_special {
@@ -265,7 +356,8 @@ fn tokenize(a: ModelArgs, text: &str, no_special: bool) -> Result<()> {
 }
 
 fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) -> Result<()> {
-    let Loaded { model, .. } = load_model(&a.model, &a.exec())?;
+    let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    open::print_semantics(&opened, a.verbose);
     let mut state = model.new_state();
     let all = if sequential {
         let mut v = Vec::new();
@@ -291,6 +383,7 @@ fn eval(a: ModelArgs, text: &std::path::Path) -> Result<()> {
     let body =
         std::fs::read_to_string(text).with_context(|| format!("cannot read {}", text.display()))?;
     let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    open::print_semantics(&opened, a.verbose);
     let tok = open::tokenizer(&opened)?;
     let ids = tok.encode(&body, true)?;
     let r = import::eval(&model, &ids)?;

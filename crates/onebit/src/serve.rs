@@ -110,6 +110,10 @@ pub struct ServeArgs {
     /// a quarter; needs head sizes that are multiples of 32).
     #[arg(long, default_value_t = KvType::F16)]
     kv_type: KvType,
+    /// Print the model's `[semantics]` block (its rules, each with its
+    /// source) on stderr while loading.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 /// The keys from --api-key, ONEBIT_API_KEY and --api-key-file.
@@ -193,8 +197,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         allow_special_in_content: a.allow_special_in_content,
     };
     let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
+    let verbose = a.verbose;
     onebit_serve::serve(cfg, move || {
-        load(&path, &exec, chat_template.as_deref(), max_template_kib)
+        load(
+            &path,
+            &exec,
+            chat_template.as_deref(),
+            max_template_kib,
+            verbose,
+        )
     })
 }
 
@@ -204,8 +215,10 @@ fn load(
     exec: &ExecConfig,
     chat_template: Option<&Path>,
     max_template_kib: usize,
+    verbose: bool,
 ) -> Result<onebit_serve::Loaded> {
     let Loaded { model, opened } = load_model(path, exec)?;
+    open::print_semantics(&opened, verbose);
     let tok = open::tokenizer(&opened)?;
     let limits = ChatLimits {
         max_output_bytes: max_template_kib.saturating_mul(1 << 10),
@@ -226,11 +239,15 @@ fn load(
     };
     let stops = open::stop_ids(&tok);
     let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
+    let pooling = open::pooling(&opened);
+    let about = open::about(&opened, path);
     Ok(onebit_serve::Loaded {
         model,
         tok,
         template,
         stops,
         summary,
+        pooling,
+        about,
     })
 }

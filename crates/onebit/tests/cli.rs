@@ -257,3 +257,98 @@ fn errors_name_the_problem_and_never_panic() {
         "{e}"
     );
 }
+
+/// Runs onebit with `stdin` piped in.
+fn with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("onebit runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_is_quiet_by_default_and_verbose_prints_the_semantics() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    let args = ["run", "--model", m, "--prompt", "Hi", "--max-tokens", "1"];
+    let quiet = onebit(&args);
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "{stderr}");
+    assert!(!stderr.contains("[semantics]"), "{stderr}");
+    let loud = onebit(&[&args[..], &["-v"]].concat());
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert!(loud.status.success(), "{stderr}");
+    assert!(stderr.contains("[semantics] "), "{stderr}");
+}
+
+#[test]
+fn run_reads_the_prompt_from_stdin() {
+    let m = real_model(SMOLLM2_135M);
+    let out = with_stdin(
+        &["run", "--model", m.to_str().unwrap(), "--max-tokens", "3"],
+        // As `echo` sends it: the one trailing newline is not part of the prompt.
+        "The capital of France is\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same known answer as with --prompt.
+    assert!(stdout.starts_with(" Paris"), "continuation was {stdout:?}");
+}
+
+#[test]
+fn a_missing_file_names_its_cause_once() {
+    let e = fails(&["run", "--model", "/nonexistent/model.gguf", "--prompt", "x"]);
+    assert_eq!(e.matches("os error 2").count(), 1, "{e}");
+    assert!(e.contains("/nonexistent/model.gguf"), "{e}");
+}
+
+#[test]
+fn chat_keeps_the_conversation_through_a_pipe() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    // Two turns; the second ("And of Germany?") only makes sense with the
+    // first in the conversation. Each answer is one stdout line, the first
+    // exactly what `run --chat` answers the same single question.
+    let q1 = "What is the capital of France? Answer with one word.";
+    let args = ["chat", "--model", m, "--max-tokens", "12"];
+    let two = with_stdin(
+        &args,
+        &format!("{q1}\nAnd of Germany? Answer with one word.\n"),
+    );
+    let stdout = String::from_utf8_lossy(&two.stdout).to_string();
+    assert!(
+        two.status.success(),
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+    let one = ok(&[
+        "run",
+        "--model",
+        m,
+        "--chat",
+        "--prompt",
+        q1,
+        "--max-tokens",
+        "12",
+    ]);
+    let turns: Vec<&str> = stdout.lines().collect();
+    assert_eq!(turns.len(), 2, "{stdout:?}");
+    assert_eq!(turns[0], one, "{stdout:?}");
+    assert!(turns[0].contains("Paris"), "{stdout:?}");
+    assert!(turns[1].contains("Berlin"), "{stdout:?}");
+}
