@@ -6,6 +6,7 @@ Usage: python3 tests/serve/test_ollama_client.py http://127.0.0.1:PORT
 runs this; the client is installed by scripts/python-deps.sh.) Prints
 "N passed, M failed"; exits 1 on any failure.
 """
+import json
 import math
 import sys
 import traceback
@@ -53,7 +54,8 @@ def test_chat_known_answer_and_counts():
     assert r.prompt_eval_count > 5 and 0 < r.eval_count <= 24, r
     assert r.total_duration >= r.eval_duration > 0, r
     assert r.total_duration >= r.prompt_eval_duration > 0, r
-    assert r.total_duration < 120e9, r  # nanoseconds, not milliseconds or seconds
+    # Nanoseconds: a run of 40 prompt tokens takes well over 1 ms and under 120 s.
+    assert 1e6 < r.total_duration < 120e9, r
 
 
 def test_chat_stream_matches_whole():
@@ -64,6 +66,15 @@ def test_chat_stream_matches_whole():
     text = "".join(p.message.content for p in parts)
     assert text == whole, (text, whole)
     assert parts[-1].done_reason == "stop" and parts[-1].eval_count > 0, parts[-1]
+
+
+def test_stream_is_the_default():
+    import httpx
+    r = httpx.post(sys.argv[1].rstrip("/") + "/api/chat", timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": CAPITAL}], "options": GREEDY})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson", r.headers
+    lines = [json.loads(l) for l in r.text.splitlines()]
+    assert len(lines) > 2 and lines[-1]["done"] and not lines[0]["done"], lines
 
 
 def test_num_predict_cuts_with_length():
