@@ -352,3 +352,54 @@ fn chat_keeps_the_conversation_through_a_pipe() {
     assert!(turns[0].contains("Paris"), "{stdout:?}");
     assert!(turns[1].contains("Berlin"), "{stdout:?}");
 }
+
+#[test]
+fn embed_gives_unit_vectors_the_same_from_flags_and_stdin() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    let (a, b) = ("The cat sat on the mat.", "Paris is in France.");
+    let flags = ok(&["embed", "--model", m, "--text", a, "--text", b]);
+    let piped = with_stdin(&["embed", "--model", m], &format!("{a}\n{b}\n"));
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert_eq!(flags, String::from_utf8(piped.stdout).unwrap());
+    let vectors: Vec<Vec<f64>> = flags
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(vectors.len(), 2);
+    for v in &vectors {
+        // SmolLM2-135M's hidden size, from its GGUF llama.embedding_length.
+        assert_eq!(v.len(), 576);
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+    assert_ne!(vectors[0], vectors[1]);
+}
+
+#[test]
+fn embed_refuses_a_pooling_type_it_does_not_implement_by_key() {
+    use onebit_formats::gguf::{writer::GgufWriter, Gguf, Value};
+    let src = Fixture::new("llama").dir.join("f32.gguf");
+    let g = Gguf::open(&src).unwrap();
+    let dir = TempDir::new("cli-embed");
+    // 4 is llama.cpp's LLAMA_POOLING_TYPE_RANK: refused by key and value.
+    let mut w = GgufWriter::from_gguf(&g);
+    w.set_kv("llama.pooling_type", Value::U32(4));
+    let rank = dir.file("rank.gguf", &w.to_bytes());
+    let e = fails(&["embed", "--model", rank.to_str().unwrap(), "--text", "x"]);
+    assert!(
+        e.contains("llama.pooling_type = 4") && e.contains("rank"),
+        "{e}"
+    );
+    // 2 (cls) is implemented: the same file gets past pooling, to the
+    // tokenizer the fixture lacks.
+    let mut w = GgufWriter::from_gguf(&g);
+    w.set_kv("llama.pooling_type", Value::U32(2));
+    let cls = dir.file("cls.gguf", &w.to_bytes());
+    let e = fails(&["embed", "--model", cls.to_str().unwrap(), "--text", "x"]);
+    assert!(!e.contains("pooling") && e.contains("tokenizer"), "{e}");
+}
