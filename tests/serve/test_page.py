@@ -8,7 +8,8 @@ scripts/browser-deps.sh, selenium from scripts/python-deps.sh.)
 
 Types the key, a system prompt and one question, waits for the streamed
 answer to contain "Paris" and for the stream to end, checks the tokens/s
-line, and saves a screenshot. Exits 1 on failure.
+line, and saves a screenshot; then starts a long answer and stops it with the
+Stop button. Exits 1 on failure.
 """
 import shutil
 import sys
@@ -48,6 +49,22 @@ try:
     assert driver.find_element(By.ID, "stop").get_attribute("disabled"), "stop stays enabled after the answer"
     driver.save_screenshot(shot)
     print(f"answer: {answer!r}\nstats: {stats!r}\nscreenshot: {shot}")
+
+    # Stop: a long answer is cut as soon as it starts; the page says so and
+    # takes the next message.
+    mx.clear()
+    mx.send_keys("400")
+    driver.find_element(By.ID, "prompt").send_keys("Write a long story about a dragon.")
+    driver.find_element(By.ID, "send").click()
+    second = lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant")[1]
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg.assistant")) == 2
+               and second(d).find_element(By.CSS_SELECTOR, ".content").text.strip())
+    driver.find_element(By.ID, "stop").click()
+    wait.until(lambda d: second(d).get_attribute("data-state") == "done")
+    meta = second(driver).find_element(By.CSS_SELECTOR, ".meta").text
+    assert "(stopped)" in meta, meta
+    assert not driver.find_element(By.ID, "send").get_attribute("disabled")
+    print(f"stopped: {meta!r}")
     print("page ok")
 finally:
     driver.quit()

@@ -338,7 +338,7 @@ pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     finish(&app, r)
 }
 
-const GENERATE_FIELDS: [&str; 14] = [
+const GENERATE_FIELDS: [&str; 13] = [
     "model",
     "prompt",
     "suffix",
@@ -352,7 +352,6 @@ const GENERATE_FIELDS: [&str; 14] = [
     "options",
     "keep_alive",
     "think",
-    "stream_options",
 ];
 
 /// `POST /api/generate`: the prompt as one user message under the model's
@@ -364,7 +363,6 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
         let body = read_body(&app, &headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &GENERATE_FIELDS)?;
-        must_be_empty(&o, "stream_options", "Ollama's API has none")?;
         check_model(&o)?;
         check_format(&o)?;
         must_be_empty(&o, "suffix", "fill-in-the-middle is not implemented")?;

@@ -49,6 +49,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     crate::open::print_semantics(&opened, a.model.verbose);
+    // The container (the file's mapping) is not held through the run.
+    drop(opened);
     let n_vocab = model.sem.dims.n_vocab as u64;
     if a.depth + a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
         bail!(

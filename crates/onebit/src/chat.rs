@@ -62,6 +62,8 @@ pub fn chat(a: ChatArgs) -> Result<()> {
                 a.model.model.display()
             )
         })?;
+    // The container (the file's mapping) is not held through the session.
+    drop(opened);
     let stops = open::stop_ids(&tok);
     let mut sampler = Sampler::new(SamplerConfig {
         temperature: a.temperature,

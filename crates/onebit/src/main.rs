@@ -330,6 +330,7 @@ fn embed(a: ModelArgs, texts: Vec<String>) -> Result<()> {
         eprintln!("[embed] pooling: {:?} <- {}", pooling.kind, pooling.source);
     }
     let tok = open::tokenizer(&opened)?;
+    drop(opened);
     let mut out = std::io::stdout().lock();
     for (i, t) in texts.iter().enumerate() {
         let ids = tok.encode(t, true)?;
@@ -358,6 +359,7 @@ fn tokenize(a: ModelArgs, text: &str, no_special: bool) -> Result<()> {
 fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) -> Result<()> {
     let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
     open::print_semantics(&opened, a.verbose);
+    drop(opened);
     let mut state = model.new_state();
     let all = if sequential {
         let mut v = Vec::new();

@@ -403,3 +403,44 @@ fn embed_refuses_a_pooling_type_it_does_not_implement_by_key() {
     let e = fails(&["embed", "--model", cls.to_str().unwrap(), "--text", "x"]);
     assert!(!e.contains("pooling") && e.contains("tokenizer"), "{e}");
 }
+
+/// The stderr lines `onebit serve` writes up to its "listening" line; the
+/// server is then killed.
+fn serve_startup(extra: &[&str]) -> Vec<String> {
+    use std::io::BufRead;
+    let m = real_model(SMOLLM2_135M);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(["serve", "--model", m.to_str().unwrap(), "--port", "0"])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let done = line.contains("listening on");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+#[test]
+fn serve_is_quiet_by_default_and_verbose_prints_the_semantics() {
+    let quiet = serve_startup(&[]);
+    assert!(quiet.last().unwrap().contains("listening on"), "{quiet:?}");
+    assert!(
+        !quiet.iter().any(|l| l.starts_with("[semantics]")),
+        "{quiet:?}"
+    );
+    let loud = serve_startup(&["-v"]);
+    assert!(
+        loud.iter().any(|l| l.starts_with("[semantics]")),
+        "{loud:?}"
+    );
+}
