@@ -3,3 +3,6 @@
 # (tests/serve/*.py, run by crates/onebit/tests/serve.rs). Pinned.
 set -euo pipefail
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai==3.51.0
+# Ollama's official client (tests/serve/test_ollama_client.py) and selenium,
+# which drives headless Chromium through the chat page (tests/serve/test_page.py).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore ollama==0.6.3 selenium==4.45.0

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 scripts/fetch-models.sh
 scripts/python-deps.sh
+scripts/browser-deps.sh
 scripts/fleet-deps.sh
 cargo test --workspace --locked
 scripts/test-arm.sh

@@ -60,6 +60,9 @@ pub enum Logits {
     /// None (an empty vector): the state advances, the output matrix is not
     /// run (the leading micro-batches of a long prompt).
     None,
+    /// Every position's final normed hidden state ([n_tokens][n_embd]),
+    /// the output matrix not run: what embeddings pool.
+    Hidden,
 }
 
 /// One sequence's part of a batched forward call.
@@ -349,7 +352,7 @@ impl Model {
             .zip(&segs)
             .flat_map(|(s, seg)| match s.want {
                 Logits::Last => seg.rows.end - 1..seg.rows.end,
-                Logits::All => seg.rows.clone(),
+                Logits::All | Logits::Hidden => seg.rows.clone(),
                 Logits::None => seg.rows.end..seg.rows.end,
             })
             .collect();
@@ -362,20 +365,46 @@ impl Model {
                 &mut hn[j * e..(j + 1) * e],
             );
         }
-        let mut logits = self.mm(&self.weights.output, &hn, rows.len());
+        // Hidden rows are answered as they are; the others go through the
+        // output matrix (gathered when both kinds share the batch).
+        let hidden = |s: &SeqInput| matches!(s.want, Logits::Hidden);
+        let mut want_logits = Vec::new();
+        let mut at = 0;
+        for s in seqs.iter() {
+            let k = match s.want {
+                Logits::Last => 1,
+                Logits::All | Logits::Hidden => s.tokens.len(),
+                Logits::None => 0,
+            };
+            if !hidden(s) {
+                want_logits.extend_from_slice(&hn[at * e..(at + k) * e]);
+            }
+            at += k;
+        }
+        let n_logit_rows = want_logits.len() / e;
+        let mut logits = if n_logit_rows == 0 {
+            Vec::new()
+        } else {
+            self.mm(&self.weights.output, &want_logits, n_logit_rows)
+        };
         if let Some(cap) = self.sem.final_softcap.value {
             softcap(&mut logits, cap);
         }
         let v = d.n_vocab;
         let mut out = Vec::with_capacity(seqs.len());
-        let mut at = 0;
+        let (mut at, mut at_logit) = (0, 0);
         for s in seqs.iter() {
             let k = match s.want {
                 Logits::Last => 1,
-                Logits::All => s.tokens.len(),
+                Logits::All | Logits::Hidden => s.tokens.len(),
                 Logits::None => 0,
             };
-            out.push(logits[at * v..(at + k) * v].to_vec());
+            if hidden(s) {
+                out.push(hn[at * e..(at + k) * e].to_vec());
+            } else {
+                out.push(logits[at_logit * v..(at_logit + k) * v].to_vec());
+                at_logit += k;
+            }
             at += k;
         }
         Ok(out)

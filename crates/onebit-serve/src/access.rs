@@ -50,6 +50,7 @@ impl Access {
         !self.api_keys.is_empty()
             && (path.starts_with("/v1/")
                 || path == "/v1"
+                || path.starts_with("/api/")
                 || (path == "/metrics" && !self.metrics_public))
     }
 

@@ -109,8 +109,13 @@ pub struct EngineConfig {
 
 pub struct QueueFull;
 
+/// Work that needs the model but is not a sequence to decode (an embedding
+/// request): run on the engine thread between two steps.
+pub type Task = Box<dyn FnOnce(&Model) + Send>;
+
 struct Queue {
     waiting: VecDeque<Job>,
+    tasks: VecDeque<Task>,
     shutdown: bool,
 }
 
@@ -137,6 +142,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 waiting: VecDeque::new(),
+                tasks: VecDeque::new(),
                 shutdown: false,
             }),
             wake: Condvar::new(),
@@ -175,6 +181,19 @@ impl Engine {
             .metrics
             .queue_depth
             .store(q.waiting.len() as u64, Ordering::Relaxed);
+        drop(q);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Queues `task` to run on the engine thread before its next step, within
+    /// the same queue bound as sequences.
+    pub fn run_task(&self, task: Task) -> Result<(), QueueFull> {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.shutdown || q.waiting.len() + q.tasks.len() >= self.shared.max_queue {
+            return Err(QueueFull);
+        }
+        q.tasks.push_back(task);
         drop(q);
         self.shared.wake.notify_one();
         Ok(())
@@ -267,12 +286,14 @@ impl Worker {
     fn run(mut self) {
         let mut active: Vec<Seq> = Vec::new();
         loop {
-            let admitted: Vec<Job> = {
+            let (admitted, tasks): (Vec<Job>, Vec<Task>) = {
                 let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-                while q.waiting.is_empty() && active.is_empty() && !q.shutdown {
+                while q.waiting.is_empty() && q.tasks.is_empty() && active.is_empty() && !q.shutdown
+                {
                     q = self.shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
-                if q.shutdown && q.waiting.is_empty() && active.is_empty() {
+                let tasks: Vec<Task> = q.tasks.drain(..).collect();
+                if q.shutdown && q.waiting.is_empty() && active.is_empty() && tasks.is_empty() {
                     return;
                 }
                 let room = self.cfg.max_seqs.saturating_sub(active.len());
@@ -281,8 +302,11 @@ impl Worker {
                 self.metrics()
                     .queue_depth
                     .store(q.waiting.len() as u64, Ordering::Relaxed);
-                jobs
+                (jobs, tasks)
             };
+            for task in tasks {
+                task(&self.model);
+            }
             for job in admitted {
                 if let Some(s) = self.admit(job) {
                     active.push(s);

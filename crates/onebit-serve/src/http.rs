@@ -42,6 +42,11 @@ pub struct App {
     pub limits: Limits,
     pub metrics: Arc<Metrics>,
     pub started: u64,
+    /// How embeddings pool, or why this model gives none.
+    pub pooling: Result<crate::embed::Pooling, String>,
+    pub n_embd: usize,
+    /// What `/api/tags` and `/api/show` say about the model.
+    pub about: crate::ModelAbout,
 }
 
 /// The routes, behind (outermost first) the Host and key checks, then CORS
@@ -57,6 +62,14 @@ pub fn router(
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/v1/embeddings", post(crate::embed::embeddings))
+        .route("/api/chat", post(crate::ollama::chat))
+        .route("/api/generate", post(crate::ollama::generate))
+        .route("/api/embed", post(crate::ollama::embed))
+        .route("/api/show", post(crate::ollama::show))
+        .route("/api/tags", get(crate::ollama::tags))
+        .route("/api/version", get(crate::ollama::version))
+        .route("/", get(crate::page::page))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -85,7 +98,7 @@ pub fn max_token_bytes(tok: &Tokenizer) -> usize {
         .max(1)
 }
 
-fn json_response(status: u16, body: String) -> Response {
+pub(crate) fn json_response(status: u16, body: String) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
@@ -106,13 +119,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     static N: AtomicU64 = AtomicU64::new(0);
     h.write_u64(N.fetch_add(1, Ordering::Relaxed));
@@ -181,7 +194,11 @@ async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body
 /// The JSON body: 415 unless it says it is JSON, 413 over the size limit
 /// (from Content-Length before reading, or while reading), 408 when it does
 /// not arrive whole within the body timeout.
-async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ApiError> {
     access::require_json(headers)?;
     let too_big = || {
         ApiError::invalid(
@@ -242,18 +259,18 @@ fn respond(app: &App, r: Result<Response, ApiError>) -> Response {
 }
 
 /// A request ready to run: its prompt ids and what shapes the output.
-struct Prepared {
-    req: Request,
-    ids: Arc<Vec<u32>>,
+pub(crate) struct Prepared {
+    pub(crate) req: Request,
+    pub(crate) ids: Arc<Vec<u32>>,
     /// The template knows `<think>`: split a reasoning block off.
-    think: bool,
+    pub(crate) think: bool,
     /// The rendered prompt ends inside an open `<think>` block.
-    think_open: bool,
+    pub(crate) think_open: bool,
 }
 
 /// Parses, renders and tokenizes: run on the blocking pool, never on the
 /// runtime's thread (a large prompt takes seconds to tokenize).
-fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
+pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
     let req = api::parse(body, ep, app.limits)?;
     let (ids, think, think_open) = match &req.prompt {
         Prompt::Chat(messages) => {
@@ -442,13 +459,13 @@ async fn generate(
     Ok(r)
 }
 
-struct Run {
-    rx: mpsc::UnboundedReceiver<Event>,
-    cancels: Vec<Arc<AtomicBool>>,
-    stops: Vec<String>,
-    think: bool,
-    think_open: bool,
-    logprobs: bool,
+pub(crate) struct Run {
+    pub(crate) rx: mpsc::UnboundedReceiver<Event>,
+    pub(crate) cancels: Vec<Arc<AtomicBool>>,
+    pub(crate) stops: Vec<String>,
+    pub(crate) think: bool,
+    pub(crate) think_open: bool,
+    pub(crate) logprobs: bool,
 }
 
 struct Meta {
@@ -461,13 +478,13 @@ struct Meta {
 }
 
 /// One generated token as logprobs report it.
-struct LpEntry {
+pub(crate) struct LpEntry {
     id: u32,
     lp: TokenLogprob,
 }
 
 /// What happened to one choice since the last report.
-enum Update {
+pub(crate) enum Update {
     Delta {
         index: usize,
         split: Split,
@@ -490,7 +507,7 @@ struct Choice<'t> {
 
 /// Turns engine events into per-choice text updates; returns per choice
 /// (completion tokens, cached tokens, finish).
-async fn drive(
+pub(crate) async fn drive(
     tok: &Tokenizer,
     mut run: Run,
     n: usize,

@@ -18,10 +18,13 @@ pub mod affinity;
 pub mod api;
 pub mod cache;
 pub mod conn;
+pub mod embed;
 pub mod engine;
 pub mod gate;
 pub mod http;
 pub mod metrics;
+pub mod ollama;
+pub mod page;
 pub mod prompt;
 pub mod text;
 
@@ -83,6 +86,24 @@ pub struct Loaded {
     pub summary: String,
     /// Speculative decoding (`--lookup`/`--draft`), for requests that keep it on.
     pub spec: Option<SpecPlan>,
+    /// How embeddings pool, or why this model gives none.
+    pub pooling: Result<embed::Pooling, String>,
+    pub about: ModelAbout,
+}
+
+/// What Ollama's `/api/tags` and `/api/show` report about the model.
+#[derive(Clone, Debug, Default)]
+pub struct ModelAbout {
+    /// The architecture (GGUF `general.architecture`, a pack's family).
+    pub arch: String,
+    /// "gguf" or "fastflowlm".
+    pub format: String,
+    /// Bytes of the file or pack directory.
+    pub bytes: u64,
+    /// The weight type holding most bytes (e.g. "Q4_K").
+    pub quantization: String,
+    /// Parameters, from the tensor shapes.
+    pub parameters: u64,
 }
 
 impl Default for ServeConfig {
@@ -181,6 +202,8 @@ async fn run(
         stops,
         summary,
         spec,
+        pooling,
+        about,
     } = loaded;
     let drafting = spec.is_some();
     if let Some(p) = &spec {
@@ -188,6 +211,7 @@ async fn run(
     }
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
+    let n_embd = model.sem.dims.n_embd;
     let engine = Engine::start(
         model,
         stops,
@@ -224,6 +248,9 @@ async fn run(
         started: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        pooling,
+        n_embd,
+        about,
     });
     let mut access = cfg.access.clone();
     access.bound_host = cfg.host.to_ascii_lowercase();

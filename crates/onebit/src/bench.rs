@@ -60,6 +60,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
     }
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
+    crate::open::print_semantics(&opened, &a.model.exec(), a.model.verbose);
     let n_vocab = model.sem.dims.n_vocab as u64;
     let text_ids = match &a.prompt_text {
         Some(t) => Some(crate::open::tokenizer(&opened)?.encode(t, true)?),

@@ -19,6 +19,7 @@ use onebit_text::StreamDecoder;
 
 mod bench;
 mod eval;
+mod chat;
 mod import;
 mod open;
 use open::{load_model, Loaded};
@@ -38,10 +39,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Generate a continuation of a prompt; prints only the generated text.
+    /// Generate a continuation of a prompt (--prompt, else standard input);
+    /// prints only the generated text.
     Run(RunArgs),
+    /// A conversation in the terminal with the model's chat template: one
+    /// user message per line of standard input, the answer on stdout.
+    Chat(chat::ChatArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Print the embedding of each text as one JSON array per line: the final
+    /// normed hidden states pooled as the model declares, L2-normalized.
+    Embed {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// A text to embed (repeatable); without any, each line of standard
+        /// input is one text.
+        #[arg(long)]
+        text: Vec<String>,
+    },
     /// Print the token ids of a text as one JSON array.
     Tokenize {
         #[command(flatten)]
@@ -109,6 +124,10 @@ pub struct ModelArgs {
     /// a quarter; needs head sizes that are multiples of 32).
     #[arg(long, default_value_t = KvType::F16)]
     pub kv_type: KvType,
+    /// Print the model's `[semantics]` block (the rules it runs by, each with
+    /// its source) on stderr while loading.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 impl ModelArgs {
@@ -130,7 +149,9 @@ impl ModelArgs {
 struct RunArgs {
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long, required_unless_present = "ids", conflicts_with = "ids")]
+    /// The prompt; without it (and without --ids), standard input is read
+    /// to its end (less one final line end).
+    #[arg(long, conflicts_with = "ids")]
     prompt: Option<String>,
     /// Comma-separated prompt token ids instead of --prompt (no tokenizer
     /// needed); the generated ids are printed as one JSON array.
@@ -161,6 +182,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
+        Cmd::Embed { model, text } => embed(model, text),
+        Cmd::Chat(a) => chat::chat(a),
         Cmd::Serve(a) => serve::serve(a),
         Cmd::Tokenize {
             model,
@@ -181,18 +204,53 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text the message
+/// already holds (an I/O error its caller quotes) is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        if s.contains(&t) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&t);
+    }
+    s
 }
 
 fn run(a: RunArgs) -> Result<()> {
     if a.max_tokens == 0 {
         bail!("--max-tokens must be at least 1");
     }
+    let prompt = match (&a.ids, a.prompt.clone()) {
+        (Some(_), _) => None,
+        (None, Some(p)) => Some(p),
+        (None, None) => {
+            let mut p = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut p)
+                .context("cannot read the prompt from standard input (give it with --prompt)")?;
+            // The line end `echo` or a text file puts after the last line.
+            if p.ends_with('\n') {
+                p.pop();
+                if p.ends_with('\r') {
+                    p.pop();
+                }
+            }
+            Some(p)
+        }
+    };
     let exec = a.model.exec();
     let Loaded { model, opened } = load_model(&a.model.model, &exec)?;
+    open::print_semantics(&opened, &exec, a.model.verbose);
     if let Some(ids) = &a.ids {
         if ids.is_empty() {
             bail!("--ids is empty");
@@ -202,7 +260,7 @@ fn run(a: RunArgs) -> Result<()> {
         Some(_) => None,
         None => Some(open::tokenizer(&opened)?),
     };
-    let ids = match (&a.ids, &tok, &a.prompt) {
+    let ids = match (&a.ids, &tok, &prompt) {
         (Some(ids), _, _) => ids.clone(),
         (None, Some(tok), Some(prompt)) if a.chat || a.chat_template.is_some() => {
             let (template, _) = open::load_chat_template(&opened, tok, a.chat_template.as_deref())?
@@ -217,7 +275,7 @@ fn run(a: RunArgs) -> Result<()> {
             tok.encode(&template.render(&messages, true, None)?, false)?
         }
         (None, Some(tok), Some(prompt)) => tok.encode(prompt, true)?,
-        _ => bail!("give --prompt TEXT or --ids 1,2,3"),
+        _ => bail!("give --prompt TEXT, the prompt on standard input, or --ids 1,2,3"),
     };
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
@@ -300,6 +358,41 @@ fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+fn embed(a: ModelArgs, texts: Vec<String>) -> Result<()> {
+    let texts = if texts.is_empty() {
+        std::io::stdin()
+            .lines()
+            .collect::<std::io::Result<Vec<String>>>()
+            .context("cannot read the texts from standard input (give them with --text)")?
+            .into_iter()
+            .filter(|l| !l.trim().is_empty())
+            .collect()
+    } else {
+        texts
+    };
+    let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    open::print_semantics(&opened, &a.exec(), a.verbose);
+    let pooling = open::pooling(&opened)
+        .map_err(|why| anyhow::anyhow!("{}: cannot give embeddings: {why}", a.model.display()))?;
+    if a.verbose {
+        eprintln!("[embed] pooling: {:?} <- {}", pooling.kind, pooling.source);
+    }
+    let tok = open::tokenizer(&opened)?;
+    drop(opened);
+    let mut out = std::io::stdout().lock();
+    for (i, t) in texts.iter().enumerate() {
+        let ids = tok.encode(t, true)?;
+        if ids.is_empty() {
+            bail!("text {i} encodes to no tokens");
+        }
+        let mut state = model.new_state();
+        let rows = model.forward(&mut state, &ids, Logits::Hidden)?;
+        let v = pooling.pool(&rows, model.sem.dims.n_embd);
+        writeln!(out, "{}", serde_json::to_string(&v)?)?;
+    }
+    Ok(())
+}
+
 fn tokenize(a: ModelArgs, text: &str, no_special: bool) -> Result<()> {
     let tok = open::tokenizer(&load::open(&a.model)?)?;
     let ids = if no_special {
@@ -312,7 +405,9 @@ fn tokenize(a: ModelArgs, text: &str, no_special: bool) -> Result<()> {
 }
 
 fn logits(a: ModelArgs, ids: &[u32], out: &std::path::Path, sequential: bool) -> Result<()> {
-    let Loaded { model, .. } = load_model(&a.model, &a.exec())?;
+    let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    open::print_semantics(&opened, &a.exec(), a.verbose);
+    drop(opened);
     let mut state = model.new_state();
     let all = if sequential {
         let mut v = Vec::new();
@@ -338,6 +433,7 @@ fn eval(a: ModelArgs, text: &std::path::Path) -> Result<()> {
     let body =
         std::fs::read_to_string(text).with_context(|| format!("cannot read {}", text.display()))?;
     let Loaded { model, opened } = load_model(&a.model, &a.exec())?;
+    open::print_semantics(&opened, &a.exec(), a.verbose);
     let tok = open::tokenizer(&opened)?;
     let ids = tok.encode(&body, true)?;
     let r = eval::eval(&model, &ids)?;

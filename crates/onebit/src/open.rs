@@ -16,13 +16,11 @@ pub struct Loaded {
     pub opened: Opened,
 }
 
-/// Opens and loads a model, printing its `[semantics]` lines and load time.
+/// Opens and loads a model, printing its load time (the `[semantics]`
+/// block is [`print_semantics`]'s, for `-v`).
 pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     let t = Instant::now();
     let opened = load::open(path)?;
-    for l in semantics_lines(&opened, exec) {
-        eprintln!("[semantics] {l}");
-    }
     let model = opened.load(exec)?;
     eprintln!(
         "[load] {} in {:.2} s, {} threads, {} KV cache",
@@ -32,6 +30,16 @@ pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
         model.kv_type()
     );
     Ok(Loaded { model, opened })
+}
+
+/// Writes the `[semantics]` lines of a run with `exec` to stderr when
+/// `verbose` (`-v`).
+pub fn print_semantics(opened: &Opened, exec: &ExecConfig, verbose: bool) {
+    if verbose {
+        for l in semantics_lines(opened, exec) {
+            eprintln!("[semantics] {l}");
+        }
+    }
 }
 
 /// The `[semantics]` lines of a run with `exec`: the model's rules (with
@@ -198,4 +206,64 @@ pub fn load_chat_template_with(
     let t = ChatTemplate::with_limits(&src, TemplateTokens::from_tokenizer(tok), limits)
         .with_context(|| format!("chat template from {from}"))?;
     Ok(Some((t, from)))
+}
+
+/// How the model's embeddings pool: GGUF `<arch>.pooling_type`, mean when a
+/// GGUF file or a pack declares none; an error names a value not implemented.
+pub fn pooling(opened: &Opened) -> Result<onebit_serve::embed::Pooling, String> {
+    match &opened.container {
+        Container::Gguf(g) => {
+            let arch = g
+                .get("general.architecture")
+                .and_then(|v| v.as_str())
+                .unwrap_or("general");
+            let key = format!("{arch}.pooling_type");
+            onebit_serve::embed::Pooling::from_gguf(g.get(&key).and_then(|v| v.as_i64()), &key)
+        }
+        Container::Pack(p) => onebit_serve::embed::Pooling::from_gguf(
+            None,
+            &format!("pack {} (no pooling declared)", p.dir().display()),
+        ),
+    }
+}
+
+/// What Ollama's `/api/tags` and `/api/show` say about the model.
+pub fn about(opened: &Opened, path: &Path) -> onebit_serve::ModelAbout {
+    match &opened.container {
+        Container::Gguf(g) => {
+            let mut by_type: std::collections::BTreeMap<&str, u64> = Default::default();
+            for t in &g.tensors {
+                *by_type.entry(t.dtype.name()).or_default() += t.n_bytes;
+            }
+            onebit_serve::ModelAbout {
+                arch: g
+                    .get("general.architecture")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_string(),
+                format: "gguf".into(),
+                bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+                quantization: by_type
+                    .iter()
+                    .max_by_key(|(_, b)| **b)
+                    .map_or(String::new(), |(t, _)| t.to_string()),
+                parameters: g.tensors.iter().map(|t| t.n_elements()).sum(),
+            }
+        }
+        Container::Pack(p) => onebit_serve::ModelAbout {
+            arch: p.family.arch.to_string(),
+            format: "fastflowlm".into(),
+            bytes: std::fs::read_dir(p.dir()).map_or(0, |d| {
+                d.filter_map(|e| e.ok()?.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            }),
+            quantization: "Q4NX".into(),
+            parameters: p
+                .tensors
+                .iter()
+                .map(|t| t.stored_shape.iter().product::<u64>())
+                .sum(),
+        },
+    }
 }

@@ -114,6 +114,10 @@ pub struct ServeArgs {
     /// a quarter; needs head sizes that are multiples of 32).
     #[arg(long, default_value_t = KvType::F16)]
     kv_type: KvType,
+    /// Print the model's `[semantics]` block (its rules, each with its
+    /// source) on stderr while loading.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 /// The keys from --api-key, ONEBIT_API_KEY and --api-key-file.
@@ -198,6 +202,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
     let spec = a.spec;
+    let verbose = a.verbose;
     onebit_serve::serve(cfg, move || {
         load(
             &path,
@@ -205,6 +210,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             chat_template.as_deref(),
             max_template_kib,
             &spec,
+            verbose,
         )
     })
 }
@@ -216,8 +222,10 @@ fn load(
     chat_template: Option<&Path>,
     max_template_kib: usize,
     spec: &crate::spec::SpecArgs,
+    verbose: bool,
 ) -> Result<onebit_serve::Loaded> {
     let Loaded { model, opened } = load_model(path, exec)?;
+    open::print_semantics(&opened, exec, verbose);
     let tok = open::tokenizer(&opened)?;
     let limits = ChatLimits {
         max_output_bytes: max_template_kib.saturating_mul(1 << 10),
@@ -239,6 +247,8 @@ fn load(
     let stops = open::stop_ids(&tok);
     let spec = crate::spec::plan(spec, &model, &opened, exec)?;
     let summary = opened.sem.lines().into_iter().next().unwrap_or_default();
+    let pooling = open::pooling(&opened);
+    let about = open::about(&opened, path);
     Ok(onebit_serve::Loaded {
         model,
         tok,
@@ -246,5 +256,7 @@ fn load(
         stops,
         summary,
         spec,
+        pooling,
+        about,
     })
 }

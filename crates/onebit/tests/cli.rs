@@ -257,3 +257,190 @@ fn errors_name_the_problem_and_never_panic() {
         "{e}"
     );
 }
+
+/// Runs onebit with `stdin` piped in.
+fn with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("onebit runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_is_quiet_by_default_and_verbose_prints_the_semantics() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    let args = ["run", "--model", m, "--prompt", "Hi", "--max-tokens", "1"];
+    let quiet = onebit(&args);
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "{stderr}");
+    assert!(!stderr.contains("[semantics]"), "{stderr}");
+    let loud = onebit(&[&args[..], &["-v"]].concat());
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert!(loud.status.success(), "{stderr}");
+    assert!(stderr.contains("[semantics] "), "{stderr}");
+}
+
+#[test]
+fn run_reads_the_prompt_from_stdin() {
+    let m = real_model(SMOLLM2_135M);
+    let out = with_stdin(
+        &["run", "--model", m.to_str().unwrap(), "--max-tokens", "3"],
+        // As `echo` sends it: the one trailing newline is not part of the prompt.
+        "The capital of France is\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same known answer as with --prompt.
+    assert!(stdout.starts_with(" Paris"), "continuation was {stdout:?}");
+}
+
+#[test]
+fn a_missing_file_names_its_cause_once() {
+    let e = fails(&["run", "--model", "/nonexistent/model.gguf", "--prompt", "x"]);
+    assert_eq!(e.matches("os error 2").count(), 1, "{e}");
+    assert!(e.contains("/nonexistent/model.gguf"), "{e}");
+}
+
+#[test]
+fn chat_keeps_the_conversation_through_a_pipe() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    // Two turns; the second ("And of Germany?") only makes sense with the
+    // first in the conversation. Each answer is one stdout line, the first
+    // exactly what `run --chat` answers the same single question.
+    let q1 = "What is the capital of France? Answer with one word.";
+    let args = ["chat", "--model", m, "--max-tokens", "12"];
+    let two = with_stdin(
+        &args,
+        &format!("{q1}\nAnd of Germany? Answer with one word.\n"),
+    );
+    let stdout = String::from_utf8_lossy(&two.stdout).to_string();
+    assert!(
+        two.status.success(),
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+    let one = ok(&[
+        "run",
+        "--model",
+        m,
+        "--chat",
+        "--prompt",
+        q1,
+        "--max-tokens",
+        "12",
+    ]);
+    let turns: Vec<&str> = stdout.lines().collect();
+    assert_eq!(turns.len(), 2, "{stdout:?}");
+    assert_eq!(turns[0], one, "{stdout:?}");
+    assert!(turns[0].contains("Paris"), "{stdout:?}");
+    assert!(turns[1].contains("Berlin"), "{stdout:?}");
+}
+
+#[test]
+fn embed_gives_unit_vectors_the_same_from_flags_and_stdin() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    let (a, b) = ("The cat sat on the mat.", "Paris is in France.");
+    let flags = ok(&["embed", "--model", m, "--text", a, "--text", b]);
+    let piped = with_stdin(&["embed", "--model", m], &format!("{a}\n{b}\n"));
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert_eq!(flags, String::from_utf8(piped.stdout).unwrap());
+    let vectors: Vec<Vec<f64>> = flags
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(vectors.len(), 2);
+    for v in &vectors {
+        // SmolLM2-135M's hidden size, from its GGUF llama.embedding_length.
+        assert_eq!(v.len(), 576);
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+    assert_ne!(vectors[0], vectors[1]);
+}
+
+#[test]
+fn embed_refuses_a_pooling_type_it_does_not_implement_by_key() {
+    use onebit_formats::gguf::{writer::GgufWriter, Gguf, Value};
+    let src = Fixture::new("llama").dir.join("f32.gguf");
+    let g = Gguf::open(&src).unwrap();
+    let dir = TempDir::new("cli-embed");
+    // 4 is llama.cpp's LLAMA_POOLING_TYPE_RANK: refused by key and value.
+    let mut w = GgufWriter::from_gguf(&g);
+    w.set_kv("llama.pooling_type", Value::U32(4));
+    let rank = dir.file("rank.gguf", &w.to_bytes());
+    let e = fails(&["embed", "--model", rank.to_str().unwrap(), "--text", "x"]);
+    assert!(
+        e.contains("llama.pooling_type = 4") && e.contains("rank"),
+        "{e}"
+    );
+    // 2 (cls) is implemented: the same file gets past pooling, to the
+    // tokenizer the fixture lacks.
+    let mut w = GgufWriter::from_gguf(&g);
+    w.set_kv("llama.pooling_type", Value::U32(2));
+    let cls = dir.file("cls.gguf", &w.to_bytes());
+    let e = fails(&["embed", "--model", cls.to_str().unwrap(), "--text", "x"]);
+    assert!(!e.contains("pooling") && e.contains("tokenizer"), "{e}");
+}
+
+/// The stderr lines `onebit serve` writes up to its "listening" line; the
+/// server is then killed.
+fn serve_startup(extra: &[&str]) -> Vec<String> {
+    use std::io::BufRead;
+    let m = real_model(SMOLLM2_135M);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(["serve", "--model", m.to_str().unwrap(), "--port", "0"])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let done = line.contains("listening on");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+#[test]
+fn serve_is_quiet_by_default_and_verbose_prints_the_semantics() {
+    let quiet = serve_startup(&[]);
+    assert!(quiet.last().unwrap().contains("listening on"), "{quiet:?}");
+    assert!(
+        !quiet.iter().any(|l| l.starts_with("[semantics]")),
+        "{quiet:?}"
+    );
+    let loud = serve_startup(&["-v"]);
+    assert!(
+        loud.iter().any(|l| l.starts_with("[semantics]")),
+        "{loud:?}"
+    );
+}

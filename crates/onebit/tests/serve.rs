@@ -572,3 +572,48 @@ fn openai_python_client() {
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
+
+/// Runs `tests/serve/<script>` against `srv`; it must report no failure.
+fn python_client(srv: &Server, script: &str) {
+    let script = onebit_testdata::dir().join("../tests/serve").join(script);
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(srv.url())
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed (install its client with scripts/python-deps.sh):\n{stdout}\n{stderr}",
+        script.display()
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn ollama_python_client() {
+    python_client(&Server::smollm(&[]), "test_ollama_client.py");
+}
+
+#[test]
+fn embeddings_through_the_openai_client() {
+    python_client(&Server::smollm(&[]), "test_embeddings.py");
+}
+
+#[test]
+fn ollama_routes_need_the_key_like_v1() {
+    let srv = Server::smollm(&["--api-key", "sekrit"]);
+    for (method, path) in [
+        ("GET", "/api/tags"),
+        ("GET", "/api/version"),
+        ("POST", "/api/chat"),
+    ] {
+        let (status, body) = http(srv.port, method, path, b"{}");
+        assert_eq!(status, 401, "{path}: {body}");
+    }
+    // The page itself is public (it holds no data); its API calls send the key.
+    let (status, body) = srv.get("/");
+    assert_eq!(status, 200);
+    assert!(body.contains("<title>onebit chat</title>"), "{body}");
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""onebit serve's Ollama API through the official `ollama` Python client.
+
+Usage: python3 tests/serve/test_ollama_client.py http://127.0.0.1:PORT
+(crates/onebit/tests/serve.rs starts the server on SmolLM2-135M-Instruct and
+runs this; the client is installed by scripts/python-deps.sh.) Prints
+"N passed, M failed"; exits 1 on any failure.
+"""
+import json
+import math
+import sys
+import traceback
+
+import ollama
+
+client = ollama.Client(host=sys.argv[1].rstrip("/"), timeout=120)
+CAPITAL = "What is the capital of France? Answer with one word."
+GREEDY = {"temperature": 0, "num_predict": 24}
+MODEL = None
+
+
+def ask(**kw):
+    args = dict(model=MODEL, messages=[{"role": "user", "content": CAPITAL}], options=GREEDY)
+    args.update(kw)
+    return client.chat(**args)
+
+
+def test_tags_and_show():
+    global MODEL
+    models = client.list().models
+    assert len(models) == 1, models
+    MODEL = models[0].model
+    assert MODEL.startswith("SmolLM2"), MODEL
+    assert models[0].size > 50_000_000, models[0]
+    assert models[0].details.family == "llama", models[0].details
+    assert models[0].details.format == "gguf"
+    s = client.show(MODEL)
+    assert "<|im_start|>" in s.template, s.template
+    assert s.modelinfo["llama.embedding_length"] == 576, s.modelinfo
+    assert "embedding" in s.capabilities and "completion" in s.capabilities, s.capabilities
+
+
+def test_version():
+    import httpx
+    v = httpx.get(sys.argv[1].rstrip("/") + "/api/version").json()
+    assert v["version"].count(".") == 2, v
+
+
+def test_chat_known_answer_and_counts():
+    r = ask(stream=False)
+    assert "Paris" in r.message.content, r.message.content
+    assert r.message.role == "assistant"
+    assert r.done and r.done_reason == "stop", r
+    assert r.prompt_eval_count > 5 and 0 < r.eval_count <= 24, r
+    assert r.total_duration >= r.eval_duration > 0, r
+    assert r.total_duration >= r.prompt_eval_duration > 0, r
+    # Nanoseconds: a run of 40 prompt tokens takes well over 1 ms and under 120 s.
+    assert 1e6 < r.total_duration < 120e9, r
+
+
+def test_chat_stream_matches_whole():
+    whole = ask(stream=False).message.content
+    parts = list(ask(stream=True))
+    assert len(parts) > 2, parts
+    assert all(not p.done for p in parts[:-1]) and parts[-1].done, parts
+    text = "".join(p.message.content for p in parts)
+    assert text == whole, (text, whole)
+    assert parts[-1].done_reason == "stop" and parts[-1].eval_count > 0, parts[-1]
+
+
+def test_stream_is_the_default():
+    import httpx
+    r = httpx.post(sys.argv[1].rstrip("/") + "/api/chat", timeout=120, json={
+        "model": MODEL, "messages": [{"role": "user", "content": CAPITAL}], "options": GREEDY})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson", r.headers
+    lines = [json.loads(l) for l in r.text.splitlines()]
+    assert len(lines) > 2 and lines[-1]["done"] and not lines[0]["done"], lines
+
+
+def test_num_predict_cuts_with_length():
+    r = ask(stream=False, options={"temperature": 0, "num_predict": 2})
+    assert r.done_reason == "length" and r.eval_count == 2, r
+
+
+def test_generate_uses_the_template_and_raw_does_not():
+    r = client.generate(model=MODEL, prompt=CAPITAL, options=GREEDY, stream=False)
+    assert "Paris" in r.response, r.response
+    assert r.done_reason == "stop", r
+    parts = list(client.generate(model=MODEL, prompt=CAPITAL, options=GREEDY, stream=True))
+    assert "".join(p.response for p in parts) == r.response
+    # Raw: a plain continuation, as `onebit run` gives it (" Paris").
+    raw = client.generate(model=MODEL, prompt="The capital of France is", raw=True,
+                          options={"temperature": 0, "num_predict": 3}, stream=False)
+    assert raw.response.startswith(" Paris"), raw.response
+
+
+def test_embed():
+    r = client.embed(model=MODEL, input=["The cat sat on the mat.", "Paris is in France."])
+    assert len(r.embeddings) == 2 and len(r.embeddings[0]) == 576
+    for v in r.embeddings:
+        assert abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-5
+    one = client.embed(model=MODEL, input="Paris is in France.").embeddings[0]
+    assert one == r.embeddings[1]
+    assert r.prompt_eval_count > 8, r
+
+
+def test_refusals_name_the_field():
+    cases = [
+        (dict(options={"mirostat": 2}), "mirostat"),
+        (dict(options={"temperature": 5}), "options.temperature"),
+        (dict(format="json"), "format"),
+    ]
+    for kw, name in cases:
+        try:
+            ask(stream=False, **kw)
+        except ollama.ResponseError as e:
+            assert e.status_code == 400 and name in e.error, (kw, e.error)
+        else:
+            raise AssertionError(f"{kw} was accepted")
+
+
+def main():
+    tests = [v for k, v in globals().items() if k.startswith("test_")]
+    failed = 0
+    for t in tests:
+        try:
+            t()
+            print(f"ok      {t.__name__}")
+        except Exception:
+            failed += 1
+            print(f"FAILED  {t.__name__}")
+            traceback.print_exc(file=sys.stdout)
+    print(f"{len(tests) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
