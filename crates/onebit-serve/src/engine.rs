@@ -15,11 +15,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use onebit_model::sampler::{Sampler, SamplerConfig};
+use onebit_model::sampler::{bias_logits, Sampler, SamplerConfig};
 use onebit_model::{Logits, Model, SeqInput, SeqState};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::cache::{rewindable, PrefixCache};
+use crate::constrain::Constraint;
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
@@ -31,6 +32,8 @@ pub struct GenParams {
     pub frequency_penalty: f32,
     /// Some(k): report the chosen token's logprob and the k most likely.
     pub logprobs: Option<usize>,
+    /// `logit_bias`: (token id, bias), ids within the vocabulary.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 /// One sequence to generate: one choice of one request.
@@ -43,6 +46,8 @@ pub struct Job {
     /// Set by the request's handler to end the sequence (a stop string).
     pub cancel: Arc<AtomicBool>,
     pub submitted: Instant,
+    /// The grammar the output must follow (response_format, a forced call).
+    pub constraint: Option<Constraint>,
 }
 
 #[derive(Clone, Debug)]
@@ -416,11 +421,27 @@ impl Worker {
                 }
             }
         }
+        bias_logits(&mut logits, &p.logit_bias);
+        if let Some(c) = s.job.constraint.as_mut() {
+            if let Err(message) = c.mask(&mut logits) {
+                self.fail(s, message);
+                return;
+            }
+        }
+        let p = &s.job.params;
         let id = s.sampler.sample(&logits);
         let index = s.job.index;
         if self.stops.contains(&id) {
             self.finish(s, Finish::Stop);
             return;
+        }
+        let mut complete = false;
+        if let Some(c) = s.job.constraint.as_mut() {
+            if let Err(message) = c.commit(id) {
+                self.fail(s, message);
+                return;
+            }
+            complete = c.finished();
         }
         let logprob = p.logprobs.map(|k| logprobs(&logits, id, k));
         let now = Instant::now();
@@ -438,11 +459,22 @@ impl Worker {
             s.done = true;
             return;
         }
-        if s.generated >= s.job.params.max_new || s.state.pos >= self.model.max_context() {
+        if complete {
+            // The grammar allows nothing more: end as the stop token would.
+            self.finish(s, Finish::Stop);
+        } else if s.generated >= s.job.params.max_new || s.state.pos >= self.model.max_context() {
             self.finish(s, Finish::Length);
         } else {
             s.pending.push(id);
         }
+    }
+
+    fn fail(&self, s: &mut Seq, message: String) {
+        let _ = s.job.tx.send(Event::Failed {
+            index: s.job.index,
+            message,
+        });
+        s.done = true;
     }
 
     fn finish(&self, s: &mut Seq, finish: Finish) {

@@ -18,12 +18,14 @@ pub mod affinity;
 pub mod api;
 pub mod cache;
 pub mod conn;
+pub mod constrain;
 pub mod engine;
 pub mod gate;
 pub mod http;
 pub mod metrics;
 pub mod prompt;
 pub mod text;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -180,6 +182,7 @@ async fn run(
     } = loaded;
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
+    let grammar_eos = stops.first().copied();
     let engine = Engine::start(
         model,
         stops,
@@ -203,6 +206,8 @@ async fn run(
         allow_special_in_content: cfg.allow_special_in_content,
         draining: AtomicBool::new(false),
         template,
+        grammar_eos,
+        constrainer: std::sync::OnceLock::new(),
         model_name: cfg.model_name.clone(),
         n_vocab,
         ctx,

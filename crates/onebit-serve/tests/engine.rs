@@ -51,11 +51,13 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             logprobs: None,
+            logit_bias: Vec::new(),
         },
         index,
         tx: tx.clone(),
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: Instant::now(),
+        constraint: None,
     }
 }
 

@@ -32,6 +32,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Decode under this JSON schema (the constrained decoding of
+    /// `response_format`), to measure its per-token cost against a plain run.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<std::path::PathBuf>,
 }
 
 struct Run {
@@ -47,7 +51,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     if a.prompt_tokens == 0 && a.gen_tokens == 0 {
         bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
     }
-    let Loaded { model, .. } = load_model(&a.model.model, &a.model.exec())?;
+    let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
+    let schema = match &a.json_schema {
+        Some(p) => Some(schema_constraint(p, &opened)?),
+        None => None,
+    };
     let n_vocab = model.sem.dims.n_vocab as u64;
     if a.depth + a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
         bail!(
@@ -106,8 +114,23 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             }
         }
         let t1 = Instant::now();
+        let mut c = schema.as_ref().map(|(c, _)| c.fork());
         for _ in 0..a.gen_tokens {
-            let l = model.forward(&mut st, &[next], Logits::Last)?;
+            let mut l = model.forward(&mut st, &[next], Logits::Last)?;
+            if let (Some(c), Some((fresh, stops))) = (c.as_mut(), &schema) {
+                c.mask(&mut l).map_err(anyhow::Error::msg)?;
+                next = argmax(&l);
+                // A finished object: start the next one.
+                if stops.contains(&next) {
+                    *c = fresh.fork();
+                } else {
+                    c.commit(next).map_err(anyhow::Error::msg)?;
+                    if c.finished() {
+                        *c = fresh.fork();
+                    }
+                }
+                continue;
+            }
             next = argmax(&l);
         }
         let decode = t1.elapsed().as_secs_f64();
@@ -191,4 +214,26 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The compiled schema of `--json-schema` and the model's stop ids.
+fn schema_constraint(
+    path: &std::path::Path,
+    opened: &onebit_model::load::Opened,
+) -> Result<(onebit_serve::constrain::Constraint, Vec<u32>)> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--json-schema {}", path.display()))?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("--json-schema {}: not JSON", path.display()))?;
+    let tok = crate::open::tokenizer(opened)?;
+    let stops = crate::open::stop_ids(&tok);
+    let Some(&eos) = stops.first() else {
+        bail!("the model declares no stop token, so --json-schema cannot end an object");
+    };
+    let c = onebit_serve::constrain::Constrainer::new(&tok, eos)
+        .map_err(anyhow::Error::msg)?
+        .compile(&onebit_serve::constrain::Grammar::JsonSchema(schema))
+        .map_err(|e| anyhow::anyhow!("--json-schema {}: {e}", path.display()))?;
+    Ok((c, stops))
 }
