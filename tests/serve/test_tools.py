@@ -49,8 +49,8 @@ def ask(client, **kw):
     return client.chat.completions.create(**args)
 
 
-def valid_calls(choice, names=("get_weather", "get_time")):
-    assert choice.finish_reason == "tool_calls", choice
+def valid_calls(choice, names=("get_weather", "get_time"), finishes=("tool_calls",)):
+    assert choice.finish_reason in finishes, choice
     calls = choice.message.tool_calls
     assert calls, choice.message
     for c in calls:
@@ -61,8 +61,9 @@ def valid_calls(choice, names=("get_weather", "get_time")):
 
 
 def test_required_call_validates_and_the_answer_follows_the_tool_reply():
-    r = ask(HERMES, tool_choice="required")
+    r = ask(HERMES, tool_choice="required", parallel_tool_calls=False)
     calls = valid_calls(r.choices[0])
+    assert len(calls) == 1 and calls[0].function.name == "get_weather", calls
     # The tool's reply goes back with the assistant turn as the client built it
     # (content None, arguments a JSON string).
     follow = QUESTION + [
@@ -73,15 +74,18 @@ def test_required_call_validates_and_the_answer_follows_the_tool_reply():
     text = r2.choices[0].message.content
     assert r2.choices[0].finish_reason in ("stop", "length"), r2
     assert text and text.strip() and not r2.choices[0].message.tool_calls, r2.choices[0].message
-    # The tool result reached the prompt: it is longer by at least that text.
-    assert r2.usage.prompt_tokens > r.usage.prompt_tokens, (r.usage, r2.usage)
+    # The call and its result reached the prompt: it is longer than the question alone by more than
+    # the result's ~20 tokens.
+    base = ask(HERMES, tool_choice="none", max_tokens=1)
+    assert r2.usage.prompt_tokens > base.usage.prompt_tokens + 20, (base.usage, r2.usage)
+    print(f"        follow-up: {text!r}")
 
 
 def test_streamed_deltas_reassemble_to_the_same_call():
-    whole = valid_calls(ask(HERMES, tool_choice="required").choices[0])
+    whole = valid_calls(ask(HERMES, tool_choice="required", parallel_tool_calls=False).choices[0])
     calls = {}
     finishes = []
-    for chunk in ask(HERMES, tool_choice="required", stream=True):
+    for chunk in ask(HERMES, tool_choice="required", parallel_tool_calls=False, stream=True):
         ch = chunk.choices[0]
         if ch.finish_reason:
             finishes.append(ch.finish_reason)
@@ -104,13 +108,16 @@ def test_named_choice_calls_that_function():
     assert len(calls) == 1
 
 
-def test_no_parallel_calls_means_one():
-    r = ask(HERMES, tool_choice="required", parallel_tool_calls=False)
-    assert len(valid_calls(r.choices[0])) == 1
+def test_parallel_calls_are_each_valid():
+    # Parallel calls are the default; this small model repeats its call
+    # until max_tokens cuts it, and the whole calls before the cut are kept.
+    r = ask(HERMES, tool_choice="required")
+    calls = valid_calls(r.choices[0], finishes=("tool_calls", "length"))
+    assert len(calls) >= 1, calls
 
 
 def test_fallback_template_still_gives_a_valid_call():
-    r = ask(PLAIN, tool_choice="required")
+    r = ask(PLAIN, tool_choice="required", parallel_tool_calls=False)
     calls = valid_calls(r.choices[0])
     follow = QUESTION + [
         {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]},

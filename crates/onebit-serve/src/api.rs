@@ -571,18 +571,24 @@ fn grammar(o: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
                 };
                 // Not strict: keywords the library does not know are
                 // ignored rather than refused.
-                let mut schema = crate::constrain::with_options(schema);
-                if let Some(opts) = schema.get_mut("x-guidance").and_then(Value::as_object_mut) {
-                    opts.entry("lenient").or_insert(json!(!strict));
+                let mut schema = schema;
+                if let Value::Object(o) = &mut schema {
+                    if !o.contains_key("x-guidance") {
+                        let mut opts = crate::constrain::json_options();
+                        opts["lenient"] = json!(!strict);
+                        o.insert("x-guidance".into(), opts);
+                    }
                 }
                 Some(Grammar::JsonSchema(schema))
             }
-            Some(other) => return Err(ApiError::invalid(
-                "response_format",
-                format!(
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "response_format",
+                    format!(
                     "`response_format.type` {other:?} is not one of text, json_object, json_schema"
                 ),
-            )),
+                ))
+            }
             None => {
                 return Err(ApiError::invalid(
                     "response_format",
@@ -887,6 +893,99 @@ mod tests {
             assert_eq!(e.status, 400, "{body}");
             assert_eq!(e.param.as_deref(), param, "{body}: {}", e.message);
         }
+    }
+
+    const TOOL: &str =
+        r#"{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}"#;
+
+    #[test]
+    fn tools_response_format_and_logit_bias_parse() {
+        let r = chat(&format!(
+            r#"{{"messages":[{{"role":"user","content":"x"}}],"tools":[{TOOL}],"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}},"parallel_tool_calls":false,"logit_bias":{{"7":-100,"9":2.5}}}}"#
+        ))
+        .unwrap();
+        let t = r.tools.unwrap();
+        assert_eq!(t.choice, ToolChoice::Named("get_weather".into()));
+        assert!(!t.parallel && t.forced());
+        assert_eq!(r.logit_bias, [(7, -100.0), (9, 2.5)]);
+        // Tools given, no choice: auto.
+        let r = chat(&format!(
+            r#"{{"messages":[{{"role":"user","content":"x"}}],"tools":[{TOOL}]}}"#
+        ))
+        .unwrap();
+        assert_eq!(r.tools.unwrap().choice, ToolChoice::Auto);
+        let r = chat(r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,"schema":{"type":"object"}}}}"#).unwrap();
+        let Some(Grammar::JsonSchema(s)) = r.grammar else {
+            panic!()
+        };
+        // strict: keywords llguidance does not know are refused, not ignored.
+        assert_eq!(s["x-guidance"]["lenient"], false);
+        let r = chat(r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object"}}}}"#).unwrap();
+        let Some(Grammar::JsonSchema(s)) = r.grammar else {
+            panic!()
+        };
+        assert_eq!(s["x-guidance"]["lenient"], true);
+        let r = chat(
+            r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}"#,
+        )
+        .unwrap();
+        assert!(r.grammar.is_none());
+    }
+
+    #[test]
+    fn bad_tool_and_format_fields_name_their_parameter() {
+        let m = r#""messages":[{"role":"user","content":"x"}]"#;
+        for (rest, param) in [
+            (r#""tools":{}"#.to_string(), "tools"),
+            (r#""tools":[{"type":"retrieval"}]"#.into(), "tools"),
+            (
+                r#""tools":[{"type":"function","function":{"name":"a b"}}]"#.into(),
+                "tools",
+            ),
+            (format!(r#""tools":[{TOOL},{TOOL}]"#), "tools"),
+            (r#""tool_choice":"required""#.into(), "tool_choice"),
+            (
+                format!(r#""tools":[{TOOL}],"tool_choice":"always""#),
+                "tool_choice",
+            ),
+            (
+                format!(
+                    r#""tools":[{TOOL}],"tool_choice":{{"type":"function","function":{{"name":"other"}}}}"#
+                ),
+                "tool_choice",
+            ),
+            (
+                format!(r#""tools":[{TOOL}],"parallel_tool_calls":"yes""#),
+                "parallel_tool_calls",
+            ),
+            (
+                format!(r#""tools":[{TOOL}],"tool_choice":"required","grammar":"start: \"a\"""#),
+                "tool_choice",
+            ),
+            (
+                r#""response_format":{"type":"xml"}"#.into(),
+                "response_format",
+            ),
+            (
+                r#""response_format":{"type":"json_schema"}"#.into(),
+                "response_format",
+            ),
+            (
+                r#""response_format":{"type":"json_object"},"grammar":"start: \"a\"""#.into(),
+                "grammar",
+            ),
+            (r#""grammar":5"#.into(), "grammar"),
+            (r#""logit_bias":{"x":1}"#.into(), "logit_bias"),
+            (r#""logit_bias":{"1":100.5}"#.into(), "logit_bias"),
+            (r#""logit_bias":{"1":-101}"#.into(), "logit_bias"),
+            (r#""logit_bias":[1]"#.into(), "logit_bias"),
+        ] {
+            let body = format!("{{{m},{rest}}}");
+            let e = chat(&body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+        // The edges of the bias range are allowed.
+        assert!(chat(&format!(r#"{{{m},"logit_bias":{{"1":100,"2":-100}}}}"#)).is_ok());
     }
 
     #[test]

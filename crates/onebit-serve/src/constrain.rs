@@ -89,7 +89,7 @@ pub fn token_bytes(tok: &Tokenizer) -> Vec<Vec<u8>> {
                 return b;
             }
             if byte_level {
-                let mapped: Option<Vec<u8>> = s.chars().map(|c| unbyte(c)).collect();
+                let mapped: Option<Vec<u8>> = s.chars().map(&unbyte).collect();
                 // A token outside the byte alphabet (an added plain token)
                 // stands for its own text.
                 return mapped.unwrap_or_else(|| s.into_bytes());
@@ -202,5 +202,46 @@ impl Constraint {
     /// The grammar is complete and allows nothing more.
     pub fn finished(&self) -> bool {
         self.matcher.is_stopped()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt2_byte_alphabet_read_backwards() {
+        let f = gpt2_unicode_to_byte();
+        // Printable bytes stand for themselves.
+        assert_eq!(f('a'), Some(b'a'));
+        assert_eq!(f('\u{A1}'), Some(0xA1));
+        // The 68 others, in byte order, from U+0100: 0x00..=0x20 are the
+        // first 33 (space is the 33rd, U+0120 'Ġ'; newline U+010A 'Ċ'),
+        // 0x7F..=0xA0 the next 34, and 0xAD the last (U+0100 + 67).
+        assert_eq!(f('\u{100}'), Some(0x00));
+        assert_eq!(f('\u{10A}'), Some(b'\n'));
+        assert_eq!(f('\u{120}'), Some(b' '));
+        assert_eq!(f('\u{121}'), Some(0x7F));
+        assert_eq!(f('\u{143}'), Some(0xAD));
+        assert_eq!(f('\u{144}'), None);
+    }
+
+    #[test]
+    fn sentencepiece_byte_tokens() {
+        assert_eq!(sp_byte_token("<0x0A>"), Some(b'\n'));
+        assert_eq!(sp_byte_token("<0xFF>"), Some(0xFF));
+        assert_eq!(sp_byte_token("<0x0G>"), None);
+        assert_eq!(sp_byte_token("<0x0AB>"), None);
+        assert_eq!(sp_byte_token("0x0A"), None);
+    }
+
+    #[test]
+    fn schemas_get_compact_layout_unless_they_choose_their_own() {
+        let s = with_options(serde_json::json!({"type": "object"}));
+        assert_eq!(s["x-guidance"]["whitespace_flexible"], false);
+        assert_eq!(s["x-guidance"]["key_separator"], ": ");
+        let own =
+            serde_json::json!({"type": "object", "x-guidance": {"whitespace_flexible": true}});
+        assert_eq!(with_options(own.clone()), own);
     }
 }

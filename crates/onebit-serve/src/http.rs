@@ -832,7 +832,9 @@ async fn whole_response(app: &App, run: Run, meta: Meta) -> Result<Response, Api
                                 json!(content)
                             };
                             msg["tool_calls"] = calls.iter().map(call_json).collect();
-                            finish = "tool_calls";
+                            if finish == "stop" {
+                                finish = "tool_calls";
+                            }
                         }
                     }
                     if !a.reasoning.is_empty() {
@@ -959,7 +961,7 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
                                 deltas.push(json!({"tool_calls": [{"index": k, "function": {"arguments": frag}}]}));
                             }
                         }
-                        if !calls.is_empty() {
+                        if !calls.is_empty() && finish == Finish::Stop {
                             reason = "tool_calls";
                         }
                         for d in deltas {

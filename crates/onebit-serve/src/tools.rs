@@ -204,17 +204,23 @@ pub fn parse(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
     while let Some(at) = rest.find(f.open) {
         content.push_str(&rest[..at]);
         let after = &rest[at + f.open.len()..];
-        let (payload, next) = if f.close.is_empty() {
-            (after, "")
+        let (payload, next, closed) = if f.close.is_empty() {
+            (after, "", true)
         } else {
             match after.find(f.close) {
-                Some(end) => (&after[..end], &after[end + f.close.len()..]),
-                // Unclosed (cut by max_tokens, or the stop came first).
-                None => (after, ""),
+                Some(end) => (&after[..end], &after[end + f.close.len()..], true),
+                // Unclosed: the stop came first, or max_tokens cut it.
+                None => (after, "", false),
             }
         };
         match calls_in(payload, f) {
             Some(c) => calls.extend(c),
+            // A cut last block stays text beside the whole calls before it.
+            None if !closed && !calls.is_empty() => {
+                content.push_str(&rest[at..]);
+                rest = "";
+                break;
+            }
             None => return (text.to_string(), Vec::new()),
         }
         rest = next;
@@ -585,6 +591,18 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn a_cut_last_block_stays_text_beside_the_whole_calls() {
+        let whole = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n";
+        let out = format!("{whole}<tool_call>\n{{\"name\": \"get_ti");
+        let (content, calls) = parse(&out, &HERMES);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(content, "<tool_call>\n{\"name\": \"get_ti");
+        // Unclosed but whole (the stop token came before the close tag): a call.
+        let (content, calls) = parse("<tool_call>{\"name\": \"get_time\"}", &HERMES);
+        assert_eq!((content.as_str(), calls.len()), ("", 1));
     }
 
     #[test]

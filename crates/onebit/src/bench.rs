@@ -114,10 +114,12 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             }
         }
         let t1 = Instant::now();
+        let mut constrain_s = 0.0;
         let mut c = schema.as_ref().map(|(c, _)| c.fork());
         for _ in 0..a.gen_tokens {
             let mut l = model.forward(&mut st, &[next], Logits::Last)?;
             if let (Some(c), Some((fresh, stops))) = (c.as_mut(), &schema) {
+                let tc = Instant::now();
                 c.mask(&mut l).map_err(anyhow::Error::msg)?;
                 next = argmax(&l);
                 // A finished object: start the next one.
@@ -129,6 +131,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                         *c = fresh.fork();
                     }
                 }
+                constrain_s += tc.elapsed().as_secs_f64();
                 continue;
             }
             next = argmax(&l);
@@ -147,6 +150,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             },
             ttft_ms: prefill * 1e3,
         };
+        if schema.is_some() && a.gen_tokens > 0 {
+            eprintln!(
+                "[bench] run {}/{}: the --json-schema constraint took {:.1} us/token, {:.1} % of decode",
+                rep + 1,
+                a.repetitions,
+                constrain_s * 1e6 / a.gen_tokens as f64,
+                100.0 * constrain_s / decode
+            );
+        }
         eprintln!(
             "[bench] run {}/{}{at}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
             rep + 1,

@@ -572,3 +572,54 @@ fn openai_python_client() {
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
+
+/// Runs a script of tests/serve/ with the given server URLs; it must pass.
+fn python_script(name: &str, urls: &[String]) {
+    let script = onebit_testdata::dir().join("../tests/serve").join(name);
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(urls)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{stderr}",
+        script.display()
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    eprintln!("{stdout}");
+}
+
+fn template(name: &str) -> String {
+    onebit_testdata::dir()
+        .join("chat-templates")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn openai_tool_calls() {
+    let hermes = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
+    let plain = Server::smollm(&[]);
+    python_script("test_tools.py", &[hermes.url(), plain.url()]);
+}
+
+#[test]
+fn openai_structured_output() {
+    let smol = Server::smollm(&["--max-seqs", "8"]);
+    let gemma = Server::start(
+        onebit_testdata::GEMMA3_270M,
+        &[
+            "--threads",
+            "1",
+            "--max-seqs",
+            "8",
+            "--chat-template",
+            &template("gemma3.jinja"),
+        ],
+    );
+    python_script("test_structured.py", &[smol.url(), gemma.url()]);
+}
