@@ -10,9 +10,8 @@ filter that is json.dumps(ensure_ascii=False), and the raise_exception and
 strftime_now globals. The special tokens are passed as keyword arguments, then
 the case's extra arguments, then messages and add_generation_prompt.
 
-Every mapping is given with its keys sorted, because onebit's JSON values
-(serde_json without preserve_order) iterate their keys sorted; tojson output
-then agrees.
+Every mapping is given with its keys sorted (onebit's JSON values keep their
+keys' order, serde_json's preserve_order, so either way tojson output agrees).
 
 Needs only jinja2 (pip install jinja2). Run from anywhere:
     python3 scripts/gen_chat_refs.py

@@ -362,7 +362,13 @@ fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
                 None => messages,
             };
             if let Some(spec) = spec.filter(|s| s.parsed()) {
-                let f = known.unwrap_or(&tools::GENERIC);
+                let f = match known {
+                    // No grammar for Python literals: a forced LFM2 call is
+                    // written (and parsed) as the generic JSON envelope.
+                    Some(f) if spec.forced() && f.body == tools::Body::Pythonic => &tools::GENERIC,
+                    Some(f) => f,
+                    None => &tools::GENERIC,
+                };
                 tool_format = Some(f);
                 let special = |s: &str| app.tok.token_to_id(s).filter(|&id| app.tok.is_special(id));
                 keep_special = !f.open.is_empty() && special(f.open).is_some();

@@ -16,6 +16,8 @@ pub enum Body {
     Array,
     /// `{"tool_calls": [{"name": .., "arguments": {..}}, ..]}` as the whole reply.
     Envelope,
+    /// A Python list of calls with keyword arguments: `[f(a='x', n=2), g()]`.
+    Pythonic,
 }
 
 /// A tool-call format: what the model writes to call a function.
@@ -65,6 +67,18 @@ pub const LLAMA3: CallFormat = CallFormat {
     args_key: "parameters",
 };
 
+/// LFM2 / LFM2.5: `<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>`.
+/// A forced call is written in the generic JSON envelope instead (a
+/// grammar of Python literals from a JSON schema is not built here).
+pub const LFM2: CallFormat = CallFormat {
+    name: "lfm2-pythonic",
+    detect: &["<|tool_list_start|>", "<|tool_call_start|>"],
+    open: "<|tool_call_start|>",
+    close: "<|tool_call_end|>",
+    body: Body::Pythonic,
+    args_key: "arguments",
+};
+
 /// The fallback for templates that know no tools: the tools are described in
 /// a system message and the model answers with a JSON envelope.
 pub const GENERIC: CallFormat = CallFormat {
@@ -77,7 +91,7 @@ pub const GENERIC: CallFormat = CallFormat {
 };
 
 /// The formats tried in order on a template's source.
-pub const FORMATS: [&CallFormat; 3] = [&HERMES, &MISTRAL, &LLAMA3];
+pub const FORMATS: [&CallFormat; 4] = [&HERMES, &MISTRAL, &LFM2, &LLAMA3];
 
 /// The format a template speaks, or `None` when it knows no tools (it never
 /// reads `tools`, or writes calls in a way not listed here).
@@ -155,6 +169,9 @@ fn call_of(v: &Value, args_key: &str) -> Option<Call> {
 
 /// The calls one JSON payload holds.
 fn calls_in(payload: &str, f: &CallFormat) -> Option<Vec<Call>> {
+    if f.body == Body::Pythonic {
+        return pythonic_calls(payload);
+    }
     let mut de = serde_json::Deserializer::from_str(payload.trim()).into_iter::<Value>();
     let v = de.next()?.ok()?;
     // Nothing but whitespace (or Llama's `;` between calls) may follow.
@@ -181,6 +198,183 @@ fn calls_in_value(v: &Value, f: &CallFormat) -> Option<Vec<Call>> {
         _ => return None,
     };
     list.iter().map(|c| call_of(c, f.args_key)).collect()
+}
+
+/// `[f(a='x', n=2), g()]`: Python literals (strings in either quotes,
+/// numbers, True/False/None and JSON's true/false/null, lists, dicts) as
+/// JSON arguments, in the order written.
+pub fn pythonic_calls(text: &str) -> Option<Vec<Call>> {
+    let mut p = Py {
+        s: text.trim().as_bytes(),
+        i: 0,
+    };
+    p.eat(b'[')?;
+    let mut calls = Vec::new();
+    loop {
+        p.ws();
+        if p.eat(b']').is_some() {
+            break;
+        }
+        if !calls.is_empty() {
+            p.eat(b',')?;
+            p.ws();
+        }
+        let name = p.ident()?;
+        p.ws();
+        p.eat(b'(')?;
+        let mut args = Map::new();
+        loop {
+            p.ws();
+            if p.eat(b')').is_some() {
+                break;
+            }
+            if !args.is_empty() {
+                p.eat(b',')?;
+                p.ws();
+                if p.eat(b')').is_some() {
+                    break;
+                }
+            }
+            let k = p.ident()?;
+            p.ws();
+            p.eat(b'=')?;
+            p.ws();
+            let v = p.value(0)?;
+            args.insert(k, v);
+        }
+        calls.push(Call {
+            name,
+            arguments: Value::Object(args).to_string(),
+        });
+    }
+    (p.i == p.s.len()).then_some(calls)
+}
+
+struct Py<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Py<'_> {
+    fn ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.s.get(self.i) == Some(&c)).then(|| self.i += 1)
+    }
+    fn ident(&mut self) -> Option<String> {
+        let start = self.i;
+        while self
+            .s
+            .get(self.i)
+            .is_some_and(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+        {
+            self.i += 1;
+        }
+        (self.i > start).then(|| String::from_utf8_lossy(&self.s[start..self.i]).into_owned())
+    }
+    /// One literal; `depth` bounds nesting.
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > 64 {
+            return None;
+        }
+        self.ws();
+        let c = *self.s.get(self.i)?;
+        match c {
+            b'\'' | b'"' => self.string(c).map(Value::String),
+            b'[' | b'(' => {
+                let close = if c == b'[' { b']' } else { b')' };
+                self.i += 1;
+                let mut items = Vec::new();
+                loop {
+                    self.ws();
+                    if self.eat(close).is_some() {
+                        return Some(Value::Array(items));
+                    }
+                    if !items.is_empty() {
+                        self.eat(b',')?;
+                        self.ws();
+                        if self.eat(close).is_some() {
+                            return Some(Value::Array(items));
+                        }
+                    }
+                    items.push(self.value(depth + 1)?);
+                }
+            }
+            b'{' => {
+                self.i += 1;
+                let mut m = Map::new();
+                loop {
+                    self.ws();
+                    if self.eat(b'}').is_some() {
+                        return Some(Value::Object(m));
+                    }
+                    if !m.is_empty() {
+                        self.eat(b',')?;
+                        self.ws();
+                    }
+                    let q = *self.s.get(self.i)?;
+                    let k = if q == b'\'' || q == b'"' {
+                        self.string(q)?
+                    } else {
+                        self.ident()?
+                    };
+                    self.ws();
+                    self.eat(b':')?;
+                    let v = self.value(depth + 1)?;
+                    m.insert(k, v);
+                }
+            }
+            _ => {
+                let w = self.ident()?;
+                match w.as_str() {
+                    "True" | "true" => Some(Value::Bool(true)),
+                    "False" | "false" => Some(Value::Bool(false)),
+                    "None" | "null" => Some(Value::Null),
+                    num => {
+                        // A number: ident() stops before a sign or exponent sign.
+                        let mut t = num.to_string();
+                        while let Some(&c) = self.s.get(self.i) {
+                            if matches!(c, b'+' | b'-') && (t.ends_with('e') || t.ends_with('E')) {
+                                self.i += 1;
+                                t.push(c as char);
+                                t.push_str(&self.ident().unwrap_or_default());
+                            } else {
+                                break;
+                            }
+                        }
+                        serde_json::from_str::<serde_json::Number>(&t)
+                            .ok()
+                            .map(Value::Number)
+                    }
+                }
+            }
+        }
+    }
+    fn string(&mut self, q: u8) -> Option<String> {
+        self.i += 1;
+        let mut out = Vec::new();
+        loop {
+            let c = *self.s.get(self.i)?;
+            self.i += 1;
+            match c {
+                b'\\' => {
+                    let e = *self.s.get(self.i)?;
+                    self.i += 1;
+                    out.push(match e {
+                        b'n' => b'\n',
+                        b't' => b'\t',
+                        b'r' => b'\r',
+                        other => other,
+                    });
+                }
+                c if c == q => return String::from_utf8(out).ok(),
+                c => out.push(c),
+            }
+        }
+    }
 }
 
 /// Splits a whole reply into its text and its calls. A reply whose call
@@ -380,7 +574,8 @@ pub fn forced_grammar(
         }
         Body::Object => format!("start: %json {}\n", with_opts(one)),
         Body::Array => format!("start: {} %json {}\n", lit(f.open), with_opts(list(one))),
-        Body::Envelope => {
+        // A forced LFM2 call is written as the JSON envelope (see [`LFM2`]).
+        Body::Envelope | Body::Pythonic => {
             let env = json!({
                 "type": "object",
                 "properties": {"tool_calls": list(one)},
@@ -701,6 +896,31 @@ mod tests {
         };
         assert!(g.starts_with("start: <[5]> %json"), "{g}");
         assert!(g.contains("\"maxItems\":1"), "{g}");
+    }
+
+    #[test]
+    fn lfm2_pythonic_calls() {
+        let out = "Checking.<|tool_call_start|>[get_weather(city='Paris', unit=\"celsius\"), get_time(tz='Europe/Paris', n=-2, x=1.5e-3, ok=True, none=None, l=[1, 'a'], d={'k': False})]<|tool_call_end|>";
+        let (content, calls) = parse(out, &LFM2);
+        assert_eq!(content, "Checking.");
+        assert_eq!(calls[0].name, "get_weather");
+        assert_eq!(calls[0].arguments, r#"{"city":"Paris","unit":"celsius"}"#);
+        assert_eq!(
+            calls[1].arguments,
+            r#"{"tz":"Europe/Paris","n":-2,"x":0.0015,"ok":true,"none":null,"l":[1,"a"],"d":{"k":false}}"#
+        );
+        assert_eq!(pythonic_calls("[f()]").unwrap()[0].arguments, "{}");
+        assert_eq!(
+            pythonic_calls("[f(a='it\\'s')]").unwrap()[0].arguments,
+            r#"{"a":"it's"}"#
+        );
+        for bad in ["f()", "[f(a=)]", "[f(a='x')", "[f(a=b c)]", "[f(1)]"] {
+            assert_eq!(pythonic_calls(bad), None, "{bad}");
+        }
+        assert_eq!(
+            detect("{% if tools %}List of tools: <|tool_list_start|>[{% endif %}"),
+            Some(&LFM2)
+        );
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         Some(p) => Some(schema_constraint(p, &opened)?),
         None => None,
     };
+    // What the model was read from is not needed any more: its memory goes
+    // now, as before --json-schema existed (tests/memory.rs measures it).
+    drop(opened);
     let n_vocab = model.sem.dims.n_vocab as u64;
     if a.depth + a.prompt_tokens.max(a.gen_tokens) > model.max_context() {
         bail!(

@@ -605,6 +605,31 @@ fn openai_tool_calls() {
     let hermes = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
     let plain = Server::smollm(&[]);
     python_script("test_tools.py", &[hermes.url(), plain.url()]);
+    logit_bias_bans_and_forces(&plain);
+}
+
+/// `logit_bias` -100 bans the greedy first token (another comes), +100 on a
+/// token makes it the only one chosen.
+fn logit_bias_bans_and_forces(srv: &Server) {
+    let g = onebit_formats::gguf::Gguf::open(onebit_testdata::real_model(
+        onebit_testdata::SMOLLM2_135M,
+    ))
+    .unwrap();
+    let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
+    let (first, _) = srv.chat(&greedy(CAPITAL, 1));
+    let ids = tok.encode(&first, false).unwrap();
+    assert_eq!(ids.len(), 1, "{first:?} is one token");
+    let mut ban = greedy(CAPITAL, 1);
+    ban["logit_bias"] = json!({ ids[0].to_string(): -100 });
+    let (other, _) = srv.chat(&ban);
+    assert_ne!(other, first);
+    // Token 1000 is not the answer; forced, it is every token.
+    let forced_text = tok.decode(&[1000], false).unwrap();
+    assert_ne!(forced_text, first);
+    let mut force = greedy(CAPITAL, 3);
+    force["logit_bias"] = json!({"1000": 100});
+    let (text, _) = srv.chat(&force);
+    assert_eq!(text, forced_text.repeat(3));
 }
 
 #[test]
