@@ -10,9 +10,8 @@ filter that is json.dumps(ensure_ascii=False), and the raise_exception and
 strftime_now globals. The special tokens are passed as keyword arguments, then
 the case's extra arguments, then messages and add_generation_prompt.
 
-Every mapping is given with its keys sorted, because onebit's JSON values
-(serde_json without preserve_order) iterate their keys sorted; tojson output
-then agrees.
+Every mapping is given with its keys sorted (onebit's JSON values keep their
+keys' order, serde_json's preserve_order, so either way tojson output agrees).
 
 Needs only jinja2 (pip install jinja2). Run from anywhere:
     python3 scripts/gen_chat_refs.py
@@ -115,14 +114,23 @@ CONVERSATIONS = {
         {"role": "tool", "content": "{\"temp\": 21}"},
         {"role": "tool", "content": "sunny"},
     ],
+    # As the openai client sends a call and its result: content None, the
+    # arguments a JSON string, the result tied to its call by tool_call_id.
+    "tool-call-openai": [
+        U("Weather in Paris?"),
+        A(None, tool_calls=[{"id": "call_1", "type": "function",
+                             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]),
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"},
+        A("It is 21 degrees."),
+    ],
     "named": [U("Who are you?", name="alice"), A("A model."), {"role": "skip", "content": "x"}, U("ok")],
 }
 
 CASES = [
     ("gemma3.jinja", ["one-user", "system-user", "multi-turn", "unicode", "not-alternating", "content-parts"], [{}]),
-    ("chatml-think-tools.jinja", ["one-user", "system-user", "multi-turn", "thinking-history", "tool-round-trip"],
+    ("chatml-think-tools.jinja", ["one-user", "system-user", "multi-turn", "thinking-history", "tool-round-trip", "tool-call-openai"],
      [{}, {"enable_thinking": False}, {"tools": [WEATHER_TOOL]}]),
-    ("llama3-dated.jinja", ["one-user", "system-user", "multi-turn", "tool-round-trip"],
+    ("llama3-dated.jinja", ["one-user", "system-user", "multi-turn", "tool-round-trip", "tool-call-openai"],
      [{}, {"date_string": "01 Jan 2025", "tools": [WEATHER_TOOL]}]),
     ("mistral-alternating.jinja", ["one-user", "system-user", "multi-turn", "not-alternating", "tool-round-trip"], [{}]),
     ("python-features.jinja", ["multi-turn", "named"], [{"meta": {"b": 2, "a": "x", "c": [1.5, None, True]}, "flag": True}]),

@@ -113,7 +113,31 @@ impl Sampler {
             }
             r -= p;
         }
-        idx[probs.len() - 1]
+        // Rounding left r past the end: the last candidate with any mass (a
+        // masked token, at probability 0, is never chosen).
+        let last = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+        idx[last]
+    }
+}
+
+/// The hook a constraint uses: every token `allowed` refuses gets -inf, so
+/// neither greedy nor sampling can choose it.
+pub fn mask_logits(logits: &mut [f32], allowed: impl Fn(usize) -> bool) {
+    for (i, l) in logits.iter_mut().enumerate() {
+        if !allowed(i) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// OpenAI's `logit_bias`: each (token, bias) adds the bias to the token's
+/// logit; -100 and 100 in effect ban and force it. Ids are checked by the
+/// caller; one outside `logits` is ignored.
+pub fn bias_logits(logits: &mut [f32], bias: &[(u32, f32)]) {
+    for &(id, b) in bias {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l += b;
+        }
     }
 }
 
@@ -147,6 +171,31 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_masked_token_is_never_chosen_greedy_or_sampled() {
+        // Id 1 has by far the largest logit; masked, it must never come out.
+        let mut l = [0.0, 50.0, 0.0, 1.0];
+        mask_logits(&mut l, |i| i != 1);
+        assert_eq!(argmax(&l), 3);
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 2.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 9,
+        });
+        for _ in 0..500 {
+            assert_ne!(s.sample(&l), 1);
+        }
+    }
+
+    #[test]
+    fn logit_bias_adds_to_the_named_tokens_only() {
+        let mut l = [1.0, 2.0, 3.0];
+        bias_logits(&mut l, &[(0, 5.0), (2, -100.0), (7, 1.0)]);
+        assert_eq!(l, [6.0, 2.0, -97.0]);
+        assert_eq!(argmax(&l), 0);
+    }
 
     #[test]
     fn greedy_takes_the_first_maximum() {

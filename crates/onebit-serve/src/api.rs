@@ -5,6 +5,9 @@ use std::fmt::Display;
 
 use serde_json::{json, Map, Value};
 
+use crate::constrain::Grammar;
+use crate::tools::{ToolChoice, ToolSpec};
+
 /// An error answer: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -114,6 +117,13 @@ pub struct Request {
     /// The extra field `speculative`: false turns the server's drafting off
     /// for this request (true, the default, keeps it on).
     pub speculative: bool,
+    /// `tools` with `tool_choice` and `parallel_tool_calls` (chat only).
+    pub tools: Option<ToolSpec>,
+    /// `response_format` json_object / json_schema, or `grammar` (Lark).
+    pub grammar: Option<Grammar>,
+    /// `logit_bias`: (token id, bias in [-100, 100]); ids checked against
+    /// the vocabulary by the caller.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -390,6 +400,18 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
             "`speculative` true needs a server started with --lookup N or --draft PATH",
         ));
     }
+    let tools = match ep {
+        Endpoint::Chat => tool_spec(&o)?,
+        Endpoint::Completions => None,
+    };
+    let grammar = grammar(&o)?;
+    if grammar.is_some() && tools.as_ref().is_some_and(ToolSpec::forced) {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "`tool_choice` required or named constrains the output to a call; it cannot be combined with `response_format` or `grammar`",
+        ));
+    }
+    let logit_bias = logit_bias(&o)?;
 
     Ok(Request {
         speculative: speculative.unwrap_or(true),
@@ -407,7 +429,250 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         presence_penalty,
         frequency_penalty,
         template_kwargs,
+        tools,
+        grammar,
+        logit_bias,
     })
+}
+
+/// A function name as OpenAI allows it.
+fn good_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+/// `tools`, `tool_choice`, `parallel_tool_calls`.
+fn tool_spec(o: &Map<String, Value>) -> Result<Option<ToolSpec>, ApiError> {
+    let tools = match field(o, "tools") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(v) => return Err(ApiError::wrong_type("tools", "`tools`", "an array", v)),
+    };
+    let mut names: Vec<&str> = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let bad = |what: &str| ApiError::invalid("tools", format!("tools[{i}] {what}"));
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(bad(
+                "must have `type` \"function\" (the only kind of tool served)",
+            ));
+        }
+        let Some(Value::Object(f)) = t.get("function") else {
+            return Err(bad("has no `function` object"));
+        };
+        let name = match f.get("name") {
+            Some(Value::String(n)) if good_name(n) => n.as_str(),
+            Some(Value::String(n)) => {
+                return Err(bad(&format!(
+                    "function.name {n:?} must be 1 to 64 letters, digits, `_`, `-` or `.`"
+                )))
+            }
+            _ => return Err(bad("has no string `function.name`")),
+        };
+        if names.contains(&name) {
+            return Err(bad(&format!("declares function {name:?} a second time")));
+        }
+        names.push(name);
+        match f.get("parameters") {
+            None | Some(Value::Null) | Some(Value::Object(_)) => {}
+            Some(v) => {
+                return Err(ApiError::wrong_type(
+                    "tools",
+                    format!("tools[{i}].function.parameters"),
+                    "a JSON schema object",
+                    v,
+                ))
+            }
+        }
+    }
+    let choice = match field(o, "tool_choice") {
+        None if tools.is_empty() => ToolChoice::None,
+        None => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!("`tool_choice` {other:?} is not one of auto, none, required, or {{\"type\": \"function\", \"function\": {{\"name\": ..}}}}"),
+                ))
+            }
+        },
+        Some(Value::Object(c)) => {
+            let name = c
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "tool_choice",
+                        "`tool_choice` as an object must be {\"type\": \"function\", \"function\": {\"name\": ..}}",
+                    )
+                })?;
+            if !names.contains(&name) {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    format!("`tool_choice` names function {name:?}, which `tools` does not declare"),
+                ));
+            }
+            ToolChoice::Named(name.to_string())
+        }
+        Some(v) => {
+            return Err(ApiError::wrong_type(
+                "tool_choice",
+                "`tool_choice`",
+                "a string or an object",
+                v,
+            ))
+        }
+    };
+    if tools.is_empty() && choice != ToolChoice::None {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "`tool_choice` needs `tools`",
+        ));
+    }
+    let parallel = boolean(o, "parallel_tool_calls")?.unwrap_or(true);
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ToolSpec {
+        tools,
+        choice,
+        parallel,
+    }))
+}
+
+/// `response_format` and `grammar` (a Lark grammar as llguidance takes it).
+fn grammar(o: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
+    let from_format = match field(o, "response_format") {
+        None => None,
+        Some(Value::Object(rf)) => match rf.get("type").and_then(Value::as_str) {
+            Some("text") => None,
+            Some("json_object") => Some(Grammar::JsonSchema(json!({"type": "object"}))),
+            Some("json_schema") => {
+                let Some(Value::Object(js)) = rf.get("json_schema") else {
+                    return Err(ApiError::invalid(
+                        "response_format",
+                        "`response_format` of type json_schema needs a `json_schema` object",
+                    ));
+                };
+                let schema = match js.get("schema") {
+                    Some(s @ (Value::Object(_) | Value::Bool(_))) => s.clone(),
+                    None | Some(Value::Null) => json!({}),
+                    Some(v) => {
+                        return Err(ApiError::wrong_type(
+                            "response_format",
+                            "`response_format.json_schema.schema`",
+                            "a JSON schema object",
+                            v,
+                        ))
+                    }
+                };
+                let strict = match js.get("strict") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(v) => {
+                        return Err(ApiError::wrong_type(
+                            "response_format",
+                            "`response_format.json_schema.strict`",
+                            "a boolean",
+                            v,
+                        ))
+                    }
+                };
+                // Not strict: keywords the library does not know are
+                // ignored rather than refused.
+                let mut schema = schema;
+                if let Value::Object(o) = &mut schema {
+                    if !o.contains_key("x-guidance") {
+                        let mut opts = crate::constrain::json_options();
+                        opts["lenient"] = json!(!strict);
+                        o.insert("x-guidance".into(), opts);
+                    }
+                }
+                Some(Grammar::JsonSchema(schema))
+            }
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "response_format",
+                    format!(
+                    "`response_format.type` {other:?} is not one of text, json_object, json_schema"
+                ),
+                ))
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    "response_format",
+                    "`response_format` has no `type`",
+                ))
+            }
+        },
+        Some(v) => {
+            return Err(ApiError::wrong_type(
+                "response_format",
+                "`response_format`",
+                "an object",
+                v,
+            ))
+        }
+    };
+    let lark = match field(o, "grammar") {
+        None => None,
+        Some(Value::String(g)) => Some(Grammar::Lark(g.clone())),
+        Some(v) => {
+            return Err(ApiError::wrong_type(
+                "grammar",
+                "`grammar`",
+                "a string (a Lark grammar)",
+                v,
+            ))
+        }
+    };
+    match (from_format, lark) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "grammar",
+            "give `response_format` or `grammar`, not both",
+        )),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+/// `logit_bias`: `{"token id": bias}`, biases in [-100, 100].
+fn logit_bias(o: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let m = match field(o, "logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(v) => {
+            return Err(ApiError::wrong_type(
+                "logit_bias",
+                "`logit_bias`",
+                "an object of token id to bias",
+                v,
+            ))
+        }
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let id: u32 = k.parse().map_err(|_| {
+                ApiError::invalid(
+                    "logit_bias",
+                    format!("`logit_bias` key {k:?} is not a token id"),
+                )
+            })?;
+            let b = v.as_f64().ok_or_else(|| {
+                ApiError::wrong_type("logit_bias", format!("`logit_bias[{k:?}]`"), "a number", v)
+            })?;
+            if !(-100.0..=100.0).contains(&b) {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("`logit_bias[{k:?}]` must be between -100 and 100; got {b}"),
+                ));
+            }
+            Ok((id, b as f32))
+        })
+        .collect()
 }
 
 fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
@@ -642,6 +907,99 @@ mod tests {
             assert_eq!(e.status, 400, "{body}");
             assert_eq!(e.param.as_deref(), param, "{body}: {}", e.message);
         }
+    }
+
+    const TOOL: &str =
+        r#"{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}"#;
+
+    #[test]
+    fn tools_response_format_and_logit_bias_parse() {
+        let r = chat(&format!(
+            r#"{{"messages":[{{"role":"user","content":"x"}}],"tools":[{TOOL}],"tool_choice":{{"type":"function","function":{{"name":"get_weather"}}}},"parallel_tool_calls":false,"logit_bias":{{"7":-100,"9":2.5}}}}"#
+        ))
+        .unwrap();
+        let t = r.tools.unwrap();
+        assert_eq!(t.choice, ToolChoice::Named("get_weather".into()));
+        assert!(!t.parallel && t.forced());
+        assert_eq!(r.logit_bias, [(7, -100.0), (9, 2.5)]);
+        // Tools given, no choice: auto.
+        let r = chat(&format!(
+            r#"{{"messages":[{{"role":"user","content":"x"}}],"tools":[{TOOL}]}}"#
+        ))
+        .unwrap();
+        assert_eq!(r.tools.unwrap().choice, ToolChoice::Auto);
+        let r = chat(r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,"schema":{"type":"object"}}}}"#).unwrap();
+        let Some(Grammar::JsonSchema(s)) = r.grammar else {
+            panic!()
+        };
+        // strict: keywords llguidance does not know are refused, not ignored.
+        assert_eq!(s["x-guidance"]["lenient"], false);
+        let r = chat(r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object"}}}}"#).unwrap();
+        let Some(Grammar::JsonSchema(s)) = r.grammar else {
+            panic!()
+        };
+        assert_eq!(s["x-guidance"]["lenient"], true);
+        let r = chat(
+            r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}"#,
+        )
+        .unwrap();
+        assert!(r.grammar.is_none());
+    }
+
+    #[test]
+    fn bad_tool_and_format_fields_name_their_parameter() {
+        let m = r#""messages":[{"role":"user","content":"x"}]"#;
+        for (rest, param) in [
+            (r#""tools":{}"#.to_string(), "tools"),
+            (r#""tools":[{"type":"retrieval"}]"#.into(), "tools"),
+            (
+                r#""tools":[{"type":"function","function":{"name":"a b"}}]"#.into(),
+                "tools",
+            ),
+            (format!(r#""tools":[{TOOL},{TOOL}]"#), "tools"),
+            (r#""tool_choice":"required""#.into(), "tool_choice"),
+            (
+                format!(r#""tools":[{TOOL}],"tool_choice":"always""#),
+                "tool_choice",
+            ),
+            (
+                format!(
+                    r#""tools":[{TOOL}],"tool_choice":{{"type":"function","function":{{"name":"other"}}}}"#
+                ),
+                "tool_choice",
+            ),
+            (
+                format!(r#""tools":[{TOOL}],"parallel_tool_calls":"yes""#),
+                "parallel_tool_calls",
+            ),
+            (
+                format!(r#""tools":[{TOOL}],"tool_choice":"required","grammar":"start: \"a\"""#),
+                "tool_choice",
+            ),
+            (
+                r#""response_format":{"type":"xml"}"#.into(),
+                "response_format",
+            ),
+            (
+                r#""response_format":{"type":"json_schema"}"#.into(),
+                "response_format",
+            ),
+            (
+                r#""response_format":{"type":"json_object"},"grammar":"start: \"a\"""#.into(),
+                "grammar",
+            ),
+            (r#""grammar":5"#.into(), "grammar"),
+            (r#""logit_bias":{"x":1}"#.into(), "logit_bias"),
+            (r#""logit_bias":{"1":100.5}"#.into(), "logit_bias"),
+            (r#""logit_bias":{"1":-101}"#.into(), "logit_bias"),
+            (r#""logit_bias":[1]"#.into(), "logit_bias"),
+        ] {
+            let body = format!("{{{m},{rest}}}");
+            let e = chat(&body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+        // The edges of the bias range are allowed.
+        assert!(chat(&format!(r#"{{{m},"logit_bias":{{"1":100,"2":-100}}}}"#)).is_ok());
     }
 
     #[test]

@@ -15,12 +15,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use onebit_model::sampler::{Sampler, SamplerConfig};
+use onebit_model::sampler::{bias_logits, Sampler, SamplerConfig};
 use onebit_model::spec::{SpecPlan, Speculator};
 use onebit_model::{Logits, Model, SeqInput, SeqState};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::cache::{rewindable, PrefixCache};
+use crate::constrain::Constraint;
 use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ pub struct GenParams {
     /// Draft tokens ahead when the engine has a drafter (off for sequences
     /// with penalties or logprobs, whose per-token logits it does not keep).
     pub speculative: bool,
+    /// `logit_bias`: (token id, bias), ids within the vocabulary.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 /// One sequence to generate: one choice of one request.
@@ -47,6 +50,8 @@ pub struct Job {
     /// Set by the request's handler to end the sequence (a stop string).
     pub cancel: Arc<AtomicBool>,
     pub submitted: Instant,
+    /// The grammar the output must follow (response_format, a forced call).
+    pub constraint: Option<Constraint>,
 }
 
 #[derive(Clone, Debug)]
@@ -349,7 +354,14 @@ impl Worker {
         });
         let sampler = Sampler::new(job.params.sampler.clone());
         let p = &job.params;
-        let plain = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 || p.logprobs.is_some();
+        // The verify step samples from the raw logits: a sequence whose
+        // logits are changed first (penalties, bias, a grammar) or reported
+        // (logprobs) decodes plainly.
+        let plain = p.presence_penalty != 0.0
+            || p.frequency_penalty != 0.0
+            || p.logprobs.is_some()
+            || !p.logit_bias.is_empty()
+            || job.constraint.is_some();
         let spec = match (&self.cfg.spec, p.speculative && !plain) {
             (Some(plan), true) => match plan.speculator(self.model.sem.dims.n_vocab, &p.sampler) {
                 Ok(sp) => Some(sp),
@@ -516,6 +528,14 @@ impl Worker {
                 }
             }
         }
+        bias_logits(&mut logits, &p.logit_bias);
+        if let Some(c) = s.job.constraint.as_mut() {
+            if let Err(message) = c.mask(&mut logits) {
+                self.fail(s, message);
+                return;
+            }
+        }
+        let p = &s.job.params;
         let id = s.sampler.sample(&logits);
         let logprob = p.logprobs.map(|k| logprobs(&logits, id, k));
         let pos = s.state.pos;
@@ -538,6 +558,14 @@ impl Worker {
             self.finish(s, Finish::Stop);
             return false;
         }
+        let mut complete = false;
+        if let Some(c) = s.job.constraint.as_mut() {
+            if let Err(message) = c.commit(id) {
+                self.fail(s, message);
+                return false;
+            }
+            complete = c.finished();
+        }
         let now = Instant::now();
         if s.first_token.is_none() {
             s.first_token = Some(now);
@@ -553,6 +581,11 @@ impl Worker {
             s.done = true;
             return false;
         }
+        if complete {
+            // The grammar allows nothing more: end as the stop token would.
+            self.finish(s, Finish::Stop);
+            return false;
+        }
         if s.generated >= s.job.params.max_new || pos >= self.model.max_context() {
             self.finish(s, Finish::Length);
             return false;
@@ -561,6 +594,14 @@ impl Worker {
             s.pending.push(id);
         }
         true
+    }
+
+    fn fail(&self, s: &mut Seq, message: String) {
+        let _ = s.job.tx.send(Event::Failed {
+            index: s.job.index,
+            message,
+        });
+        s.done = true;
     }
 
     fn finish(&self, s: &mut Seq, finish: Finish) {

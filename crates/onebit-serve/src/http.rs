@@ -20,10 +20,12 @@ use tokio::sync::mpsc;
 use crate::access::{self, Access};
 use crate::affinity::{prefix_hash, AFFINITY_HEADER};
 use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
+use crate::constrain::{Constrainer, Constraint, Grammar};
 use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
 use crate::metrics::Metrics;
 use crate::prompt;
 use crate::text::{tidy_reasoning, Split, StopMatcher, ThinkSplitter};
+use crate::tools::{self, CallFormat, ToolStream};
 
 pub struct App {
     pub engine: Engine,
@@ -36,6 +38,10 @@ pub struct App {
     /// Set on SIGTERM: `/health` answers 503 from then on.
     pub draining: AtomicBool,
     pub template: Option<ChatTemplate>,
+    /// The token a finished grammar ends with (the first stop token).
+    pub grammar_eos: Option<u32>,
+    /// llguidance's per-model state, built at the first constrained request.
+    pub constrainer: std::sync::OnceLock<Result<Constrainer, String>>,
     pub model_name: String,
     pub n_vocab: usize,
     pub ctx: usize,
@@ -266,12 +272,68 @@ pub(crate) struct Prepared {
     pub(crate) think: bool,
     /// The rendered prompt ends inside an open `<think>` block.
     pub(crate) think_open: bool,
+    /// Replies are parsed for tool calls in this format.
+    pub(crate) tool_format: Option<&'static CallFormat>,
+    /// The output grammar, compiled.
+    pub(crate) constraint: Option<Constraint>,
+    /// Control tokens are kept in the text (a call marker is one).
+    pub(crate) keep_special: bool,
+}
+
+/// Compiles a request's grammar; a schema or grammar the library cannot
+/// handle is a 400 naming the parameter and llguidance's reason.
+fn compile(app: &App, g: &Grammar, param: &'static str) -> Result<Constraint, ApiError> {
+    let c = app.constrainer.get_or_init(|| match app.grammar_eos {
+        Some(eos) => Constrainer::new(&app.tok, eos),
+        None => Err("the model declares no stop token to end a grammar with".into()),
+    });
+    let c = c.as_ref().map_err(|e| {
+        ApiError::invalid(
+            param,
+            format!("constrained decoding is unavailable for this model: {e}"),
+        )
+    })?;
+    c.compile(g).map_err(|e| {
+        let what = match param {
+            "grammar" => "the grammar",
+            "response_format" => "the JSON schema",
+            _ => "the tools' parameter schemas",
+        };
+        ApiError::invalid(
+            param,
+            format!("{what} cannot be used for constrained decoding: {e}"),
+        )
+        .with_code("unsupported_schema")
+    })
 }
 
 /// Parses, renders and tokenizes: run on the blocking pool, never on the
 /// runtime's thread (a large prompt takes seconds to tokenize).
 pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
     let req = api::parse(body, ep, app.limits)?;
+    if let Some(&(bad, _)) = req
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= app.n_vocab)
+    {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!(
+                "`logit_bias` names token {bad}, outside the vocabulary ({} tokens)",
+                app.n_vocab
+            ),
+        ));
+    }
+    let mut tool_format = None;
+    let mut keep_special = false;
+    let mut grammar = req.grammar.clone().map(|g| {
+        let param = if matches!(g, Grammar::Lark(_)) {
+            "grammar"
+        } else {
+            "response_format"
+        };
+        (g, param)
+    });
     let (ids, think, think_open) = match &req.prompt {
         Prompt::Chat(messages) => {
             let t = app.template.as_ref().ok_or_else(|| {
@@ -281,12 +343,57 @@ pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, 
                 )
                 .with_code("no_chat_template")
             })?;
-            let r = prompt::render(
-                t,
-                messages,
-                req.template_kwargs.as_ref(),
-                !app.allow_special_in_content,
-            )?;
+            // Tools: the template's own way when it knows tools, else the
+            // generic fallback (tools in a system message, calls as JSON).
+            let spec = req.tools.as_ref();
+            let known = tools::detect(t.source());
+            let has_tool_turns = messages.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some())
+            });
+            let mut kwargs = req.template_kwargs.clone();
+            let fallback;
+            let messages = match known {
+                Some(_) => {
+                    if let Some(spec) = spec.filter(|s| s.parsed()) {
+                        kwargs
+                            .get_or_insert_with(Default::default)
+                            .insert("tools".into(), Value::Array(spec.tools.clone()));
+                    }
+                    if has_tool_turns {
+                        fallback = tools::arguments_as_objects(messages);
+                        &fallback
+                    } else {
+                        messages
+                    }
+                }
+                None if spec.is_some() || has_tool_turns => {
+                    let m = tools::fallback_messages(messages, spec);
+                    fallback = if has_tool_turns {
+                        tools::merge_adjacent_users(m)
+                    } else {
+                        m
+                    };
+                    &fallback
+                }
+                None => messages,
+            };
+            if let Some(spec) = spec.filter(|s| s.parsed()) {
+                let f = match known {
+                    // No grammar for Python literals: a forced LFM2 call is
+                    // written (and parsed) as the generic JSON envelope.
+                    Some(f) if spec.forced() && f.body == tools::Body::Pythonic => &tools::GENERIC,
+                    Some(f) => f,
+                    None => &tools::GENERIC,
+                };
+                tool_format = Some(f);
+                let special = |s: &str| app.tok.token_to_id(s).filter(|&id| app.tok.is_special(id));
+                keep_special = !f.open.is_empty() && special(f.open).is_some();
+                if spec.forced() {
+                    grammar = Some((tools::forced_grammar(spec, f, special), "tools"));
+                }
+            }
+            let r = prompt::render(t, messages, kwargs.as_ref(), !app.allow_special_in_content)?;
             check_bytes(app, ep, r.text.len())?;
             let ids = prompt::ids(&app.tok, &r, messages, app.allow_special_in_content)?;
             let text = r.text;
@@ -333,11 +440,18 @@ pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, 
         )
         .with_code("context_length_exceeded"));
     }
+    let constraint = match &grammar {
+        Some((g, param)) => Some(compile(app, g, param)?),
+        None => None,
+    };
     Ok(Prepared {
         req,
         ids: Arc::new(ids),
         think,
         think_open,
+        tool_format,
+        constraint,
+        keep_special,
     })
 }
 
@@ -375,9 +489,18 @@ async fn generate(
 ) -> Result<Response, ApiError> {
     let body = read_body(&app, headers, body).await?;
     let app2 = app.clone();
-    let p = tokio::task::spawn_blocking(move || prepare(&app2, ep, &body))
+    let mut p = tokio::task::spawn_blocking(move || prepare(&app2, ep, &body))
         .await
         .map_err(|e| ApiError::server(format!("preparing the prompt failed: {e}")))??;
+    let mut constraints: Vec<Option<Constraint>> = (0..p.req.n)
+        .map(|i| {
+            if i + 1 < p.req.n {
+                p.constraint.as_ref().map(Constraint::fork)
+            } else {
+                p.constraint.take()
+            }
+        })
+        .collect();
     let req = &p.req;
     let room = app.ctx - p.ids.len();
     // Not stated: as much as the context holds, within the server's cap.
@@ -407,11 +530,13 @@ async fn generate(
                 frequency_penalty: req.frequency_penalty,
                 logprobs: req.logprobs,
                 speculative: req.speculative,
+                logit_bias: req.logit_bias.clone(),
             },
             index: i,
             tx: tx.clone(),
             cancel: cancels[i].clone(),
             submitted,
+            constraint: constraints[i].take(),
         })
         .collect();
     drop(tx);
@@ -432,6 +557,7 @@ async fn generate(
         think: p.think,
         think_open: p.think_open,
         logprobs: req.logprobs.is_some(),
+        keep_special: p.keep_special,
     };
     let meta = Meta {
         id: format!(
@@ -448,6 +574,7 @@ async fn generate(
         ep,
         prompt_tokens: p.ids.len(),
         include_usage: req.include_usage,
+        tool_format: p.tool_format,
     };
     let affinity = prefix_hash(&p.ids);
     let mut r = if req.stream {
@@ -466,6 +593,7 @@ pub(crate) struct Run {
     pub(crate) think: bool,
     pub(crate) think_open: bool,
     pub(crate) logprobs: bool,
+    pub(crate) keep_special: bool,
 }
 
 struct Meta {
@@ -475,6 +603,32 @@ struct Meta {
     ep: Endpoint,
     prompt_tokens: usize,
     include_usage: bool,
+    /// Replies are parsed for tool calls in this format.
+    tool_format: Option<&'static CallFormat>,
+}
+
+/// A call as OpenAI returns it, with a fresh id.
+fn call_json(c: &tools::Call) -> Value {
+    json!({
+        "id": format!("call_{:016x}", random_u64()),
+        "type": "function",
+        "function": {"name": c.name, "arguments": c.arguments},
+    })
+}
+
+/// `s` in pieces of about `n` bytes, cut at character boundaries.
+fn fragments(s: &str, n: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < s.len() {
+        let mut end = (start + n).min(s.len());
+        while !s.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push(&s[start..end]);
+        start = end;
+    }
+    out
 }
 
 /// One generated token as logprobs report it.
@@ -515,7 +669,7 @@ pub(crate) async fn drive(
 ) -> Result<Vec<(usize, usize, Finish)>, ApiError> {
     let mut choices: Vec<Choice> = (0..n)
         .map(|_| Choice {
-            dec: StreamDecoder::with_skip_special(tok, true),
+            dec: StreamDecoder::with_skip_special(tok, !run.keep_special),
             stop: StopMatcher::new(run.stops.clone()),
             think: ThinkSplitter::new(run.think, run.think_open),
             tokens: 0,
@@ -692,6 +846,21 @@ async fn whole_response(app: &App, run: Run, meta: Meta) -> Result<Response, Api
             match meta.ep {
                 Endpoint::Chat => {
                     let mut msg = json!({"role": "assistant", "content": a.content});
+                    let mut finish = finish;
+                    if let Some(f) = meta.tool_format {
+                        let (content, calls) = tools::parse(&a.content, f);
+                        if !calls.is_empty() {
+                            msg["content"] = if content.is_empty() {
+                                Value::Null
+                            } else {
+                                json!(content)
+                            };
+                            msg["tool_calls"] = calls.iter().map(call_json).collect();
+                            if finish == "stop" {
+                                finish = "tool_calls";
+                            }
+                        }
+                    }
                     if !a.reasoning.is_empty() {
                         msg["reasoning_content"] = json!(tidy_reasoning(&a.reasoning));
                     }
@@ -757,13 +926,22 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
         let mut offsets = vec![0usize; n];
         let tok = app.tok.clone();
         let gone = out_tx.clone();
+        let mut tool_streams: Vec<Option<ToolStream>> = (0..n)
+            .map(|_| meta.tool_format.map(ToolStream::new))
+            .collect();
         let driving = drive(&tok, run, n, |u| {
             let c = match u {
                 Update::Delta {
                     index,
-                    split,
+                    mut split,
                     logprobs,
                 } => {
+                    if let Some(ts) = tool_streams[index].as_mut() {
+                        split.content = ts.push(&split.content);
+                        if split.is_empty() && logprobs.is_empty() {
+                            return true;
+                        }
+                    }
                     let lp = (!logprobs.is_empty()).then_some(&logprobs);
                     if chat {
                         let mut delta = serde_json::Map::new();
@@ -791,8 +969,34 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
                     }
                 }
                 Update::Finished { index, finish } => {
+                    let mut reason = finish.as_str();
+                    if let Some(ts) = tool_streams[index].as_mut() {
+                        let (rest, calls) = ts.finish();
+                        let mut deltas = Vec::new();
+                        if !rest.is_empty() {
+                            deltas.push(json!({"content": rest}));
+                        }
+                        for (k, c) in calls.iter().enumerate() {
+                            let mut first = call_json(c);
+                            first["index"] = json!(k);
+                            first["function"]["arguments"] = json!("");
+                            deltas.push(json!({"tool_calls": [first]}));
+                            for frag in fragments(&c.arguments, 16) {
+                                deltas.push(json!({"tool_calls": [{"index": k, "function": {"arguments": frag}}]}));
+                            }
+                        }
+                        if !calls.is_empty() && finish == Finish::Stop {
+                            reason = "tool_calls";
+                        }
+                        for d in deltas {
+                            let c = json!({"index": index, "delta": d, "logprobs": null, "finish_reason": null});
+                            if out_tx.send(chunk(c)).is_err() {
+                                return false;
+                            }
+                        }
+                    }
                     if chat {
-                        json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": finish.as_str()})
+                        json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": reason})
                     } else {
                         json!({"index": index, "text": "", "logprobs": null, "finish_reason": finish.as_str()})
                     }

@@ -19,6 +19,7 @@ pub mod api;
 pub mod cache;
 pub mod conn;
 pub mod embed;
+pub mod constrain;
 pub mod engine;
 pub mod gate;
 pub mod http;
@@ -27,6 +28,7 @@ pub mod ollama;
 pub mod page;
 pub mod prompt;
 pub mod text;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -212,6 +214,7 @@ async fn run(
     let ctx = model.max_context();
     let n_vocab = model.sem.dims.n_vocab;
     let n_embd = model.sem.dims.n_embd;
+    let grammar_eos = stops.first().copied();
     let engine = Engine::start(
         model,
         stops,
@@ -236,6 +239,8 @@ async fn run(
         allow_special_in_content: cfg.allow_special_in_content,
         draining: AtomicBool::new(false),
         template,
+        grammar_eos,
+        constrainer: std::sync::OnceLock::new(),
         model_name: cfg.model_name.clone(),
         n_vocab,
         ctx,

@@ -516,7 +516,9 @@ async fn run(
             // The server's drafter, if any: greedy output is unchanged by it
             // and sampled output keeps the target's distribution.
             speculative: true,
+            logit_bias: Vec::new(),
         },
+        constraint: None,
         index: 0,
         tx,
         cancel: cancel.clone(),
@@ -539,6 +541,7 @@ async fn run(
         think: p.think,
         think_open: p.think_open,
         logprobs: false,
+        keep_special: false,
     };
     let clock = Clock {
         start,

@@ -53,11 +53,13 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
             frequency_penalty: 0.0,
             logprobs: None,
             speculative: true,
+            logit_bias: Vec::new(),
         },
         index,
         tx: tx.clone(),
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: Instant::now(),
+        constraint: None,
     }
 }
 

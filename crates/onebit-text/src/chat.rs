@@ -786,11 +786,12 @@ mod tests {
 
     #[test]
     fn tojson_is_python_json_dumps() {
-        // serde_json maps iterate in key order (mappings built by the template keep theirs).
+        // JSON objects keep their keys' order (serde_json's preserve_order),
+        // as Python's json.dumps keeps a dict's.
         let ctx = serde_json::json!({"v": {"b": [1, 2.0, "é<&>\"\n"], "a": null}});
         assert_eq!(
             render("{{ v|tojson }}", ctx.clone()).unwrap(),
-            "{\"a\": null, \"b\": [1, 2.0, \"é<&>\\\"\\n\"]}"
+            "{\"b\": [1, 2.0, \"é<&>\\\"\\n\"], \"a\": null}"
         );
         assert_eq!(
             render("{{ v|tojson(indent=2, sort_keys=true) }}", ctx.clone()).unwrap(),
@@ -802,7 +803,7 @@ mod tests {
                 ctx
             )
             .unwrap(),
-            "{\"a\":null,\"b\":[1,2.0,\"\\u00e9<&>\\\"\\n\"]}"
+            "{\"b\":[1,2.0,\"\\u00e9<&>\\\"\\n\"],\"a\":null}"
         );
     }
 

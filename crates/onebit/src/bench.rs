@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// after the prompt) and report the acceptance rate and tokens per step.
     #[command(flatten)]
     pub spec: crate::spec::SpecArgs,
+    /// Decode under this JSON schema (the constrained decoding of
+    /// `response_format`), to measure its per-token cost against a plain run.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["lookup", "draft"])]
+    pub json_schema: Option<std::path::PathBuf>,
 }
 
 struct Run {
@@ -61,6 +65,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     crate::open::print_semantics(&opened, &a.model.exec(), a.model.verbose);
+    let schema = match &a.json_schema {
+        Some(p) => Some(schema_constraint(p, &opened)?),
+        None => None,
+    };
     let n_vocab = model.sem.dims.n_vocab as u64;
     let text_ids = match &a.prompt_text {
         Some(t) => Some(crate::open::tokenizer(&opened)?.encode(t, true)?),
@@ -160,11 +168,38 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         ctx.push(next);
         let mut sampler = Sampler::new(Default::default());
         let t1 = Instant::now();
-        let mut produced = 0;
-        while produced < a.gen_tokens {
-            let got = decode_step(&model, &mut st, &ctx, &mut sampler, speculator.as_mut())?;
-            produced += got.len();
-            ctx.extend(got);
+        if schema.is_none() {
+            let mut produced = 0;
+            while produced < a.gen_tokens {
+                let got = decode_step(&model, &mut st, &ctx, &mut sampler, speculator.as_mut())?;
+                produced += got.len();
+                ctx.extend(got);
+            }
+        }
+        let mut constrain_s = 0.0;
+        let mut c = schema.as_ref().map(|(c, _)| c.fork());
+        // With --json-schema (which excludes drafting), plain greedy steps
+        // under the constraint.
+        let constrained = if schema.is_some() { a.gen_tokens } else { 0 };
+        for _ in 0..constrained {
+            let mut l = model.forward(&mut st, &[next], Logits::Last)?;
+            if let (Some(c), Some((fresh, stops))) = (c.as_mut(), &schema) {
+                let tc = Instant::now();
+                c.mask(&mut l).map_err(anyhow::Error::msg)?;
+                next = argmax(&l);
+                // A finished object: start the next one.
+                if stops.contains(&next) {
+                    *c = fresh.fork();
+                } else {
+                    c.commit(next).map_err(anyhow::Error::msg)?;
+                    if c.finished() {
+                        *c = fresh.fork();
+                    }
+                }
+                constrain_s += tc.elapsed().as_secs_f64();
+                continue;
+            }
+            next = argmax(&l);
         }
         let decode = t1.elapsed().as_secs_f64();
         let r = Run {
@@ -181,6 +216,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             ttft_ms: prefill * 1e3,
             spec: speculator.map(|s| s.stats).unwrap_or_default(),
         };
+        if schema.is_some() && a.gen_tokens > 0 {
+            eprintln!(
+                "[bench] run {}/{}: the --json-schema constraint took {:.1} us/token, {:.1} % of decode",
+                rep + 1,
+                a.repetitions,
+                constrain_s * 1e6 / a.gen_tokens as f64,
+                100.0 * constrain_s / decode
+            );
+        }
         eprintln!(
             "[bench] run {}/{}{at}: pp{} {:.1} tok/s, tg{} {:.1} tok/s, ttft {:.1} ms",
             rep + 1,
@@ -270,4 +314,26 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The compiled schema of `--json-schema` and the model's stop ids.
+fn schema_constraint(
+    path: &std::path::Path,
+    opened: &onebit_model::load::Opened,
+) -> Result<(onebit_serve::constrain::Constraint, Vec<u32>)> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--json-schema {}", path.display()))?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("--json-schema {}: not JSON", path.display()))?;
+    let tok = crate::open::tokenizer(opened)?;
+    let stops = crate::open::stop_ids(&tok);
+    let Some(&eos) = stops.first() else {
+        bail!("the model declares no stop token, so --json-schema cannot end an object");
+    };
+    let c = onebit_serve::constrain::Constrainer::new(&tok, eos)
+        .map_err(anyhow::Error::msg)?
+        .compile(&onebit_serve::constrain::Grammar::JsonSchema(schema))
+        .map_err(|e| anyhow::anyhow!("--json-schema {}: {e}", path.display()))?;
+    Ok((c, stops))
 }

@@ -573,22 +573,28 @@ fn openai_python_client() {
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
 }
 
-/// Runs `tests/serve/<script>` against `srv`; it must report no failure.
-fn python_client(srv: &Server, script: &str) {
-    let script = onebit_testdata::dir().join("../tests/serve").join(script);
+/// Runs a script of tests/serve/ with the given server URLs; it must pass.
+fn python_script(name: &str, urls: &[String]) {
+    let script = onebit_testdata::dir().join("../tests/serve").join(name);
     let out = Command::new("python3")
         .arg(&script)
-        .arg(srv.url())
+        .args(urls)
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "{} failed (install its client with scripts/python-deps.sh):\n{stdout}\n{stderr}",
+        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{stderr}",
         script.display()
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    eprintln!("{stdout}");
+}
+
+/// Runs `tests/serve/<script>` against `srv`; it must report no failure.
+fn python_client(srv: &Server, script: &str) {
+    python_script(script, &[srv.url()]);
 }
 
 #[test]
@@ -616,4 +622,61 @@ fn ollama_routes_need_the_key_like_v1() {
     let (status, body) = srv.get("/");
     assert_eq!(status, 200);
     assert!(body.contains("<title>onebit chat</title>"), "{body}");
+
+
+fn template(name: &str) -> String {
+    onebit_testdata::dir()
+        .join("chat-templates")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn openai_tool_calls() {
+    let hermes = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
+    let plain = Server::smollm(&[]);
+    python_script("test_tools.py", &[hermes.url(), plain.url()]);
+    logit_bias_bans_and_forces(&plain);
+}
+
+/// `logit_bias` -100 bans the greedy first token (another comes), +100 on a
+/// token makes it the only one chosen.
+fn logit_bias_bans_and_forces(srv: &Server) {
+    let g = onebit_formats::gguf::Gguf::open(onebit_testdata::real_model(
+        onebit_testdata::SMOLLM2_135M,
+    ))
+    .unwrap();
+    let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
+    let (first, _) = srv.chat(&greedy(CAPITAL, 1));
+    let ids = tok.encode(&first, false).unwrap();
+    assert_eq!(ids.len(), 1, "{first:?} is one token");
+    let mut ban = greedy(CAPITAL, 1);
+    ban["logit_bias"] = json!({ ids[0].to_string(): -100 });
+    let (other, _) = srv.chat(&ban);
+    assert_ne!(other, first);
+    // Token 1000 is not the answer; forced, it is every token.
+    let forced_text = tok.decode(&[1000], false).unwrap();
+    assert_ne!(forced_text, first);
+    let mut force = greedy(CAPITAL, 3);
+    force["logit_bias"] = json!({"1000": 100});
+    let (text, _) = srv.chat(&force);
+    assert_eq!(text, forced_text.repeat(3));
+}
+
+#[test]
+fn openai_structured_output() {
+    let smol = Server::smollm(&["--max-seqs", "8"]);
+    let gemma = Server::start(
+        onebit_testdata::GEMMA3_270M,
+        &[
+            "--threads",
+            "1",
+            "--max-seqs",
+            "8",
+            "--chat-template",
+            &template("gemma3.jinja"),
+        ],
+    );
+    python_script("test_structured.py", &[smol.url(), gemma.url()]);
 }

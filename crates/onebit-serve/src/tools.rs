@@ -1,0 +1,960 @@
+//! Tool calls: the formats models write them in (as data), which one a
+//! template speaks, the generic fallback for templates that know no tools,
+//! parsing a reply (whole or streamed) into OpenAI's `tool_calls`, and the
+//! grammar that forces a valid call under `tool_choice` required or named.
+
+use serde_json::{json, Map, Value};
+
+use crate::constrain::{json_options, Grammar};
+
+/// How a call's payload is written between the markers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// One `{"name": .., <args_key>: {..}}` per block.
+    Object,
+    /// One block holding a list of such objects.
+    Array,
+    /// `{"tool_calls": [{"name": .., "arguments": {..}}, ..]}` as the whole reply.
+    Envelope,
+    /// A Python list of calls with keyword arguments: `[f(a='x', n=2), g()]`.
+    Pythonic,
+}
+
+/// A tool-call format: what the model writes to call a function.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CallFormat {
+    pub name: &'static str,
+    /// A template speaks this format when its source holds one of these.
+    pub detect: &'static [&'static str],
+    /// Text that opens a call block; "" means the reply itself is the call
+    /// (it starts with `{`).
+    pub open: &'static str,
+    /// Text that closes a block; "" means it runs to the end of the reply.
+    pub close: &'static str,
+    pub body: Body,
+    /// The key holding the arguments.
+    pub args_key: &'static str,
+}
+
+/// Hermes / Qwen2.5 / Qwen3 / SmolLM3: `<tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>`.
+pub const HERMES: CallFormat = CallFormat {
+    name: "hermes",
+    detect: &["<tool_call>"],
+    open: "<tool_call>",
+    close: "</tool_call>",
+    body: Body::Object,
+    args_key: "arguments",
+};
+
+/// Mistral (v3 tokenizer on): `[TOOL_CALLS][{"name": .., "arguments": {..}}]`.
+pub const MISTRAL: CallFormat = CallFormat {
+    name: "mistral",
+    detect: &["[TOOL_CALLS]"],
+    open: "[TOOL_CALLS]",
+    close: "",
+    body: Body::Array,
+    args_key: "arguments",
+};
+
+/// Llama 3.1–3.3 JSON tool calling: the reply is `{"name": .., "parameters": {..}}`
+/// (after `<|python_tag|>` in some fine-tunes).
+pub const LLAMA3: CallFormat = CallFormat {
+    name: "llama3-json",
+    detect: &["<|python_tag|>", "\"parameters\": "],
+    open: "",
+    close: "",
+    body: Body::Object,
+    args_key: "parameters",
+};
+
+/// LFM2 / LFM2.5: `<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>`.
+/// A forced call is written in the generic JSON envelope instead (a
+/// grammar of Python literals from a JSON schema is not built here).
+pub const LFM2: CallFormat = CallFormat {
+    name: "lfm2-pythonic",
+    detect: &["<|tool_list_start|>", "<|tool_call_start|>"],
+    open: "<|tool_call_start|>",
+    close: "<|tool_call_end|>",
+    body: Body::Pythonic,
+    args_key: "arguments",
+};
+
+/// The fallback for templates that know no tools: the tools are described in
+/// a system message and the model answers with a JSON envelope.
+pub const GENERIC: CallFormat = CallFormat {
+    name: "generic-json",
+    detect: &[],
+    open: "",
+    close: "",
+    body: Body::Envelope,
+    args_key: "arguments",
+};
+
+/// The formats tried in order on a template's source.
+pub const FORMATS: [&CallFormat; 4] = [&HERMES, &MISTRAL, &LFM2, &LLAMA3];
+
+/// The format a template speaks, or `None` when it knows no tools (it never
+/// reads `tools`, or writes calls in a way not listed here).
+pub fn detect(template: &str) -> Option<&'static CallFormat> {
+    if !template.contains("tools") {
+        return None;
+    }
+    FORMATS
+        .into_iter()
+        .find(|f| f.detect.iter().any(|d| template.contains(d)))
+}
+
+/// `tool_choice`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+/// A request's tools, checked.
+#[derive(Clone, Debug)]
+pub struct ToolSpec {
+    /// As sent, each `{"type": "function", "function": {..}}`.
+    pub tools: Vec<Value>,
+    pub choice: ToolChoice,
+    pub parallel: bool,
+}
+
+impl ToolSpec {
+    fn functions(&self) -> impl Iterator<Item = &Value> {
+        self.tools.iter().map(|t| &t["function"])
+    }
+
+    /// The declared function names.
+    pub fn names(&self) -> Vec<&str> {
+        self.functions()
+            .filter_map(|f| f["name"].as_str())
+            .collect()
+    }
+
+    /// The model's output must be a call.
+    pub fn forced(&self) -> bool {
+        matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_))
+    }
+
+    /// Replies are parsed for calls.
+    pub fn parsed(&self) -> bool {
+        self.choice != ToolChoice::None
+    }
+}
+
+/// One parsed call: the function name and its arguments as a JSON string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    pub arguments: String,
+}
+
+fn call_of(v: &Value, args_key: &str) -> Option<Call> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v
+        .get(args_key)
+        .or_else(|| v.get("arguments"))
+        .or_else(|| v.get("parameters"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let arguments = match args {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Some(Call { name, arguments })
+}
+
+/// The calls one JSON payload holds.
+fn calls_in(payload: &str, f: &CallFormat) -> Option<Vec<Call>> {
+    if f.body == Body::Pythonic {
+        return pythonic_calls(payload);
+    }
+    let mut de = serde_json::Deserializer::from_str(payload.trim()).into_iter::<Value>();
+    let v = de.next()?.ok()?;
+    // Nothing but whitespace (or Llama's `;` between calls) may follow.
+    let rest = payload.trim()[de.byte_offset()..].trim();
+    if !rest.is_empty() {
+        let more = if f.body == Body::Object && f.open.is_empty() {
+            calls_in(rest.strip_prefix(';')?, f)?
+        } else {
+            return None;
+        };
+        let mut first = calls_in_value(&v, f)?;
+        first.extend(more);
+        return Some(first);
+    }
+    calls_in_value(&v, f)
+}
+
+fn calls_in_value(v: &Value, f: &CallFormat) -> Option<Vec<Call>> {
+    let list = match (f.body, v) {
+        (Body::Object, Value::Object(_)) => return Some(vec![call_of(v, f.args_key)?]),
+        (Body::Array, Value::Array(a)) => a,
+        (Body::Array, Value::Object(_)) => return Some(vec![call_of(v, f.args_key)?]),
+        (Body::Envelope, Value::Object(o)) => o.get("tool_calls")?.as_array()?,
+        _ => return None,
+    };
+    list.iter().map(|c| call_of(c, f.args_key)).collect()
+}
+
+/// `[f(a='x', n=2), g()]`: Python literals (strings in either quotes,
+/// numbers, True/False/None and JSON's true/false/null, lists, dicts) as
+/// JSON arguments, in the order written.
+pub fn pythonic_calls(text: &str) -> Option<Vec<Call>> {
+    let mut p = Py {
+        s: text.trim().as_bytes(),
+        i: 0,
+    };
+    p.eat(b'[')?;
+    let mut calls = Vec::new();
+    loop {
+        p.ws();
+        if p.eat(b']').is_some() {
+            break;
+        }
+        if !calls.is_empty() {
+            p.eat(b',')?;
+            p.ws();
+        }
+        let name = p.ident()?;
+        p.ws();
+        p.eat(b'(')?;
+        let mut args = Map::new();
+        loop {
+            p.ws();
+            if p.eat(b')').is_some() {
+                break;
+            }
+            if !args.is_empty() {
+                p.eat(b',')?;
+                p.ws();
+                if p.eat(b')').is_some() {
+                    break;
+                }
+            }
+            let k = p.ident()?;
+            p.ws();
+            p.eat(b'=')?;
+            p.ws();
+            let v = p.value(0)?;
+            args.insert(k, v);
+        }
+        calls.push(Call {
+            name,
+            arguments: Value::Object(args).to_string(),
+        });
+    }
+    (p.i == p.s.len()).then_some(calls)
+}
+
+struct Py<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Py<'_> {
+    fn ws(&mut self) {
+        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
+            self.i += 1;
+        }
+    }
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.s.get(self.i) == Some(&c)).then(|| self.i += 1)
+    }
+    fn ident(&mut self) -> Option<String> {
+        let start = self.i;
+        while self
+            .s
+            .get(self.i)
+            .is_some_and(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+        {
+            self.i += 1;
+        }
+        (self.i > start).then(|| String::from_utf8_lossy(&self.s[start..self.i]).into_owned())
+    }
+    /// One literal; `depth` bounds nesting.
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > 64 {
+            return None;
+        }
+        self.ws();
+        let c = *self.s.get(self.i)?;
+        match c {
+            b'\'' | b'"' => self.string(c).map(Value::String),
+            b'[' | b'(' => {
+                let close = if c == b'[' { b']' } else { b')' };
+                self.i += 1;
+                let mut items = Vec::new();
+                loop {
+                    self.ws();
+                    if self.eat(close).is_some() {
+                        return Some(Value::Array(items));
+                    }
+                    if !items.is_empty() {
+                        self.eat(b',')?;
+                        self.ws();
+                        if self.eat(close).is_some() {
+                            return Some(Value::Array(items));
+                        }
+                    }
+                    items.push(self.value(depth + 1)?);
+                }
+            }
+            b'{' => {
+                self.i += 1;
+                let mut m = Map::new();
+                loop {
+                    self.ws();
+                    if self.eat(b'}').is_some() {
+                        return Some(Value::Object(m));
+                    }
+                    if !m.is_empty() {
+                        self.eat(b',')?;
+                        self.ws();
+                    }
+                    let q = *self.s.get(self.i)?;
+                    let k = if q == b'\'' || q == b'"' {
+                        self.string(q)?
+                    } else {
+                        self.ident()?
+                    };
+                    self.ws();
+                    self.eat(b':')?;
+                    let v = self.value(depth + 1)?;
+                    m.insert(k, v);
+                }
+            }
+            _ => {
+                let w = self.ident()?;
+                match w.as_str() {
+                    "True" | "true" => Some(Value::Bool(true)),
+                    "False" | "false" => Some(Value::Bool(false)),
+                    "None" | "null" => Some(Value::Null),
+                    num => {
+                        // A number: ident() stops before a sign or exponent sign.
+                        let mut t = num.to_string();
+                        while let Some(&c) = self.s.get(self.i) {
+                            if matches!(c, b'+' | b'-') && (t.ends_with('e') || t.ends_with('E')) {
+                                self.i += 1;
+                                t.push(c as char);
+                                t.push_str(&self.ident().unwrap_or_default());
+                            } else {
+                                break;
+                            }
+                        }
+                        serde_json::from_str::<serde_json::Number>(&t)
+                            .ok()
+                            .map(Value::Number)
+                    }
+                }
+            }
+        }
+    }
+    fn string(&mut self, q: u8) -> Option<String> {
+        self.i += 1;
+        let mut out = Vec::new();
+        loop {
+            let c = *self.s.get(self.i)?;
+            self.i += 1;
+            match c {
+                b'\\' => {
+                    let e = *self.s.get(self.i)?;
+                    self.i += 1;
+                    out.push(match e {
+                        b'n' => b'\n',
+                        b't' => b'\t',
+                        b'r' => b'\r',
+                        other => other,
+                    });
+                }
+                c if c == q => return String::from_utf8(out).ok(),
+                c => out.push(c),
+            }
+        }
+    }
+}
+
+/// Splits a whole reply into its text and its calls. A reply whose call
+/// blocks do not parse is all text (the client sees what the model wrote).
+pub fn parse(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
+    if f.open.is_empty() {
+        let t = text.trim_start();
+        let t = t.strip_prefix("<|python_tag|>").unwrap_or(t);
+        if t.starts_with('{') || (f.body == Body::Array && t.starts_with('[')) {
+            if let Some(calls) = calls_in(t, f) {
+                if !calls.is_empty() {
+                    return (String::new(), calls);
+                }
+            }
+        }
+        return (text.to_string(), Vec::new());
+    }
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(f.open) {
+        content.push_str(&rest[..at]);
+        let after = &rest[at + f.open.len()..];
+        let (payload, next, closed) = if f.close.is_empty() {
+            (after, "", true)
+        } else {
+            match after.find(f.close) {
+                Some(end) => (&after[..end], &after[end + f.close.len()..], true),
+                // Unclosed: the stop came first, or max_tokens cut it.
+                None => (after, "", false),
+            }
+        };
+        match calls_in(payload, f) {
+            Some(c) => calls.extend(c),
+            // A cut last block stays text beside the whole calls before it.
+            None if !closed && !calls.is_empty() => {
+                content.push_str(&rest[at..]);
+                rest = "";
+                break;
+            }
+            None => return (text.to_string(), Vec::new()),
+        }
+        rest = next;
+    }
+    content.push_str(rest);
+    if calls.is_empty() {
+        return (text.to_string(), calls);
+    }
+    (content.trim().to_string(), calls)
+}
+
+/// Streams a reply's text while holding back what may be a call, which is
+/// parsed whole when the reply ends.
+pub struct ToolStream {
+    f: &'static CallFormat,
+    /// Text not yet given out: a possible start of the open marker, or (once
+    /// a call has begun) everything since.
+    held: String,
+    in_call: bool,
+    /// Any non-whitespace text has gone out (a reply-is-the-call format then
+    /// cannot be a call any more).
+    spoke: bool,
+}
+
+impl ToolStream {
+    pub fn new(f: &'static CallFormat) -> ToolStream {
+        ToolStream {
+            f,
+            held: String::new(),
+            in_call: false,
+            spoke: false,
+        }
+    }
+
+    /// The text that can go out now.
+    pub fn push(&mut self, piece: &str) -> String {
+        self.held.push_str(piece);
+        if self.in_call {
+            return String::new();
+        }
+        if self.f.open.is_empty() {
+            if self.spoke {
+                return std::mem::take(&mut self.held);
+            }
+            let t = self.held.trim_start();
+            if t.is_empty() || "<|python_tag|>".starts_with(t) {
+                return String::new();
+            }
+            let t = t.strip_prefix("<|python_tag|>").unwrap_or(t).trim_start();
+            if t.is_empty() {
+                return String::new();
+            }
+            if t.starts_with('{') || (self.f.body == Body::Array && t.starts_with('[')) {
+                self.in_call = true;
+                return String::new();
+            }
+            self.spoke = true;
+            return std::mem::take(&mut self.held);
+        }
+        if let Some(at) = self.held.find(self.f.open) {
+            self.in_call = true;
+            let out = self.held[..at].to_string();
+            self.held.drain(..at);
+            return out;
+        }
+        // Hold back the longest tail that could begin the marker.
+        let keep = (1..self.f.open.len().min(self.held.len() + 1))
+            .rev()
+            .find(|&k| {
+                self.held.is_char_boundary(self.held.len() - k)
+                    && self.f.open.starts_with(&self.held[self.held.len() - k..])
+            })
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        let out = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        out
+    }
+
+    /// At the end: the text still to go out and the calls.
+    pub fn finish(&mut self) -> (String, Vec<Call>) {
+        let held = std::mem::take(&mut self.held);
+        if !self.in_call {
+            return (held, Vec::new());
+        }
+        let (content, calls) = parse(&held, self.f);
+        (content, calls)
+    }
+}
+
+/// The schema of one call to function `f` (its `parameters` as arguments).
+fn call_schema(function: &Value, args_key: &str) -> Value {
+    let params = match function.get("parameters") {
+        Some(p @ Value::Object(_)) => p.clone(),
+        _ => json!({"type": "object"}),
+    };
+    json!({
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, args_key: params},
+        "required": ["name", args_key],
+        "additionalProperties": false,
+    })
+}
+
+/// The grammar that forces a valid call (several when `parallel`) to one of
+/// the allowed functions, in format `f`. `special` gives the id of a marker
+/// that is one control token in the vocabulary.
+pub fn forced_grammar(
+    spec: &ToolSpec,
+    f: &CallFormat,
+    special: impl Fn(&str) -> Option<u32>,
+) -> Grammar {
+    let allowed: Vec<Value> = spec
+        .functions()
+        .filter(|func| match &spec.choice {
+            ToolChoice::Named(n) => func["name"].as_str() == Some(n),
+            _ => true,
+        })
+        .map(|func| call_schema(func, f.args_key))
+        .collect();
+    let one = if allowed.len() == 1 {
+        allowed[0].clone()
+    } else {
+        json!({"anyOf": allowed})
+    };
+    let lit = |s: &str| match special(s) {
+        Some(id) => format!("<[{id}]>"),
+        None => serde_json::to_string(s).unwrap_or_default(),
+    };
+    let with_opts = |mut v: Value| {
+        if let Value::Object(o) = &mut v {
+            o.insert("x-guidance".into(), json_options());
+        }
+        v
+    };
+    let many = spec.parallel && !matches!(spec.choice, ToolChoice::Named(_));
+    let list = |items: Value| {
+        let mut a = json!({"type": "array", "items": items, "minItems": 1});
+        if !many {
+            a["maxItems"] = json!(1);
+        }
+        a
+    };
+    let lark = match f.body {
+        Body::Object if !f.open.is_empty() => {
+            let block = format!(
+                "{} \"\\n\" %json {} \"\\n\" {}",
+                lit(f.open),
+                with_opts(one),
+                lit(f.close)
+            );
+            if many {
+                format!("start: call (\"\\n\" call)*\ncall: {block}\n")
+            } else {
+                format!("start: {block}\n")
+            }
+        }
+        Body::Object => format!("start: %json {}\n", with_opts(one)),
+        Body::Array => format!("start: {} %json {}\n", lit(f.open), with_opts(list(one))),
+        // A forced LFM2 call is written as the JSON envelope (see [`LFM2`]).
+        Body::Envelope | Body::Pythonic => {
+            let env = json!({
+                "type": "object",
+                "properties": {"tool_calls": list(one)},
+                "required": ["tool_calls"],
+                "additionalProperties": false,
+            });
+            format!("start: %json {}\n", with_opts(env))
+        }
+    };
+    Grammar::Lark(lark)
+}
+
+/// The system text the fallback adds: the tools and how to call them.
+pub fn fallback_instruction(spec: &ToolSpec) -> String {
+    let mut s = String::from(
+        "You can call the following tools. Each line is one tool, with a JSON Schema of its arguments:\n",
+    );
+    for f in spec.functions() {
+        s.push_str(&f.to_string());
+        s.push('\n');
+    }
+    s.push_str(
+        "To call tools, reply with only this JSON and nothing else: {\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<the arguments>}}]}\n",
+    );
+    match &spec.choice {
+        ToolChoice::Required => s.push_str("You must call a tool now."),
+        ToolChoice::Named(n) => s.push_str(&format!("You must call the tool {n} now.")),
+        _ => s.push_str("If no tool is needed, answer normally."),
+    }
+    s
+}
+
+/// For a template that knows no tools: the tools go into the system
+/// message, an assistant's calls become its content (the envelope it would
+/// have written), and a tool's reply becomes a user message naming the call.
+pub fn fallback_messages(messages: &Value, spec: Option<&ToolSpec>) -> Value {
+    let Some(list) = messages.as_array() else {
+        return messages.clone();
+    };
+    let mut out: Vec<Value> = Vec::with_capacity(list.len() + 1);
+    let names: Map<String, Value> = list
+        .iter()
+        .filter_map(|m| m.get("tool_calls")?.as_array())
+        .flatten()
+        .filter_map(|c| {
+            Some((
+                c.get("id")?.as_str()?.to_string(),
+                c["function"]["name"].clone(),
+            ))
+        })
+        .collect();
+    for m in list {
+        let mut m = m.clone();
+        match m["role"].as_str() {
+            Some("assistant") if m.get("tool_calls").is_some_and(Value::is_array) => {
+                let calls: Vec<Value> = m["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        let f = &c["function"];
+                        let args = match &f["arguments"] {
+                            Value::String(s) => {
+                                serde_json::from_str(s).unwrap_or(Value::String(s.clone()))
+                            }
+                            other => other.clone(),
+                        };
+                        json!({"name": f["name"], "arguments": args})
+                    })
+                    .collect();
+                let env = json!({"tool_calls": calls}).to_string();
+                let text = match m["content"].as_str() {
+                    Some(c) if !c.is_empty() => format!("{c}\n{env}"),
+                    _ => env,
+                };
+                let o = m.as_object_mut().expect("a message is an object");
+                o.remove("tool_calls");
+                o.insert("content".into(), Value::String(text));
+            }
+            Some("tool") => {
+                let id = m["tool_call_id"].as_str().unwrap_or("");
+                let name = names
+                    .get(id)
+                    .and_then(Value::as_str)
+                    .or_else(|| m["name"].as_str())
+                    .unwrap_or("the tool");
+                let text = format!(
+                    "Result of {name}{}: {}",
+                    if id.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (call {id})")
+                    },
+                    m["content"].as_str().unwrap_or("")
+                );
+                m = json!({"role": "user", "content": text});
+            }
+            _ => {}
+        }
+        out.push(m);
+    }
+    if let Some(spec) = spec.filter(|s| s.choice != ToolChoice::None) {
+        let instr = fallback_instruction(spec);
+        match out.first_mut() {
+            Some(first) if first["role"] == "system" => {
+                let c = first["content"].as_str().unwrap_or("");
+                first["content"] = Value::String(format!("{c}\n\n{instr}"));
+            }
+            _ => out.insert(0, json!({"role": "system", "content": instr})),
+        }
+    }
+    Value::Array(out)
+}
+
+/// Calls' `arguments` as objects where they are JSON strings (as OpenAI
+/// clients send them): templates write them with `tojson`, and vLLM and
+/// llama.cpp hand templates objects.
+pub fn arguments_as_objects(messages: &Value) -> Value {
+    let mut out = messages.clone();
+    for m in out.as_array_mut().into_iter().flatten() {
+        for c in m
+            .get_mut("tool_calls")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let f = &mut c["function"];
+            if let Some(Value::String(s)) = f.get("arguments") {
+                if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(s) {
+                    f["arguments"] = v;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Adjacent user messages merged (a tool reply after a user turn, for a
+/// template that demands alternating roles).
+pub fn merge_adjacent_users(messages: Value) -> Value {
+    let Value::Array(list) = messages else {
+        return messages;
+    };
+    let mut out: Vec<Value> = Vec::with_capacity(list.len());
+    for m in list {
+        if let Some(prev) = out.last_mut() {
+            if prev["role"] == "user" && m["role"] == "user" {
+                let a = prev["content"].as_str().unwrap_or("").to_string();
+                let b = m["content"].as_str().unwrap_or("");
+                prev["content"] = Value::String(format!("{a}\n\n{b}"));
+                continue;
+            }
+        }
+        out.push(m);
+    }
+    Value::Array(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(choice: ToolChoice, parallel: bool) -> ToolSpec {
+        ToolSpec {
+            tools: vec![
+                json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}),
+                json!({"type": "function", "function": {"name": "get_time"}}),
+            ],
+            choice,
+            parallel,
+        }
+    }
+
+    #[test]
+    fn formats_are_chosen_from_the_template_text() {
+        let chatml = include_str!("../../../testdata/chat-templates/chatml-think-tools.jinja");
+        assert_eq!(detect(chatml), Some(&HERMES));
+        let gemma = include_str!("../../../testdata/chat-templates/gemma3.jinja");
+        assert_eq!(detect(gemma), None);
+        let llama = include_str!("../../../testdata/chat-templates/llama3-dated.jinja");
+        let want = if llama.contains("tools") && llama.contains("\"parameters\": ") {
+            Some(&LLAMA3)
+        } else {
+            None
+        };
+        assert_eq!(detect(llama), want);
+        assert_eq!(
+            detect("{% if tools %}[AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]"),
+            Some(&MISTRAL)
+        );
+    }
+
+    #[test]
+    fn hermes_blocks_parse_with_text_around_them() {
+        let out = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+        let (content, calls) = parse(out, &HERMES);
+        assert_eq!(content, "Let me look.");
+        assert_eq!(
+            calls,
+            [
+                Call {
+                    name: "get_weather".into(),
+                    arguments: r#"{"city":"Paris"}"#.into()
+                },
+                Call {
+                    name: "get_time".into(),
+                    arguments: "{}".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cut_last_block_stays_text_beside_the_whole_calls() {
+        let whole = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n";
+        let out = format!("{whole}<tool_call>\n{{\"name\": \"get_ti");
+        let (content, calls) = parse(&out, &HERMES);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(content, "<tool_call>\n{\"name\": \"get_ti");
+        // Unclosed but whole (the stop token came before the close tag): a call.
+        let (content, calls) = parse("<tool_call>{\"name\": \"get_time\"}", &HERMES);
+        assert_eq!((content.as_str(), calls.len()), ("", 1));
+    }
+
+    #[test]
+    fn a_broken_block_leaves_the_reply_as_text() {
+        let out =
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \n</tool_call>";
+        assert_eq!(parse(out, &HERMES), (out.to_string(), vec![]));
+        assert_eq!(parse("just text", &HERMES), ("just text".into(), vec![]));
+    }
+
+    #[test]
+    fn llama_mistral_and_envelope_payloads() {
+        let (c, calls) = parse(
+            "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}",
+            &LLAMA3,
+        );
+        assert_eq!(
+            (c.as_str(), calls[0].arguments.as_str()),
+            ("", r#"{"tz":"UTC"}"#)
+        );
+        let (_, calls) = parse(
+            "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": {\"x\": 1}}]",
+            &MISTRAL,
+        );
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[1].arguments, r#"{"x":1}"#);
+        let (_, calls) = parse(
+            " {\"tool_calls\": [{\"name\": \"get_time\", \"arguments\": {}}]}",
+            &GENERIC,
+        );
+        assert_eq!(calls[0].name, "get_time");
+        // Text that merely starts with a brace but is no envelope stays text.
+        assert_eq!(parse("{not json", &GENERIC).1, vec![]);
+    }
+
+    #[test]
+    fn streaming_holds_a_split_marker_and_gives_the_same_calls() {
+        let out = "Sure.<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+        // Pieces of 3 bytes: the marker arrives split across pieces.
+        let mut s = ToolStream::new(&HERMES);
+        let mut text = String::new();
+        let b = out.as_bytes();
+        for chunk in b.chunks(3) {
+            text.push_str(&s.push(std::str::from_utf8(chunk).unwrap()));
+            assert!(!text.contains('<'), "{text}");
+        }
+        let (rest, calls) = s.finish();
+        text.push_str(&rest);
+        assert_eq!(text, "Sure.");
+        assert_eq!(calls, parse(out, &HERMES).1);
+        // A `<` that does not begin the marker goes out.
+        let mut s = ToolStream::new(&HERMES);
+        assert_eq!(s.push("a <b"), "a <b");
+        assert_eq!(s.push("<too"), "");
+        assert_eq!(s.push("k"), "<took");
+    }
+
+    #[test]
+    fn streaming_a_reply_that_is_the_call() {
+        let mut s = ToolStream::new(&GENERIC);
+        assert_eq!(s.push("  "), "");
+        assert_eq!(s.push("{\"tool_calls\": [{\"name\": \"get_time\", "), "");
+        assert_eq!(s.push("\"arguments\": {}}]}"), "");
+        assert_eq!(s.finish().1[0].name, "get_time");
+        let mut s = ToolStream::new(&GENERIC);
+        assert_eq!(s.push(" Hi"), " Hi");
+        assert_eq!(s.push(" {"), " {");
+        assert_eq!(s.finish(), (String::new(), vec![]));
+    }
+
+    #[test]
+    fn forced_grammar_names_only_the_allowed_function() {
+        let Grammar::Lark(g) = forced_grammar(
+            &spec(ToolChoice::Named("get_time".into()), true),
+            &HERMES,
+            |_| None,
+        ) else {
+            panic!()
+        };
+        assert!(g.contains("\"const\":\"get_time\""), "{g}");
+        assert!(!g.contains("get_weather"), "{g}");
+        // Named: exactly one call, no repetition.
+        assert!(g.starts_with("start: \"<tool_call>\""), "{g}");
+        let Grammar::Lark(g) = forced_grammar(&spec(ToolChoice::Required, true), &HERMES, |_| None)
+        else {
+            panic!()
+        };
+        assert!(
+            g.contains("anyOf") && g.contains("call (\"\\n\" call)*"),
+            "{g}"
+        );
+        let Grammar::Lark(g) = forced_grammar(&spec(ToolChoice::Required, false), &MISTRAL, |s| {
+            (s == "[TOOL_CALLS]").then_some(5)
+        }) else {
+            panic!()
+        };
+        assert!(g.starts_with("start: <[5]> %json"), "{g}");
+        assert!(g.contains("\"maxItems\":1"), "{g}");
+    }
+
+    #[test]
+    fn lfm2_pythonic_calls() {
+        let out = "Checking.<|tool_call_start|>[get_weather(city='Paris', unit=\"celsius\"), get_time(tz='Europe/Paris', n=-2, x=1.5e-3, ok=True, none=None, l=[1, 'a'], d={'k': False})]<|tool_call_end|>";
+        let (content, calls) = parse(out, &LFM2);
+        assert_eq!(content, "Checking.");
+        assert_eq!(calls[0].name, "get_weather");
+        assert_eq!(calls[0].arguments, r#"{"city":"Paris","unit":"celsius"}"#);
+        assert_eq!(
+            calls[1].arguments,
+            r#"{"tz":"Europe/Paris","n":-2,"x":0.0015,"ok":true,"none":null,"l":[1,"a"],"d":{"k":false}}"#
+        );
+        assert_eq!(pythonic_calls("[f()]").unwrap()[0].arguments, "{}");
+        assert_eq!(
+            pythonic_calls("[f(a='it\\'s')]").unwrap()[0].arguments,
+            r#"{"a":"it's"}"#
+        );
+        for bad in ["f()", "[f(a=)]", "[f(a='x')", "[f(a=b c)]", "[f(1)]"] {
+            assert_eq!(pythonic_calls(bad), None, "{bad}");
+        }
+        assert_eq!(
+            detect("{% if tools %}List of tools: <|tool_list_start|>[{% endif %}"),
+            Some(&LFM2)
+        );
+    }
+
+    #[test]
+    fn string_arguments_become_objects() {
+        let m = json!([{"role": "assistant", "content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": [1]}"}},
+            {"id": "b", "type": "function", "function": {"name": "g", "arguments": "not json"}},
+        ]}]);
+        let out = arguments_as_objects(&m);
+        assert_eq!(
+            out[0]["tool_calls"][0]["function"]["arguments"],
+            json!({"x": [1]})
+        );
+        assert_eq!(out[0]["tool_calls"][1]["function"]["arguments"], "not json");
+    }
+
+    #[test]
+    fn fallback_rewrites_calls_and_results() {
+        let msgs = json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+        ]);
+        let out = fallback_messages(&msgs, Some(&spec(ToolChoice::Auto, true)));
+        assert_eq!(out[0]["role"], "system");
+        assert!(out[0]["content"].as_str().unwrap().contains("get_weather"));
+        assert_eq!(
+            out[2]["content"],
+            r#"{"tool_calls":[{"name":"get_weather","arguments":{"city":"Paris"}}]}"#
+        );
+        assert_eq!(out[3]["role"], "user");
+        assert_eq!(
+            out[3]["content"],
+            "Result of get_weather (call call_1): 18 C"
+        );
+    }
+}
