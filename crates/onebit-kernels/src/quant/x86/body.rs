@@ -107,7 +107,7 @@ macro_rules! simd_kernels {
                 GgmlType::Q4_1 => gemm_q4::<1>,
                 GgmlType::Q5_0 => gemm_q4::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
-                GgmlType::Q4K => gemm_q4_k,
+                GgmlType::Q4K => gemm_q4_kx8,
                 GgmlType::Q6K => gemm_q6_k,
                 GgmlType::F32 => gemm_f32,
                 _ => return None,
@@ -727,6 +727,20 @@ macro_rules! simd_kernels {
         ) {
             let nsb = ops.cols / 256;
             let ws = nsb * super::WIDE_KW;
+            // Interleaved Q4_K rows back to standard ones first: a copy of
+            // the chunk, small beside the work of several tokens.
+            let t = if K == 4 { GgmlType::Q4K } else { GgmlType::Q6K };
+            let standard;
+            let unpacked;
+            let mut ops = ops;
+            if super::interleaves(t) {
+                standard = super::unpack_weight_rows(t, ops.w, nrows, ops.wrb);
+                unpacked = Operands {
+                    w: &standard,
+                    ..*ops
+                };
+                ops = &unpacked;
+            }
             drive_wide!(
                 expand_k_row,
                 tile_wide_k,
@@ -921,12 +935,8 @@ macro_rules! simd_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q4_K · Q8_K, standard layout.
-
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q4_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
-            drive!(tile_q4_k, ops, nrows, ntok, out, os);
-        }
+        // Q4_K · Q8_K, standard layout: the rows past an interleaved
+        // matrix's last whole group of 8.
 
         /// The sums of the eight lanes of every vector of `v`, in order;
         /// four vectors at a time share one horizontal-add tree.
@@ -1065,6 +1075,273 @@ macro_rules! simd_kernels {
                 for j in 0..T {
                     *out.add((t0 + j) * os + r0 + i) = acc[i][j];
                 }
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // Q4_K · Q8_K, rows interleaved by 8 (`super::Q4K_X8`): each 32-bit
+        // lane is one row, so a row's sums stay in its lane and no
+        // horizontal reduction is needed; every activation word is
+        // broadcast to all lanes.
+
+        /// Whole groups of 8 rows run [`tile_q4_kx8`]; the rows past the
+        /// last whole group are standard and run [`tile_q4_k`].
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q4_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            let groups = nrows / 8;
+            for g in 0..groups {
+                let mut t = 0;
+                while t + TT <= ntok {
+                    tile_q4_kx8::<TT>(ops, g, t, out, os);
+                    t += TT;
+                }
+                while t < ntok {
+                    tile_q4_kx8::<1>(ops, g, t, out, os);
+                    t += 1;
+                }
+            }
+            for r in groups * 8..nrows {
+                for t in 0..ntok {
+                    tile_q4_k::<1, 1>(ops, r, t, out, os);
+                }
+            }
+        }
+
+        /// Rows 8g..8g + 8 times T Q8_K rows. Per super-block and row (lane):
+        /// the scaled code sums and the mins times the activations'
+        /// 16-element sums, exact integers as the scalar reference; then its
+        /// float formula lane by lane, unfused.
+        ///
+        /// Code sums: with VNNI, `vpdpbusd` of the low nibbles and of the
+        /// high nibbles left in place (16 x the code, so the sum is 16 x the
+        /// true one, shifted back exactly) into i32; without, `vpmaddubsw`
+        /// pairs (at most 2 x 15 x 128) added in i16 over a sub-block's 8
+        /// vectors (at most 30,720), then `vpmaddwd` with the scale.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q4_kx8<const T: usize>(
+            ops: &Operands,
+            g: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nsb = ops.cols / 256;
+            let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mf0 = _mm256_set1_epi8(0xF0u8 as i8);
+            let m6 = _mm256_set1_epi32(0x3F3F_3F3F);
+            let m4w = _mm256_set1_epi32(0x0F0F_0F0F);
+            let m2 = _mm256_set1_epi32(0x0303_0303);
+            // Byte j of each lane as i32 (VNNI) or as an i16 pair (AVX2).
+            let pick = |j: i8| {
+                let z = -128i8;
+                if VNNI {
+                    _mm256_setr_epi8(
+                        j,
+                        z,
+                        z,
+                        z,
+                        j + 4,
+                        z,
+                        z,
+                        z,
+                        j + 8,
+                        z,
+                        z,
+                        z,
+                        j + 12,
+                        z,
+                        z,
+                        z,
+                        j,
+                        z,
+                        z,
+                        z,
+                        j + 4,
+                        z,
+                        z,
+                        z,
+                        j + 8,
+                        z,
+                        z,
+                        z,
+                        j + 12,
+                        z,
+                        z,
+                        z,
+                    )
+                } else {
+                    _mm256_setr_epi8(
+                        j,
+                        z,
+                        j,
+                        z,
+                        j + 4,
+                        z,
+                        j + 4,
+                        z,
+                        j + 8,
+                        z,
+                        j + 8,
+                        z,
+                        j + 12,
+                        z,
+                        j + 12,
+                        z,
+                        j,
+                        z,
+                        j,
+                        z,
+                        j + 4,
+                        z,
+                        j + 4,
+                        z,
+                        j + 8,
+                        z,
+                        j + 8,
+                        z,
+                        j + 12,
+                        z,
+                        j + 12,
+                        z,
+                    )
+                }
+            };
+            let picks = [pick(0), pick(1), pick(2), pick(3)];
+            // Each min as an i16 pair, whatever the level.
+            let pair = |j: i8| {
+                let z = -128i8;
+                _mm256_setr_epi8(
+                    j,
+                    z,
+                    j,
+                    z,
+                    j + 4,
+                    z,
+                    j + 4,
+                    z,
+                    j + 8,
+                    z,
+                    j + 8,
+                    z,
+                    j + 12,
+                    z,
+                    j + 12,
+                    z,
+                    j,
+                    z,
+                    j,
+                    z,
+                    j + 4,
+                    z,
+                    j + 4,
+                    z,
+                    j + 8,
+                    z,
+                    j + 8,
+                    z,
+                    j + 12,
+                    z,
+                    j + 12,
+                    z,
+                )
+            };
+            let pairs = [pair(0), pair(1), pair(2), pair(3)];
+            let mut acc = [_mm256_setzero_ps(); T];
+            for s in 0..nsb {
+                let bx = gw.add(s * super::Q4K_X8);
+                prefetch(bx.wrapping_add(PF_AHEAD), super::Q4K_X8);
+                let a = ld(bx.add(32));
+                let b = ld(bx.add(64));
+                let c = ld(bx.add(96));
+                let sc_lo = _mm256_and_si256(a, m6);
+                let mn_lo = _mm256_and_si256(b, m6);
+                let sc_hi = _mm256_or_si256(
+                    _mm256_and_si256(c, m4w),
+                    _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(a), m2)),
+                );
+                let mn_hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi32::<4>(c), m4w),
+                    _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(b), m2)),
+                );
+                let mut ya = [ap[0]; T];
+                for j in 0..T {
+                    ya[j] = ap[j].add(s * 292);
+                }
+                // Mins: sum_j m_j * (bsums[2j] + bsums[2j + 1]), the pair of
+                // sums broadcast as one 32-bit word.
+                let mut summ = [zero; T];
+                for j in 0..8 {
+                    let mn = if j < 4 { mn_lo } else { mn_hi };
+                    let mp = _mm256_shuffle_epi8(mn, pairs[j % 4]);
+                    for t in 0..T {
+                        let bs = _mm256_set1_epi32(
+                            (ya[t].add(260 + 4 * j) as *const i32).read_unaligned(),
+                        );
+                        summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mp, bs));
+                    }
+                }
+                let mut isum = [zero; T];
+                for cc in 0..4 {
+                    let mut slo = [zero; T];
+                    let mut shi = [zero; T];
+                    for k in 0..8 {
+                        let v = ld(bx.add(128 + 256 * cc + 32 * k));
+                        let lo = _mm256_and_si256(v, m4);
+                        let hi = if VNNI {
+                            _mm256_and_si256(v, mf0)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
+                        };
+                        for t in 0..T {
+                            let y = ya[t].add(4 + 64 * cc + 4 * k);
+                            let ylo = _mm256_set1_epi32((y as *const i32).read_unaligned());
+                            let yhi = _mm256_set1_epi32((y.add(32) as *const i32).read_unaligned());
+                            if VNNI {
+                                slo[t] = dp(slo[t], lo, ylo);
+                                shi[t] = dp(shi[t], hi, yhi);
+                            } else {
+                                slo[t] = _mm256_add_epi16(slo[t], _mm256_maddubs_epi16(lo, ylo));
+                                shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, yhi));
+                            }
+                        }
+                    }
+                    // Sub-blocks 2cc (low nibbles) and 2cc + 1 (high).
+                    let (j0, j1) = (2 * cc, 2 * cc + 1);
+                    let sc = |j: usize| {
+                        let v = if j < 4 { sc_lo } else { sc_hi };
+                        _mm256_shuffle_epi8(v, picks[j % 4])
+                    };
+                    let (s0, s1) = (sc(j0), sc(j1));
+                    for t in 0..T {
+                        if VNNI {
+                            let hi = _mm256_srai_epi32::<4>(shi[t]);
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(slo[t], s0));
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(hi, s1));
+                        } else {
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(slo[t], s0));
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(shi[t], s1));
+                        }
+                    }
+                }
+                let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
+                let dmx = _mm256_cvtph_ps(_mm_loadu_si128(bx.add(16) as *const __m128i));
+                for t in 0..T {
+                    let dy = _mm256_set1_ps((ya[t] as *const f32).read_unaligned());
+                    let d = _mm256_mul_ps(dx, dy);
+                    let dmin = _mm256_mul_ps(dmx, dy);
+                    let term = _mm256_sub_ps(
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t])),
+                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ[t])),
+                    );
+                    acc[t] = _mm256_add_ps(acc[t], term);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.add((t0 + t) * os + 8 * g), *a);
             }
         }
 

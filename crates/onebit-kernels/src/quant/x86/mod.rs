@@ -102,6 +102,101 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
     });
 }
 
+/// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
+/// the SIMD kernels (Q4_K; see [`Q4K_X8`]).
+pub fn interleaves(t: GgmlType) -> bool {
+    t == GgmlType::Q4K
+}
+
+/// Rows per interleaved group: one row per 32-bit lane of a 256-bit vector.
+pub const ROW_GROUP: usize = 8;
+
+/// Bytes of one interleaved Q4_K super-block group: eight rows' 144-byte
+/// super-blocks `s`, rearranged so that every 32-bit lane of a vector holds
+/// one row. d[8] as f16 at 0, dmin[8] at 16, then 4-byte units: unit u
+/// (u < 35) of row r at 32 + 32u + 4r, where unit u is bytes 4 + 4u..8 + 4u
+/// of row r's block (units 0..3: the 12 packed scale bytes; units 3..35:
+/// the 128 code bytes, so code vector (c, k) = unit 3 + 8c + k holds bytes
+/// 32c + 4k..32c + 4k + 4 of each row's codes: their low nibbles are
+/// elements 64c + 4k.., their high nibbles elements 64c + 32 + 4k..).
+/// A matrix's rows past its last whole group of 8 stay standard, so an
+/// interleaved matrix is as big as the original and row r's bytes stay in
+/// the span of rows 8 * (r / 8)..8 * (r / 8) + 8.
+pub const Q4K_X8: usize = 8 * 144;
+
+/// Where byte `b` of row `r`'s Q4_K block lands in an interleaved group.
+fn q4k_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        0..=1 => 2 * r + b,
+        2..=3 => 16 + 2 * r + (b - 2),
+        _ => 32 + 32 * ((b - 4) / 4) + 4 * r + (b - 4) % 4,
+    }
+}
+
+/// Repacks consecutive whole rows of `t` (`wrb` bytes each; the first is
+/// a multiple of [`ROW_GROUP`] in its matrix when `t` [`interleaves`], and
+/// the rows past the last whole group are the matrix's last rows) into the
+/// SIMD kernels' layout; `out` is as long as `rows`.
+pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
+    assert_eq!(rows.len(), out.len());
+    assert_eq!(rows.len() % wrb, 0);
+    if packs(t) {
+        for (s, o) in rows.chunks_exact(wrb).zip(out.chunks_exact_mut(wrb)) {
+            pack_weight_row(t, s, o);
+        }
+        return;
+    }
+    assert!(interleaves(t), "{t} rows are not repacked");
+    let gb = ROW_GROUP * wrb;
+    let whole = rows.len() / gb * gb;
+    for (g, o) in rows[..whole].chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
+        for r in 0..ROW_GROUP {
+            let row = &g[r * wrb..(r + 1) * wrb];
+            for (s, blk) in row.chunks_exact(144).enumerate() {
+                let grp = &mut o[s * Q4K_X8..(s + 1) * Q4K_X8];
+                for (b, &v) in blk.iter().enumerate() {
+                    grp[q4k_x8_at(b, r)] = v;
+                }
+            }
+        }
+    }
+    out[whole..].copy_from_slice(&rows[whole..]);
+}
+
+/// Undoes [`pack_weight_rows`] for row `r` of a repacked matrix of `nrows`
+/// rows of `wrb` bytes (`packed` from its first row on).
+pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize, out: &mut [u8]) {
+    assert_eq!(out.len(), wrb);
+    if packs(t) {
+        unpack_weight_row(t, &packed[r * wrb..(r + 1) * wrb], out);
+        return;
+    }
+    assert!(interleaves(t), "{t} rows are not repacked");
+    let g0 = r / ROW_GROUP * ROW_GROUP;
+    if g0 + ROW_GROUP > nrows {
+        out.copy_from_slice(&packed[r * wrb..(r + 1) * wrb]);
+        return;
+    }
+    let grp = &packed[g0 * wrb..(g0 + ROW_GROUP) * wrb];
+    for (s, blk) in out.chunks_exact_mut(144).enumerate() {
+        let src = &grp[s * Q4K_X8..(s + 1) * Q4K_X8];
+        for (b, v) in blk.iter_mut().enumerate() {
+            *v = src[q4k_x8_at(b, r % ROW_GROUP)];
+        }
+    }
+}
+
+/// The standard rows of `nrows` consecutive repacked rows (the first a
+/// multiple of [`ROW_GROUP`] in its matrix, the rows past the last whole
+/// group the matrix's last), for kernels that read standard rows.
+pub fn unpack_weight_rows(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize) -> Vec<u8> {
+    let mut out = vec![0u8; nrows * wrb];
+    for (r, o) in out.chunks_exact_mut(wrb).enumerate() {
+        unpack_row(t, packed, nrows, wrb, r, o);
+    }
+    out
+}
+
 /// Where block `l` of a packed group sits: the group's start in the row
 /// (`group`) and the block's start in the standard row (`block`).
 struct BlockAt {

@@ -49,6 +49,11 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
                 pack_act_row(fmt, s, d);
             }
             (wp, ap, parb)
+        } else if interleaves(t) {
+            // The whole matrix: groups of 8 rows interleaved, the rest standard.
+            let mut wp = vec![0u8; w.len()];
+            pack_weight_rows(t, &w, wrb, &mut wp);
+            (wp, a.clone(), arb)
         } else {
             (w.clone(), a.clone(), arb)
         };
@@ -132,7 +137,20 @@ fn k_quants_equal_the_scalar_reference() {
     say_levels("k_quants_equal_the_scalar_reference");
     for t in [GgmlType::Q4K, GgmlType::Q6K] {
         for cols in [256, 512, 1024, 2048] {
-            for (nrows, ntok) in [(1, 1), (4, 1), (5, 3), (9, 4), (3, 9), (8, 8)] {
+            // 8-row groups (Q4_K's interleaved layout) with and without a
+            // tail of standard rows, one token and several.
+            for (nrows, ntok) in [
+                (1, 1),
+                (4, 1),
+                (5, 3),
+                (9, 4),
+                (3, 9),
+                (8, 8),
+                (16, 1),
+                (17, 2),
+                (24, 3),
+                (8, 5),
+            ] {
                 check(
                     t,
                     cols,
@@ -183,6 +201,40 @@ fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
         pack_weight_row(t, &row, &mut out);
         let ones = |v: &[u8]| v.iter().map(|b| b.count_ones()).sum::<u32>();
         assert_eq!(ones(&out), ones(&row), "{t}");
+    }
+}
+
+#[test]
+fn interleaving_restores_every_row_and_moves_each_byte() {
+    let mut rng = Rng(11);
+    let t = GgmlType::Q4K;
+    for (nrows, cols) in [(8, 256), (13, 512), (16, 256), (3, 256)] {
+        let wrb = t.row_bytes(cols).unwrap() as usize;
+        let w: Vec<u8> = (0..nrows * wrb).map(|_| rng.next() as u8).collect();
+        let mut packed = vec![0u8; w.len()];
+        pack_weight_rows(t, &w, wrb, &mut packed);
+        if nrows >= 8 {
+            // The layout itself (Q4K_X8): row 5's d at bytes 10..12, its
+            // first scale byte at 32 + 4 * 5, its code bytes 4..8 (code
+            // vector (0, 1), unit 4) at 32 + 32 * 4 + 4 * 5.
+            assert_eq!(packed[10..12], w[5 * wrb..5 * wrb + 2]);
+            assert_eq!(packed[16 + 10], w[5 * wrb + 2]);
+            assert_eq!(packed[32 + 20], w[5 * wrb + 4]);
+            assert_eq!(
+                packed[32 + 128 + 20..32 + 128 + 24],
+                w[5 * wrb + 20..5 * wrb + 24]
+            );
+        }
+        let mut back = vec![0u8; wrb];
+        for r in 0..nrows {
+            unpack_row(t, &packed, nrows, wrb, r, &mut back);
+            assert_eq!(
+                back,
+                w[r * wrb..(r + 1) * wrb],
+                "rows {nrows} cols {cols}: row {r}"
+            );
+        }
+        assert_eq!(unpack_weight_rows(t, &packed, nrows, wrb), w);
     }
 }
 
