@@ -673,7 +673,7 @@ mod tests {
             for t in 0..n {
                 let mut one = vec![0f32; w.rows];
                 matmul(
-                    &pool,
+                    pool,
                     Precision::Quantized,
                     w,
                     &x[t * cols..(t + 1) * cols],

@@ -108,7 +108,7 @@ macro_rules! simd_kernels {
                 GgmlType::Q5_0 => gemm_q4::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
                 GgmlType::Q4K => gemm_q4_kx8,
-                GgmlType::Q6K => gemm_q6_k,
+                GgmlType::Q6K => gemm_q6_kx8,
                 GgmlType::F32 => gemm_f32,
                 _ => return None,
             };
@@ -1346,12 +1346,8 @@ macro_rules! simd_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q6_K · Q8_K, standard layout.
-
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q6_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
-            drive!(tile_q6_k, ops, nrows, ntok, out, os);
-        }
+        // Q6_K · Q8_K, standard layout: the rows past an interleaved
+        // matrix's last whole group of 8.
 
         #[target_feature(enable = $feat)]
         #[inline]
@@ -1447,6 +1443,247 @@ macro_rules! simd_kernels {
                 for j in 0..T {
                     *out.add((t0 + j) * os + r0 + i) = acc[i][j];
                 }
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // Q6_K · Q8_K, rows interleaved by 8 (`super::Q6K_X8`), one row per
+        // 32-bit lane as for Q4_K.
+
+        /// Whole groups of 8 rows run [`tile_q6_kx8`]; the rows past the
+        /// last whole group are standard and run [`tile_q6_k`].
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q6_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            let groups = nrows / 8;
+            for g in 0..groups {
+                let mut t = 0;
+                while t + TT <= ntok {
+                    tile_q6_kx8::<TT>(ops, g, t, out, os);
+                    t += TT;
+                }
+                while t < ntok {
+                    tile_q6_kx8::<1>(ops, g, t, out, os);
+                    t += 1;
+                }
+            }
+            for r in groups * 8..nrows {
+                for t in 0..ntok {
+                    tile_q6_k::<1, 1>(ops, r, t, out, os);
+                }
+            }
+        }
+
+        /// Rows 8g..8g + 8 times T Q8_K rows: per row (lane) the exact
+        /// integer sum(sc_s * sum(code * y)) - 32 * sum(sc_s * bsums_s) of
+        /// the scalar reference's sum(sc_s * sum((code - 32) * y)), then
+        /// (d * dy) * isum lane by lane. Codes (0..63) times activations:
+        /// with VNNI `vpdpbusd` into i32 per 16-element sub-block, then the
+        /// scale; without, `vpmaddubsw` pairs (at most 2 x 63 x 128) added
+        /// in i16 two vectors at a time (at most 32,256), then `vpmaddwd`
+        /// with the scale.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q6_kx8<const T: usize>(
+            ops: &Operands,
+            g: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nsb = ops.cols / 256;
+            let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m3 = _mm256_set1_epi8(3);
+            let z = -128i8;
+            // Byte b of each lane into the top of an i32 (VNNI: shifted
+            // down to a sign-extended scale) or of both i16 halves.
+            let top32 = |b: i8| {
+                _mm256_setr_epi8(
+                    z,
+                    z,
+                    z,
+                    b,
+                    z,
+                    z,
+                    z,
+                    b + 4,
+                    z,
+                    z,
+                    z,
+                    b + 8,
+                    z,
+                    z,
+                    z,
+                    b + 12,
+                    z,
+                    z,
+                    z,
+                    b,
+                    z,
+                    z,
+                    z,
+                    b + 4,
+                    z,
+                    z,
+                    z,
+                    b + 8,
+                    z,
+                    z,
+                    z,
+                    b + 12,
+                )
+            };
+            let top16 = |b0: i8, b1: i8| {
+                _mm256_setr_epi8(
+                    z,
+                    b0,
+                    z,
+                    b1,
+                    z,
+                    b0 + 4,
+                    z,
+                    b1 + 4,
+                    z,
+                    b0 + 8,
+                    z,
+                    b1 + 8,
+                    z,
+                    b0 + 12,
+                    z,
+                    b1 + 12,
+                    z,
+                    b0,
+                    z,
+                    b1,
+                    z,
+                    b0 + 4,
+                    z,
+                    b1 + 4,
+                    z,
+                    b0 + 8,
+                    z,
+                    b1 + 8,
+                    z,
+                    b0 + 12,
+                    z,
+                    b1 + 12,
+                )
+            };
+            let sel32 = [top32(0), top32(1), top32(2), top32(3)];
+            let sel16 = [top16(0, 0), top16(1, 1), top16(2, 2), top16(3, 3)];
+            let (sel01, sel23) = (top16(0, 1), top16(2, 3));
+            let mut acc = [_mm256_setzero_ps(); T];
+            for s in 0..nsb {
+                let bx = gw.add(s * super::Q6K_X8);
+                prefetch(bx.wrapping_add(PF_AHEAD), super::Q6K_X8);
+                let unit = |u: usize| ld(bx.add(16 + 32 * u));
+                let mut ya = [ap[0]; T];
+                for j in 0..T {
+                    ya[j] = ap[j].add(s * 292);
+                }
+                let scu = [unit(48), unit(49), unit(50), unit(51)];
+                // The scale of sub-block sb in every lane, as the kernel
+                // multiplies it.
+                let scale = |sb: usize| {
+                    let v = scu[sb / 4];
+                    if VNNI {
+                        _mm256_srai_epi32::<24>(_mm256_shuffle_epi8(v, sel32[sb % 4]))
+                    } else {
+                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(v, sel16[sb % 4]))
+                    }
+                };
+                // 32 * sum_s sc_s * bsums_s, the 16-element sums broadcast
+                // two at a time against scale pairs.
+                let mut corr = [zero; T];
+                for (m, v) in scu.iter().enumerate() {
+                    let p01 = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(*v, sel01));
+                    let p23 = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(*v, sel23));
+                    for t in 0..T {
+                        let bsp = ya[t].add(260 + 8 * m) as *const i32;
+                        let b01 = _mm256_set1_epi32(bsp.read_unaligned());
+                        let b23 = _mm256_set1_epi32(bsp.add(1).read_unaligned());
+                        corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(p01, b01));
+                        corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(p23, b23));
+                    }
+                }
+                let mut isum = [zero; T];
+                for h in 0..2 {
+                    for part in 0..2 {
+                        // Sub-blocks 8h + 2k + part, k = 0..4: elements
+                        // 128h + 32k + 16 part.., lanes' units u = 4 part..
+                        let sbs = [0, 1, 2, 3].map(|k| 8 * h + 2 * k + part);
+                        let scs = sbs.map(scale);
+                        let mut sk = [[zero; T]; 4];
+                        let mut pk = [[zero; T]; 4];
+                        for uu in 0..4 {
+                            let u = 4 * part + uu;
+                            let qa = unit(16 * h + u);
+                            let qb = unit(16 * h + 8 + u);
+                            let qh = unit(32 + 8 * h + u);
+                            let top = |b: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(b, m3));
+                            let codes = [
+                                _mm256_or_si256(_mm256_and_si256(qa, m4), top(qh)),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(qb, m4),
+                                    top(_mm256_srli_epi16::<2>(qh)),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4),
+                                    top(_mm256_srli_epi16::<4>(qh)),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                                    top(_mm256_srli_epi16::<6>(qh)),
+                                ),
+                            ];
+                            for (k, code) in codes.iter().enumerate() {
+                                for t in 0..T {
+                                    let y = ya[t].add(4 + 128 * h + 32 * k + 4 * u) as *const i32;
+                                    let yv = _mm256_set1_epi32(y.read_unaligned());
+                                    if VNNI {
+                                        sk[k][t] = dp(sk[k][t], *code, yv);
+                                    } else {
+                                        pk[k][t] = _mm256_add_epi16(
+                                            pk[k][t],
+                                            _mm256_maddubs_epi16(*code, yv),
+                                        );
+                                    }
+                                }
+                            }
+                            if !VNNI && uu % 2 == 1 {
+                                for k in 0..4 {
+                                    for t in 0..T {
+                                        let v = _mm256_madd_epi16(pk[k][t], scs[k]);
+                                        sk[k][t] = _mm256_add_epi32(sk[k][t], v);
+                                        pk[k][t] = zero;
+                                    }
+                                }
+                            }
+                        }
+                        for k in 0..4 {
+                            for t in 0..T {
+                                let v = if VNNI {
+                                    _mm256_mullo_epi32(sk[k][t], scs[k])
+                                } else {
+                                    sk[k][t]
+                                };
+                                isum[t] = _mm256_add_epi32(isum[t], v);
+                            }
+                        }
+                    }
+                }
+                let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
+                for t in 0..T {
+                    let isum = _mm256_sub_epi32(isum[t], _mm256_slli_epi32::<5>(corr[t]));
+                    let dy = _mm256_set1_ps((ya[t] as *const f32).read_unaligned());
+                    let term = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum));
+                    acc[t] = _mm256_add_ps(acc[t], term);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.add((t0 + t) * os + 8 * g), *a);
             }
         }
 

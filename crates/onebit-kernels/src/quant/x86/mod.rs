@@ -103,9 +103,9 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
 }
 
 /// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
-/// the SIMD kernels (Q4_K; see [`Q4K_X8`]).
+/// the SIMD kernels (Q4_K, Q6_K; see [`Q4K_X8`], [`Q6K_X8`]).
 pub fn interleaves(t: GgmlType) -> bool {
-    t == GgmlType::Q4K
+    matches!(t, GgmlType::Q4K | GgmlType::Q6K)
 }
 
 /// Rows per interleaved group: one row per 32-bit lane of a 256-bit vector.
@@ -124,12 +124,49 @@ pub const ROW_GROUP: usize = 8;
 /// the span of rows 8 * (r / 8)..8 * (r / 8) + 8.
 pub const Q4K_X8: usize = 8 * 144;
 
+/// Bytes of one interleaved Q6_K super-block group: d[8] as f16 at 0, then
+/// unit u (u < 52) of row r at 16 + 32u + 4r, where unit u is bytes
+/// 4u..4u + 4 of row r's 210-byte block: units 0..32 the low-bit bytes
+/// (ql), 32..48 the high-bit bytes (qh), 48..52 the 16 scales. As for
+/// [`Q4K_X8`], rows past the last whole group stay standard.
+pub const Q6K_X8: usize = 8 * 210;
+
 /// Where byte `b` of row `r`'s Q4_K block lands in an interleaved group.
 fn q4k_x8_at(b: usize, r: usize) -> usize {
     match b {
         0..=1 => 2 * r + b,
         2..=3 => 16 + 2 * r + (b - 2),
         _ => 32 + 32 * ((b - 4) / 4) + 4 * r + (b - 4) % 4,
+    }
+}
+
+/// Where byte `b` of row `r`'s Q6_K block lands in an interleaved group.
+fn q6k_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        208..=209 => 2 * r + (b - 208),
+        _ => 16 + 32 * (b / 4) + 4 * r + b % 4,
+    }
+}
+
+/// Where byte `b` of row `r`'s block lands in its interleaved group.
+type X8At = fn(usize, usize) -> usize;
+
+/// The runs (start, length) of a block of `t` that move together in its
+/// interleaved group, and where run `b` of row `r` goes.
+fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
+    if t == GgmlType::Q4K {
+        let runs = [(0, 2), (2, 2)]
+            .into_iter()
+            .chain((4..144).step_by(4).map(|b| (b, 4)))
+            .collect();
+        (runs, q4k_x8_at)
+    } else {
+        let runs = (0..208)
+            .step_by(4)
+            .map(|b| (b, 4))
+            .chain([(208, 2)])
+            .collect();
+        (runs, q6k_x8_at)
     }
 }
 
@@ -149,13 +186,16 @@ pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
     assert!(interleaves(t), "{t} rows are not repacked");
     let gb = ROW_GROUP * wrb;
     let whole = rows.len() / gb * gb;
+    let bb = t.block_bytes();
+    let (runs, at) = x8_runs(t);
     for (g, o) in rows[..whole].chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
         for r in 0..ROW_GROUP {
             let row = &g[r * wrb..(r + 1) * wrb];
-            for (s, blk) in row.chunks_exact(144).enumerate() {
-                let grp = &mut o[s * Q4K_X8..(s + 1) * Q4K_X8];
-                for (b, &v) in blk.iter().enumerate() {
-                    grp[q4k_x8_at(b, r)] = v;
+            for (s, blk) in row.chunks_exact(bb).enumerate() {
+                let grp = &mut o[s * 8 * bb..(s + 1) * 8 * bb];
+                for &(b, n) in &runs {
+                    let to = at(b, r);
+                    grp[to..to + n].copy_from_slice(&blk[b..b + n]);
                 }
             }
         }
@@ -178,10 +218,13 @@ pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize
         return;
     }
     let grp = &packed[g0 * wrb..(g0 + ROW_GROUP) * wrb];
-    for (s, blk) in out.chunks_exact_mut(144).enumerate() {
-        let src = &grp[s * Q4K_X8..(s + 1) * Q4K_X8];
-        for (b, v) in blk.iter_mut().enumerate() {
-            *v = src[q4k_x8_at(b, r % ROW_GROUP)];
+    let bb = t.block_bytes();
+    let (runs, at) = x8_runs(t);
+    for (s, blk) in out.chunks_exact_mut(bb).enumerate() {
+        let src = &grp[s * 8 * bb..(s + 1) * 8 * bb];
+        for &(b, n) in &runs {
+            let from = at(b, r % ROW_GROUP);
+            blk[b..b + n].copy_from_slice(&src[from..from + n]);
         }
     }
 }

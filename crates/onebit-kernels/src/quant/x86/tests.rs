@@ -207,13 +207,28 @@ fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
 #[test]
 fn interleaving_restores_every_row_and_moves_each_byte() {
     let mut rng = Rng(11);
-    let t = GgmlType::Q4K;
-    for (nrows, cols) in [(8, 256), (13, 512), (16, 256), (3, 256)] {
+    for (t, nrows, cols) in [
+        (GgmlType::Q4K, 8, 256),
+        (GgmlType::Q4K, 13, 512),
+        (GgmlType::Q4K, 16, 256),
+        (GgmlType::Q4K, 3, 256),
+        (GgmlType::Q6K, 8, 256),
+        (GgmlType::Q6K, 21, 512),
+    ] {
         let wrb = t.row_bytes(cols).unwrap() as usize;
         let w: Vec<u8> = (0..nrows * wrb).map(|_| rng.next() as u8).collect();
         let mut packed = vec![0u8; w.len()];
         pack_weight_rows(t, &w, wrb, &mut packed);
-        if nrows >= 8 {
+        if nrows >= 8 && t == GgmlType::Q6K {
+            // Q6K_X8: row 5's d (block bytes 208..210) at 10..12, its
+            // bytes 4..8 (unit 1) at 16 + 32 + 4 * 5.
+            assert_eq!(packed[10..12], w[5 * wrb + 208..5 * wrb + 210]);
+            assert_eq!(
+                packed[16 + 32 + 20..16 + 32 + 24],
+                w[5 * wrb + 4..5 * wrb + 8]
+            );
+        }
+        if nrows >= 8 && t == GgmlType::Q4K {
             // The layout itself (Q4K_X8): row 5's d at bytes 10..12, its
             // first scale byte at 32 + 4 * 5, its code bytes 4..8 (code
             // vector (0, 1), unit 4) at 32 + 32 * 4 + 4 * 5.
