@@ -54,11 +54,7 @@ macro_rules! drive_wide {
         while r < nrows {
             let rr = (nrows - r).min(TR);
             for i in 0..rr {
-                $expand::<{ $k }>(
-                    ops.w.as_ptr().add((r + i) * ops.wrb),
-                    ops.cols,
-                    bp.add(i * ws),
-                );
+                $expand::<{ $k }>(ops, nrows, r + i, bp.add(i * ws));
             }
             if rr == TR {
                 let mut t = 0;
@@ -417,6 +413,65 @@ macro_rules! simd_kernels {
             Some(f)
         }
 
+        /// [`expand_row`] of row `r` of the operands.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn expand_row_at<const K: u8>(
+            ops: &Operands,
+            _nrows: usize,
+            r: usize,
+            dst: *mut u8,
+        ) {
+            expand_row::<K>(ops.w.as_ptr().add(r * ops.wrb), ops.cols, dst);
+        }
+
+        /// [`expand_k_row`] of row `r` of `nrows` interleaved K-quant rows
+        /// (`super::Q4K_X8`, `super::Q6K_X8`): each super-block of a row in
+        /// a whole group is gathered back into a standard block first; the
+        /// rows past the last whole group are standard already.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn expand_k_row_at<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            r: usize,
+            dst: *mut u8,
+        ) {
+            let src = ops.w.as_ptr();
+            if r >= nrows / 8 * 8 {
+                expand_k_row::<K>(src.add(r * ops.wrb), ops.cols, dst);
+                return;
+            }
+            let (bb, units, d_at, unit0) = if K == 4 {
+                (144, 35, [0, 16], 32)
+            } else {
+                (210, 52, [0, 0], 16)
+            };
+            let grp = src.add(r / 8 * 8 * ops.wrb);
+            let i = r % 8;
+            let mut blk = [0u8; 256];
+            let bp = blk.as_mut_ptr();
+            let cp = |from: *const u8, to: *mut u8, n: usize| {
+                core::ptr::copy_nonoverlapping(from, to, n);
+            };
+            for s in 0..ops.cols / 256 {
+                let g = grp.add(s * 8 * bb);
+                if K == 4 {
+                    cp(g.add(d_at[0] + 2 * i), bp, 2);
+                    cp(g.add(d_at[1] + 2 * i), bp.add(2), 2);
+                    for u in 0..units {
+                        cp(g.add(unit0 + 32 * u + 4 * i), bp.add(4 + 4 * u), 4);
+                    }
+                } else {
+                    for u in 0..units {
+                        cp(g.add(unit0 + 32 * u + 4 * i), bp.add(4 * u), 4);
+                    }
+                    cp(g.add(2 * i), bp.add(208), 2);
+                }
+                expand_k_row::<K>(bp, 256, dst.add(s * super::WIDE_KW));
+            }
+        }
+
         /// Expands one packed weight row (`cols` elements) into the wide
         /// layout at `dst` (`ceil(cols / 256)` groups of `WIDE_GROUP` bytes):
         /// per group d[8] and m[8] as f32, then 8 code vectors of unsigned
@@ -503,7 +558,18 @@ macro_rules! simd_kernels {
         ) {
             let ng = (ops.cols / 32).div_ceil(8);
             let ws = ng * super::WIDE_GROUP;
-            drive_wide!(expand_row, tile_wide, K, ops, nrows, ntok, out, os, ws, ng);
+            drive_wide!(
+                expand_row_at,
+                tile_wide,
+                K,
+                ops,
+                nrows,
+                ntok,
+                out,
+                os,
+                ws,
+                ng
+            );
         }
 
         /// R expanded rows (at `w`, `ws` bytes apart) times T wide activation
@@ -727,22 +793,8 @@ macro_rules! simd_kernels {
         ) {
             let nsb = ops.cols / 256;
             let ws = nsb * super::WIDE_KW;
-            // Interleaved Q4_K rows back to standard ones first: a copy of
-            // the chunk, small beside the work of several tokens.
-            let t = if K == 4 { GgmlType::Q4K } else { GgmlType::Q6K };
-            let standard;
-            let unpacked;
-            let mut ops = ops;
-            if super::interleaves(t) {
-                standard = super::unpack_weight_rows(t, ops.w, nrows, ops.wrb);
-                unpacked = Operands {
-                    w: &standard,
-                    ..*ops
-                };
-                ops = &unpacked;
-            }
             drive_wide!(
-                expand_k_row,
+                expand_k_row_at,
                 tile_wide_k,
                 K,
                 ops,
