@@ -287,6 +287,11 @@ macro_rules! simd_kernels {
                     prefetch(wp[i].wrapping_add(wg + PF_AHEAD), n * wbb);
                 }
                 let mut acc = [[zero; T]; R];
+                // Without VNNI, Q4_0/Q4_1 products are summed in i16 over
+                // the group (`vpmaddubsw` pairs of at most 2 x 15 x 128, at
+                // most 8 of them: 30,720) and widened once, not per vector.
+                let sum16 = !VNNI && K != 2;
+                let mut acc16 = [[zero; T]; R];
                 let mut ys = [zero; T];
                 // Code vector k of the group sits at `stride * k` (low
                 // nibbles' activations; the high nibbles' 16n bytes later).
@@ -323,19 +328,40 @@ macro_rules! simd_kernels {
                                 hi = _mm256_or_si256(hi, expand_bits(bits(16 * n + stride * k)));
                             }
                             for j in 0..T {
-                                acc[i][j] = dp(acc[i][j], lo, ylo[j]);
-                                acc[i][j] = dp(acc[i][j], hi, yhi[j]);
+                                if sum16 {
+                                    let p = _mm256_add_epi16(
+                                        _mm256_maddubs_epi16(lo, ylo[j]),
+                                        _mm256_maddubs_epi16(hi, yhi[j]),
+                                    );
+                                    acc16[i][j] = _mm256_add_epi16(acc16[i][j], p);
+                                } else {
+                                    acc[i][j] = dp(acc[i][j], lo, ylo[j]);
+                                    acc[i][j] = dp(acc[i][j], hi, yhi[j]);
+                                }
+                            }
+                        }
+                    }
+                };
+                let widen = |acc: &mut [[__m256i; T]; R], acc16: &[[__m256i; T]; R]| {
+                    if sum16 {
+                        let ones = _mm256_set1_epi16(1);
+                        for i in 0..R {
+                            for j in 0..T {
+                                acc[i][j] = _mm256_madd_epi16(acc16[i][j], ones);
                             }
                         }
                     }
                 };
                 if n == 8 {
                     run(4, 32);
+                    widen(&mut acc, &acc16);
                 } else if n == 2 || n == 4 {
                     run(n / 2, 32);
+                    widen(&mut acc, &acc16);
                     fold_all(&mut acc, &mut ys, n);
                 } else {
                     run(4, 4 * n);
+                    widen(&mut acc, &acc16);
                 }
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];

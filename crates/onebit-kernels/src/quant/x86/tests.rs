@@ -4,7 +4,7 @@
 //! leaves a tail after the groups of 8.
 
 use super::*;
-use crate::quant::test_inputs::{acts, same, weights, Rng};
+use crate::quant::test_inputs::{self, acts, same, weights, Rng};
 use crate::quant::{act_format, act_row_bytes, dot, quantize_act};
 
 /// Says which SIMD levels the tests of this file run and which this CPU
@@ -16,7 +16,6 @@ fn say_levels(test: &str) {
 fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
     let mut rng = Rng(seed);
     let fmt = act_format(t);
-    let wrb = t.row_bytes(cols as u64).unwrap() as usize;
     let arb = act_row_bytes(fmt, cols);
     for mode in 0..3 {
         let w: Vec<u8> = (0..nrows)
@@ -26,6 +25,17 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
         for row in a.chunks_exact_mut(arb) {
             quantize_act(fmt, &acts(&mut rng, cols, mode), row);
         }
+        check_rows(t, cols, nrows, ntok, &w, &a, mode);
+    }
+}
+
+/// Every level's kernels (one-token and wide) on weight rows `w` and
+/// quantized activation rows `a` against the scalar reference.
+fn check_rows(t: GgmlType, cols: usize, nrows: usize, ntok: usize, w: &[u8], a: &[u8], mode: u32) {
+    let fmt = act_format(t);
+    let wrb = t.row_bytes(cols as u64).unwrap() as usize;
+    let arb = act_row_bytes(fmt, cols);
+    {
         let mut want = vec![0f32; ntok * nrows];
         for tk in 0..ntok {
             for r in 0..nrows {
@@ -52,10 +62,10 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
         } else if interleaves(t) {
             // The whole matrix: groups of 8 rows interleaved, the rest standard.
             let mut wp = vec![0u8; w.len()];
-            pack_weight_rows(t, &w, wrb, &mut wp);
-            (wp, a.clone(), arb)
+            pack_weight_rows(t, w, wrb, &mut wp);
+            (wp, a.to_vec(), arb)
         } else {
-            (w.clone(), a.clone(), arb)
+            (w.to_vec(), a.to_vec(), arb)
         };
         for isa in Isa::available().into_iter().filter(|&i| i != Isa::Scalar) {
             let ops = Operands {
@@ -159,6 +169,62 @@ fn k_quants_equal_the_scalar_reference() {
                     cols as u64 + nrows as u64 * 10 + ntok as u64,
                 );
             }
+        }
+    }
+}
+
+/// The largest codes against the largest activations of either sign, so
+/// every partial integer sum a kernel keeps in 16 bits is at its bound.
+#[test]
+fn extreme_codes_and_activations_stay_exact() {
+    say_levels("extreme_codes_and_activations_stay_exact");
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
+        let cols = 512;
+        let (nrows, ntok) = (9, 3);
+        let fmt = act_format(t);
+        let arb = act_row_bytes(fmt, cols);
+        let mut rng = Rng(5);
+        for code in [0x00u8, 0xFF, 0x77] {
+            // Random scales as the other tests make them, every other byte
+            // (codes, K-quant sub-block scales) set to `code`.
+            let mut w: Vec<u8> = (0..nrows)
+                .flat_map(|_| weights(&mut rng, t, cols, 0))
+                .collect();
+            let keep = test_inputs::f16_fields(t);
+            for blk in w.chunks_exact_mut(t.block_bytes()) {
+                for (i, b) in blk.iter_mut().enumerate() {
+                    if !keep.iter().any(|&at| i == at || i == at + 1) {
+                        *b = code;
+                    }
+                }
+            }
+            // Activation rows all +1, all -1 (Q8_K puts the largest
+            // magnitude at -128), alternating.
+            let mut a = vec![0u8; ntok * arb];
+            for (k, row) in a.chunks_exact_mut(arb).enumerate() {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| match k {
+                        0 => 1.0,
+                        1 => -1.0,
+                        _ => {
+                            if i % 2 == 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        }
+                    })
+                    .collect();
+                quantize_act(fmt, &x, row);
+            }
+            check_rows(t, cols, nrows, ntok, &w, &a, code as u32);
         }
     }
 }
