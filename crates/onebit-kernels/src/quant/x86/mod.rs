@@ -43,8 +43,18 @@
 //! rearranged per row the same way: per group, d[n] as f32, for Q8_1 s[n] as
 //! f32, then the code vectors.
 //!
-//! K-quants (Q4_K, Q6_K) read the standard layouts; their integer sums are
-//! reduced once per 256-element super-block.
+//! # Interleaved layout (K-quants)
+//!
+//! Q4_K and Q6_K matrices are repacked by groups of 8 rows ([`Q4K_X8`],
+//! [`Q6K_X8`]): per super-block, each row's block cut in 4-byte units, unit
+//! u of the 8 rows side by side, so a 256-bit vector holds one row per
+//! 32-bit lane. A row's integer sums then stay in its lane (no horizontal
+//! reduction), each activation word is broadcast to all lanes, and the
+//! scales apply lane-wise; the float formula runs per lane in the scalar
+//! reference's order. One token (decode) streams each group once; the wide
+//! prefill kernels gather a row's super-blocks back into standard blocks as
+//! they expand them. Rows past a matrix's last whole group stay standard
+//! and run the standard-layout kernels.
 
 use onebit_formats::GgmlType;
 
