@@ -218,7 +218,7 @@ fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
     if n_tok >= WIDE_MIN_TOKENS && x86::wide_fn(Isa::best(), w.dtype).is_some() {
         return ActLayout::Wide;
     }
-    let _ = n_tok;
+    let _ = (w, n_tok);
     #[cfg(target_arch = "x86_64")]
     if w.repacks() && x86::packs(w.dtype) {
         return ActLayout::Packed;
