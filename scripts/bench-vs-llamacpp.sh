@@ -5,8 +5,10 @@
 #
 #   scripts/bench-vs-llamacpp.sh [MODEL.gguf ...]
 #
-# Default models: the two real ones in ~/.cache/onebit/models; the
-# realistic shapes of scripts/gen-shapes.sh are passed by path.
+# Default models: the two real ones in ~/.cache/onebit/models, then the
+# realistic shapes of scripts/gen-shapes.sh (Qwen2.5-1.5B in Q4_K_M,
+# Llama-3.2-3B in Q4_0, in $ONEBIT_SHAPES or ~/.cache/onebit/shapes) that
+# exist; SHAPES=0 leaves the shapes out (they take most of the run's time).
 #
 # Each round runs, in turn: a read-bandwidth probe (THREADS threads reading a
 # 1 GiB array, crates/onebit-kernels/examples/bandwidth.rs), onebit, then
@@ -28,7 +30,7 @@
 # -ctv); KV_TYPE (f16) names the cache type for those rows.
 #
 #   THREADS (2)  PP (512)  TG (64)  ROUNDS (3: alternations of the two engines)
-#   ISAS ("native avx2")  DEPTH (unset)  KV_TYPE (f16)
+#   ISAS ("native avx2")  DEPTH (unset)  KV_TYPE (f16)  SHAPES (1)
 #
 # Needs llama-bench: $LLAMA_BENCH, else the build for this CPU made by
 # scripts/build-llamacpp.sh (about 20 minutes on 2 cores), outside the repository.
@@ -46,8 +48,18 @@ if [ ! -x "$llama_bench" ]; then
     exit 1
 fi
 [ -x "$llama_bench_avx2" ] || llama_bench_avx2=""
+shapes_dir="${ONEBIT_SHAPES:-$HOME/.cache/onebit/shapes}"
 if [ $# -eq 0 ]; then
     set -- "$models_dir/SmolLM2-135M-Instruct.Q4_1.gguf" "$models_dir/gemma-3-270m-q4_k_m.gguf"
+    if [ "${SHAPES:-1}" != 0 ]; then
+        for shape in qwen2.5-1.5b-Q4_K_M llama3.2-3b-Q4_0; do
+            if [ -f "$shapes_dir/$shape.gguf" ]; then
+                set -- "$@" "$shapes_dir/$shape.gguf"
+            else
+                echo "note: no $shapes_dir/$shape.gguf (scripts/gen-shapes.sh makes it); its rows are left out" >&2
+            fi
+        done
+    fi
 fi
 cargo build --release --quiet -p onebit
 cargo build --release --quiet -p onebit-kernels --example bandwidth

@@ -70,6 +70,8 @@ fn finish_score(dot: f32, scale: f32, softcap: Option<f32>) -> f32 {
 
 /// Per head of a block: the max of its scores, the scores replaced by their
 /// weights e^(s - max), and the weights' sum; writes max and sum to `part`.
+/// (Used by the x86 kernels only.)
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn weights(scores: &mut [f32], part: &mut [f32]) {
     let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     exp_sub(scores, m);

@@ -18,8 +18,9 @@
 //! tokens with AVX-512), so a decoded weight block serves several tokens and a
 //! loaded activation block several rows.
 //!
-//! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0) are
-//! repacked on first use (or by [`QMatrix::prepare`]), dropping the
+//! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0 per
+//! row; Q4_K, Q6_K by groups of 8 rows, so work chunks start on a multiple
+//! of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
 //! original's mapped pages, into a copy the size of the original; clones of a
 //! `QMatrix` share it.
 // The repacked and wide layouts are x86's; the aarch64 kernels read standard rows.
@@ -102,7 +103,7 @@ impl QMatrix {
         if let Some(p) = self.packed.get() {
             let rb = self.row_bytes();
             let mut row = vec![0u8; rb];
-            x86::unpack_weight_row(self.dtype, &p[r * rb..(r + 1) * rb], &mut row);
+            x86::unpack_row(self.dtype, p, self.rows, rb, r, &mut row);
             blocks::dequantize(self.dtype, &row, out)
                 .expect("QMatrix rows are whole blocks, checked at construction");
             return;
@@ -122,7 +123,8 @@ impl QMatrix {
     pub fn repacks(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            x86::packs(self.dtype) && x86::gemm_fn(Isa::best(), self.dtype).is_some()
+            (x86::packs(self.dtype) || x86::interleaves(self.dtype))
+                && x86::gemm_fn(Isa::best(), self.dtype).is_some()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -173,9 +175,9 @@ impl QMatrix {
                 // only bytes r0 * rb..r1 * rb of it, which no other chunk
                 // touches, and `all` outlives the call.
                 let out = unsafe { std::slice::from_raw_parts_mut(d.0.add(r0 * rb), src.len()) };
-                for (s, o) in src.chunks_exact(rb).zip(out.chunks_exact_mut(rb)) {
-                    x86::pack_weight_row(self.dtype, s, o);
-                }
+                // CHUNK is a whole number of row groups, so only the last
+                // chunk ends in a partial group: the matrix's own tail.
+                x86::pack_weight_rows(self.dtype, src, rb, out);
                 self.data.slice(r0 * rb, src.len()).release_pages();
             });
             // Once more over the whole matrix: a chunk packed on another
@@ -216,18 +218,18 @@ fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
     if n_tok >= WIDE_MIN_TOKENS && x86::wide_fn(Isa::best(), w.dtype).is_some() {
         return ActLayout::Wide;
     }
-    let _ = n_tok;
-    if w.repacks() {
-        ActLayout::Packed
-    } else {
-        ActLayout::Standard
+    let _ = (w, n_tok);
+    #[cfg(target_arch = "x86_64")]
+    if w.repacks() && x86::packs(w.dtype) {
+        return ActLayout::Packed;
     }
+    ActLayout::Standard
 }
 
 /// The weight bytes the kernels read: the repacked copy for repacked types.
 fn kernel_rows<'a>(w: &'a QMatrix, pool: &Pool, layout: ActLayout) -> &'a [u8] {
     #[cfg(target_arch = "x86_64")]
-    if layout != ActLayout::Standard && w.repacks() {
+    if w.repacks() && (layout != ActLayout::Standard || x86::interleaves(w.dtype)) {
         return w.packed_rows(pool);
     }
     let _ = (pool, layout);
@@ -250,10 +252,12 @@ struct BytePtr(*mut u8);
 unsafe impl Send for BytePtr {}
 unsafe impl Sync for BytePtr {}
 
-/// Rows per work chunk: about 8 chunks per thread, a multiple of 4 rows.
+/// Rows per work chunk: about 8 chunks per thread, a multiple of 8 rows
+/// (the kernels' row tiles, and the interleaved layouts' row groups, which
+/// a chunk must start on).
 fn chunk_rows(rows: usize, threads: usize) -> usize {
     let per = rows.div_ceil(threads * 8);
-    per.div_ceil(4).max(1) * 4
+    per.div_ceil(8).max(1) * 8
 }
 
 /// `out[t][r] = sum_k w[r][k] * x[t][k]` for `n_tok` rows of `x` ([n_tok][cols]);
@@ -589,8 +593,16 @@ mod tests {
                 (z >> 56) as u8
             })
             .collect();
+        // Finite scales (random bytes could make an f16 NaN).
+        let scales: &[usize] = match t {
+            GgmlType::Q4K => &[0, 2],
+            GgmlType::Q6K => &[208],
+            _ => &[0],
+        };
         for b in data.chunks_exact_mut(t.block_bytes()) {
-            b[0..2].copy_from_slice(&half::f16::from_f32(0.02).to_le_bytes());
+            for &at in scales {
+                b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.02).to_le_bytes());
+            }
         }
         QMatrix::new(t, rows, cols, ByteView::from_vec(data)).unwrap()
     }
@@ -599,24 +611,62 @@ mod tests {
     fn many_equals_one_at_a_time_and_batches_equal_single_tokens() {
         let pool = Pool::new(2);
         let cols = 640;
-        let ws = [
-            matrix(GgmlType::Q5_0, 37, cols, 1),
-            matrix(GgmlType::Q8_0, 9, cols, 2),
-            matrix(GgmlType::Q4_0, 64, cols, 3),
-        ];
+        many_and_single_agree(
+            &pool,
+            cols,
+            &[
+                matrix(GgmlType::Q5_0, 37, cols, 1),
+                matrix(GgmlType::Q8_0, 9, cols, 2),
+                matrix(GgmlType::Q4_0, 64, cols, 3),
+            ],
+        );
+        // K-quants: Q4_K interleaved by 8 rows (37 = 4 groups and a
+        // standard tail), its batch through the wide kernel, one token
+        // through the interleaved one.
+        let cols = 512;
+        many_and_single_agree(
+            &pool,
+            cols,
+            &[
+                matrix(GgmlType::Q4K, 37, cols, 4),
+                matrix(GgmlType::Q6K, 9, cols, 5),
+                matrix(GgmlType::Q4K, 16, cols, 6),
+            ],
+        );
+    }
+
+    #[test]
+    fn repacked_rows_decode_as_the_original() {
+        let pool = Pool::new(2);
+        for (t, rows, cols) in [(GgmlType::Q4K, 21, 512), (GgmlType::Q4_0, 5, 640)] {
+            let w = matrix(t, rows, cols, 9);
+            let mut want = vec![vec![0f32; cols]; rows];
+            for (r, o) in want.iter_mut().enumerate() {
+                w.dequantize_row(r, o);
+            }
+            w.prepare(&pool);
+            for (r, o) in want.iter().enumerate() {
+                let mut got = vec![0f32; cols];
+                w.dequantize_row(r, &mut got);
+                assert_eq!(&got, o, "{t} row {r}");
+            }
+        }
+    }
+
+    fn many_and_single_agree(pool: &Pool, cols: usize, ws: &[QMatrix]) {
         let n = 7;
         let x: Vec<f32> = (0..n * cols)
             .map(|i| ((i * 7919) % 997) as f32 / 498.0 - 1.0)
             .collect();
         let mut sep: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; n * w.rows]).collect();
         for (w, o) in ws.iter().zip(sep.iter_mut()) {
-            matmul(&pool, Precision::Quantized, w, &x, n, o);
+            matmul(pool, Precision::Quantized, w, &x, n, o);
         }
         let mut many: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; n * w.rows]).collect();
         {
             let refs: Vec<&QMatrix> = ws.iter().collect();
             let mut outs: Vec<&mut [f32]> = many.iter_mut().map(|v| &mut v[..]).collect();
-            matmul_many(&pool, Precision::Quantized, &refs, &x, n, &mut outs);
+            matmul_many(pool, Precision::Quantized, &refs, &x, n, &mut outs);
         }
         assert_eq!(sep, many);
         // One token at a time gives the same bits as the batch.
@@ -624,7 +674,7 @@ mod tests {
             for t in 0..n {
                 let mut one = vec![0f32; w.rows];
                 matmul(
-                    &pool,
+                    pool,
                     Precision::Quantized,
                     w,
                     &x[t * cols..(t + 1) * cols],

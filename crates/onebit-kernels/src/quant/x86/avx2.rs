@@ -12,6 +12,9 @@ const TT: usize = 2;
 /// AVX2 has no unsigned-offset trick for Q8_0 (it would overflow i16).
 const Q8_BIAS: bool = false;
 
+/// No VNNI: the interleaved Q4_K kernel sums `vpmaddubsw` pairs in i16.
+const VNNI: bool = false;
+
 /// acc + per 32-bit lane, the sum of four products u8 x i8.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

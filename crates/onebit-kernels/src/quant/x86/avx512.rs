@@ -11,6 +11,9 @@ const TT: usize = 4;
 /// `q8_pair` sums (w + 128) * y; the kernels subtract 128 * sum(y).
 const Q8_BIAS: bool = true;
 
+/// VNNI: the interleaved Q4_K kernel sums codes with `vpdpbusd` into i32.
+const VNNI: bool = true;
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dp(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {

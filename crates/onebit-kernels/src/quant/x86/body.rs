@@ -54,11 +54,7 @@ macro_rules! drive_wide {
         while r < nrows {
             let rr = (nrows - r).min(TR);
             for i in 0..rr {
-                $expand::<{ $k }>(
-                    ops.w.as_ptr().add((r + i) * ops.wrb),
-                    ops.cols,
-                    bp.add(i * ws),
-                );
+                $expand::<{ $k }>(ops, nrows, r + i, bp.add(i * ws));
             }
             if rr == TR {
                 let mut t = 0;
@@ -107,8 +103,8 @@ macro_rules! simd_kernels {
                 GgmlType::Q4_1 => gemm_q4::<1>,
                 GgmlType::Q5_0 => gemm_q4::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
-                GgmlType::Q4K => gemm_q4_k,
-                GgmlType::Q6K => gemm_q6_k,
+                GgmlType::Q4K => gemm_q4_kx8,
+                GgmlType::Q6K => gemm_q6_kx8,
                 GgmlType::F32 => gemm_f32,
                 _ => return None,
             };
@@ -291,6 +287,11 @@ macro_rules! simd_kernels {
                     prefetch(wp[i].wrapping_add(wg + PF_AHEAD), n * wbb);
                 }
                 let mut acc = [[zero; T]; R];
+                // Without VNNI, Q4_0/Q4_1 products are summed in i16 over
+                // the group (`vpmaddubsw` pairs of at most 2 x 15 x 128, at
+                // most 8 of them: 30,720) and widened once, not per vector.
+                let sum16 = !VNNI && K != 2;
+                let mut acc16 = [[zero; T]; R];
                 let mut ys = [zero; T];
                 // Code vector k of the group sits at `stride * k` (low
                 // nibbles' activations; the high nibbles' 16n bytes later).
@@ -327,19 +328,40 @@ macro_rules! simd_kernels {
                                 hi = _mm256_or_si256(hi, expand_bits(bits(16 * n + stride * k)));
                             }
                             for j in 0..T {
-                                acc[i][j] = dp(acc[i][j], lo, ylo[j]);
-                                acc[i][j] = dp(acc[i][j], hi, yhi[j]);
+                                if sum16 {
+                                    let p = _mm256_add_epi16(
+                                        _mm256_maddubs_epi16(lo, ylo[j]),
+                                        _mm256_maddubs_epi16(hi, yhi[j]),
+                                    );
+                                    acc16[i][j] = _mm256_add_epi16(acc16[i][j], p);
+                                } else {
+                                    acc[i][j] = dp(acc[i][j], lo, ylo[j]);
+                                    acc[i][j] = dp(acc[i][j], hi, yhi[j]);
+                                }
+                            }
+                        }
+                    }
+                };
+                let widen = |acc: &mut [[__m256i; T]; R], acc16: &[[__m256i; T]; R]| {
+                    if sum16 {
+                        let ones = _mm256_set1_epi16(1);
+                        for i in 0..R {
+                            for j in 0..T {
+                                acc[i][j] = _mm256_madd_epi16(acc16[i][j], ones);
                             }
                         }
                     }
                 };
                 if n == 8 {
                     run(4, 32);
+                    widen(&mut acc, &acc16);
                 } else if n == 2 || n == 4 {
                     run(n / 2, 32);
+                    widen(&mut acc, &acc16);
                     fold_all(&mut acc, &mut ys, n);
                 } else {
                     run(4, 4 * n);
+                    widen(&mut acc, &acc16);
                 }
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];
@@ -415,6 +437,65 @@ macro_rules! simd_kernels {
                 _ => return None,
             };
             Some(f)
+        }
+
+        /// [`expand_row`] of row `r` of the operands.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn expand_row_at<const K: u8>(
+            ops: &Operands,
+            _nrows: usize,
+            r: usize,
+            dst: *mut u8,
+        ) {
+            expand_row::<K>(ops.w.as_ptr().add(r * ops.wrb), ops.cols, dst);
+        }
+
+        /// [`expand_k_row`] of row `r` of `nrows` interleaved K-quant rows
+        /// (`super::Q4K_X8`, `super::Q6K_X8`): each super-block of a row in
+        /// a whole group is gathered back into a standard block first; the
+        /// rows past the last whole group are standard already.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn expand_k_row_at<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            r: usize,
+            dst: *mut u8,
+        ) {
+            let src = ops.w.as_ptr();
+            if r >= nrows / 8 * 8 {
+                expand_k_row::<K>(src.add(r * ops.wrb), ops.cols, dst);
+                return;
+            }
+            let (bb, units, d_at, unit0) = if K == 4 {
+                (144, 35, [0, 16], 32)
+            } else {
+                (210, 52, [0, 0], 16)
+            };
+            let grp = src.add(r / 8 * 8 * ops.wrb);
+            let i = r % 8;
+            let mut blk = [0u8; 256];
+            let bp = blk.as_mut_ptr();
+            let cp = |from: *const u8, to: *mut u8, n: usize| {
+                core::ptr::copy_nonoverlapping(from, to, n);
+            };
+            for s in 0..ops.cols / 256 {
+                let g = grp.add(s * 8 * bb);
+                if K == 4 {
+                    cp(g.add(d_at[0] + 2 * i), bp, 2);
+                    cp(g.add(d_at[1] + 2 * i), bp.add(2), 2);
+                    for u in 0..units {
+                        cp(g.add(unit0 + 32 * u + 4 * i), bp.add(4 + 4 * u), 4);
+                    }
+                } else {
+                    for u in 0..units {
+                        cp(g.add(unit0 + 32 * u + 4 * i), bp.add(4 * u), 4);
+                    }
+                    cp(g.add(2 * i), bp.add(208), 2);
+                }
+                expand_k_row::<K>(bp, 256, dst.add(s * super::WIDE_KW));
+            }
         }
 
         /// Expands one packed weight row (`cols` elements) into the wide
@@ -503,7 +584,18 @@ macro_rules! simd_kernels {
         ) {
             let ng = (ops.cols / 32).div_ceil(8);
             let ws = ng * super::WIDE_GROUP;
-            drive_wide!(expand_row, tile_wide, K, ops, nrows, ntok, out, os, ws, ng);
+            drive_wide!(
+                expand_row_at,
+                tile_wide,
+                K,
+                ops,
+                nrows,
+                ntok,
+                out,
+                os,
+                ws,
+                ng
+            );
         }
 
         /// R expanded rows (at `w`, `ws` bytes apart) times T wide activation
@@ -728,7 +820,7 @@ macro_rules! simd_kernels {
             let nsb = ops.cols / 256;
             let ws = nsb * super::WIDE_KW;
             drive_wide!(
-                expand_k_row,
+                expand_k_row_at,
                 tile_wide_k,
                 K,
                 ops,
@@ -921,12 +1013,8 @@ macro_rules! simd_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q4_K · Q8_K, standard layout.
-
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q4_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
-            drive!(tile_q4_k, ops, nrows, ntok, out, os);
-        }
+        // Q4_K · Q8_K, standard layout: the rows past an interleaved
+        // matrix's last whole group of 8.
 
         /// The sums of the eight lanes of every vector of `v`, in order;
         /// four vectors at a time share one horizontal-add tree.
@@ -1069,12 +1157,275 @@ macro_rules! simd_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q6_K · Q8_K, standard layout.
+        // Q4_K · Q8_K, rows interleaved by 8 (`super::Q4K_X8`): each 32-bit
+        // lane is one row, so a row's sums stay in its lane and no
+        // horizontal reduction is needed; every activation word is
+        // broadcast to all lanes.
 
+        /// Whole groups of 8 rows run [`tile_q4_kx8`]; the rows past the
+        /// last whole group are standard and run [`tile_q4_k`].
         #[target_feature(enable = $feat)]
-        unsafe fn gemm_q6_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
-            drive!(tile_q6_k, ops, nrows, ntok, out, os);
+        unsafe fn gemm_q4_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            let groups = nrows / 8;
+            for g in 0..groups {
+                let mut t = 0;
+                while t + TT <= ntok {
+                    tile_q4_kx8::<TT>(ops, g, t, out, os);
+                    t += TT;
+                }
+                while t < ntok {
+                    tile_q4_kx8::<1>(ops, g, t, out, os);
+                    t += 1;
+                }
+            }
+            for r in groups * 8..nrows {
+                for t in 0..ntok {
+                    tile_q4_k::<1, 1>(ops, r, t, out, os);
+                }
+            }
         }
+
+        /// Rows 8g..8g + 8 times T Q8_K rows. Per super-block and row (lane):
+        /// the scaled code sums and the mins times the activations'
+        /// 16-element sums, exact integers as the scalar reference; then its
+        /// float formula lane by lane, unfused.
+        ///
+        /// Code sums: with VNNI, `vpdpbusd` of the low nibbles and of the
+        /// high nibbles left in place (16 x the code, so the sum is 16 x the
+        /// true one, shifted back exactly) into i32; without, `vpmaddubsw`
+        /// pairs (at most 2 x 15 x 128) added in i16 over a sub-block's 8
+        /// vectors (at most 30,720), then `vpmaddwd` with the scale.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q4_kx8<const T: usize>(
+            ops: &Operands,
+            g: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nsb = ops.cols / 256;
+            let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mf0 = _mm256_set1_epi8(0xF0u8 as i8);
+            let m6 = _mm256_set1_epi32(0x3F3F_3F3F);
+            let m4w = _mm256_set1_epi32(0x0F0F_0F0F);
+            let m2 = _mm256_set1_epi32(0x0303_0303);
+            // Byte j of each lane as i32 (VNNI) or as an i16 pair (AVX2).
+            let pick = |j: i8| {
+                let z = -128i8;
+                if VNNI {
+                    _mm256_setr_epi8(
+                        j,
+                        z,
+                        z,
+                        z,
+                        j + 4,
+                        z,
+                        z,
+                        z,
+                        j + 8,
+                        z,
+                        z,
+                        z,
+                        j + 12,
+                        z,
+                        z,
+                        z,
+                        j,
+                        z,
+                        z,
+                        z,
+                        j + 4,
+                        z,
+                        z,
+                        z,
+                        j + 8,
+                        z,
+                        z,
+                        z,
+                        j + 12,
+                        z,
+                        z,
+                        z,
+                    )
+                } else {
+                    _mm256_setr_epi8(
+                        j,
+                        z,
+                        j,
+                        z,
+                        j + 4,
+                        z,
+                        j + 4,
+                        z,
+                        j + 8,
+                        z,
+                        j + 8,
+                        z,
+                        j + 12,
+                        z,
+                        j + 12,
+                        z,
+                        j,
+                        z,
+                        j,
+                        z,
+                        j + 4,
+                        z,
+                        j + 4,
+                        z,
+                        j + 8,
+                        z,
+                        j + 8,
+                        z,
+                        j + 12,
+                        z,
+                        j + 12,
+                        z,
+                    )
+                }
+            };
+            let picks = [pick(0), pick(1), pick(2), pick(3)];
+            // Each min as an i16 pair, whatever the level.
+            let pair = |j: i8| {
+                let z = -128i8;
+                _mm256_setr_epi8(
+                    j,
+                    z,
+                    j,
+                    z,
+                    j + 4,
+                    z,
+                    j + 4,
+                    z,
+                    j + 8,
+                    z,
+                    j + 8,
+                    z,
+                    j + 12,
+                    z,
+                    j + 12,
+                    z,
+                    j,
+                    z,
+                    j,
+                    z,
+                    j + 4,
+                    z,
+                    j + 4,
+                    z,
+                    j + 8,
+                    z,
+                    j + 8,
+                    z,
+                    j + 12,
+                    z,
+                    j + 12,
+                    z,
+                )
+            };
+            let pairs = [pair(0), pair(1), pair(2), pair(3)];
+            let mut acc = [_mm256_setzero_ps(); T];
+            for s in 0..nsb {
+                let bx = gw.add(s * super::Q4K_X8);
+                prefetch(bx.wrapping_add(PF_AHEAD), super::Q4K_X8);
+                let a = ld(bx.add(32));
+                let b = ld(bx.add(64));
+                let c = ld(bx.add(96));
+                let sc_lo = _mm256_and_si256(a, m6);
+                let mn_lo = _mm256_and_si256(b, m6);
+                let sc_hi = _mm256_or_si256(
+                    _mm256_and_si256(c, m4w),
+                    _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(a), m2)),
+                );
+                let mn_hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi32::<4>(c), m4w),
+                    _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(b), m2)),
+                );
+                let mut ya = [ap[0]; T];
+                for j in 0..T {
+                    ya[j] = ap[j].add(s * 292);
+                }
+                // Mins: sum_j m_j * (bsums[2j] + bsums[2j + 1]), the pair of
+                // sums broadcast as one 32-bit word.
+                let mut summ = [zero; T];
+                for j in 0..8 {
+                    let mn = if j < 4 { mn_lo } else { mn_hi };
+                    let mp = _mm256_shuffle_epi8(mn, pairs[j % 4]);
+                    for t in 0..T {
+                        let bs = _mm256_set1_epi32(
+                            (ya[t].add(260 + 4 * j) as *const i32).read_unaligned(),
+                        );
+                        summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mp, bs));
+                    }
+                }
+                let mut isum = [zero; T];
+                for cc in 0..4 {
+                    let mut slo = [zero; T];
+                    let mut shi = [zero; T];
+                    for k in 0..8 {
+                        let v = ld(bx.add(128 + 256 * cc + 32 * k));
+                        let lo = _mm256_and_si256(v, m4);
+                        let hi = if VNNI {
+                            _mm256_and_si256(v, mf0)
+                        } else {
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
+                        };
+                        for t in 0..T {
+                            let y = ya[t].add(4 + 64 * cc + 4 * k);
+                            let ylo = _mm256_set1_epi32((y as *const i32).read_unaligned());
+                            let yhi = _mm256_set1_epi32((y.add(32) as *const i32).read_unaligned());
+                            if VNNI {
+                                slo[t] = dp(slo[t], lo, ylo);
+                                shi[t] = dp(shi[t], hi, yhi);
+                            } else {
+                                slo[t] = _mm256_add_epi16(slo[t], _mm256_maddubs_epi16(lo, ylo));
+                                shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, yhi));
+                            }
+                        }
+                    }
+                    // Sub-blocks 2cc (low nibbles) and 2cc + 1 (high).
+                    let (j0, j1) = (2 * cc, 2 * cc + 1);
+                    let sc = |j: usize| {
+                        let v = if j < 4 { sc_lo } else { sc_hi };
+                        _mm256_shuffle_epi8(v, picks[j % 4])
+                    };
+                    let (s0, s1) = (sc(j0), sc(j1));
+                    for t in 0..T {
+                        if VNNI {
+                            let hi = _mm256_srai_epi32::<4>(shi[t]);
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(slo[t], s0));
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(hi, s1));
+                        } else {
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(slo[t], s0));
+                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(shi[t], s1));
+                        }
+                    }
+                }
+                let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
+                let dmx = _mm256_cvtph_ps(_mm_loadu_si128(bx.add(16) as *const __m128i));
+                for t in 0..T {
+                    let dy = _mm256_set1_ps((ya[t] as *const f32).read_unaligned());
+                    let d = _mm256_mul_ps(dx, dy);
+                    let dmin = _mm256_mul_ps(dmx, dy);
+                    let term = _mm256_sub_ps(
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t])),
+                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ[t])),
+                    );
+                    acc[t] = _mm256_add_ps(acc[t], term);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.add((t0 + t) * os + 8 * g), *a);
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // Q6_K · Q8_K, standard layout: the rows past an interleaved
+        // matrix's last whole group of 8.
 
         #[target_feature(enable = $feat)]
         #[inline]
@@ -1170,6 +1521,247 @@ macro_rules! simd_kernels {
                 for j in 0..T {
                     *out.add((t0 + j) * os + r0 + i) = acc[i][j];
                 }
+            }
+        }
+
+        // -------------------------------------------------------------------
+        // Q6_K · Q8_K, rows interleaved by 8 (`super::Q6K_X8`), one row per
+        // 32-bit lane as for Q4_K.
+
+        /// Whole groups of 8 rows run [`tile_q6_kx8`]; the rows past the
+        /// last whole group are standard and run [`tile_q6_k`].
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q6_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            let groups = nrows / 8;
+            for g in 0..groups {
+                let mut t = 0;
+                while t + TT <= ntok {
+                    tile_q6_kx8::<TT>(ops, g, t, out, os);
+                    t += TT;
+                }
+                while t < ntok {
+                    tile_q6_kx8::<1>(ops, g, t, out, os);
+                    t += 1;
+                }
+            }
+            for r in groups * 8..nrows {
+                for t in 0..ntok {
+                    tile_q6_k::<1, 1>(ops, r, t, out, os);
+                }
+            }
+        }
+
+        /// Rows 8g..8g + 8 times T Q8_K rows: per row (lane) the exact
+        /// integer sum(sc_s * sum(code * y)) - 32 * sum(sc_s * bsums_s) of
+        /// the scalar reference's sum(sc_s * sum((code - 32) * y)), then
+        /// (d * dy) * isum lane by lane. Codes (0..63) times activations:
+        /// with VNNI `vpdpbusd` into i32 per 16-element sub-block, then the
+        /// scale; without, `vpmaddubsw` pairs (at most 2 x 63 x 128) added
+        /// in i16 two vectors at a time (at most 32,256), then `vpmaddwd`
+        /// with the scale.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_q6_kx8<const T: usize>(
+            ops: &Operands,
+            g: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nsb = ops.cols / 256;
+            let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+            let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m3 = _mm256_set1_epi8(3);
+            let z = -128i8;
+            // Byte b of each lane into the top of an i32 (VNNI: shifted
+            // down to a sign-extended scale) or of both i16 halves.
+            let top32 = |b: i8| {
+                _mm256_setr_epi8(
+                    z,
+                    z,
+                    z,
+                    b,
+                    z,
+                    z,
+                    z,
+                    b + 4,
+                    z,
+                    z,
+                    z,
+                    b + 8,
+                    z,
+                    z,
+                    z,
+                    b + 12,
+                    z,
+                    z,
+                    z,
+                    b,
+                    z,
+                    z,
+                    z,
+                    b + 4,
+                    z,
+                    z,
+                    z,
+                    b + 8,
+                    z,
+                    z,
+                    z,
+                    b + 12,
+                )
+            };
+            let top16 = |b0: i8, b1: i8| {
+                _mm256_setr_epi8(
+                    z,
+                    b0,
+                    z,
+                    b1,
+                    z,
+                    b0 + 4,
+                    z,
+                    b1 + 4,
+                    z,
+                    b0 + 8,
+                    z,
+                    b1 + 8,
+                    z,
+                    b0 + 12,
+                    z,
+                    b1 + 12,
+                    z,
+                    b0,
+                    z,
+                    b1,
+                    z,
+                    b0 + 4,
+                    z,
+                    b1 + 4,
+                    z,
+                    b0 + 8,
+                    z,
+                    b1 + 8,
+                    z,
+                    b0 + 12,
+                    z,
+                    b1 + 12,
+                )
+            };
+            let sel32 = [top32(0), top32(1), top32(2), top32(3)];
+            let sel16 = [top16(0, 0), top16(1, 1), top16(2, 2), top16(3, 3)];
+            let (sel01, sel23) = (top16(0, 1), top16(2, 3));
+            let mut acc = [_mm256_setzero_ps(); T];
+            for s in 0..nsb {
+                let bx = gw.add(s * super::Q6K_X8);
+                prefetch(bx.wrapping_add(PF_AHEAD), super::Q6K_X8);
+                let unit = |u: usize| ld(bx.add(16 + 32 * u));
+                let mut ya = [ap[0]; T];
+                for j in 0..T {
+                    ya[j] = ap[j].add(s * 292);
+                }
+                let scu = [unit(48), unit(49), unit(50), unit(51)];
+                // The scale of sub-block sb in every lane, as the kernel
+                // multiplies it.
+                let scale = |sb: usize| {
+                    let v = scu[sb / 4];
+                    if VNNI {
+                        _mm256_srai_epi32::<24>(_mm256_shuffle_epi8(v, sel32[sb % 4]))
+                    } else {
+                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(v, sel16[sb % 4]))
+                    }
+                };
+                // 32 * sum_s sc_s * bsums_s, the 16-element sums broadcast
+                // two at a time against scale pairs.
+                let mut corr = [zero; T];
+                for (m, v) in scu.iter().enumerate() {
+                    let p01 = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(*v, sel01));
+                    let p23 = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(*v, sel23));
+                    for t in 0..T {
+                        let bsp = ya[t].add(260 + 8 * m) as *const i32;
+                        let b01 = _mm256_set1_epi32(bsp.read_unaligned());
+                        let b23 = _mm256_set1_epi32(bsp.add(1).read_unaligned());
+                        corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(p01, b01));
+                        corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(p23, b23));
+                    }
+                }
+                let mut isum = [zero; T];
+                for h in 0..2 {
+                    for part in 0..2 {
+                        // Sub-blocks 8h + 2k + part, k = 0..4: elements
+                        // 128h + 32k + 16 part.., lanes' units u = 4 part..
+                        let sbs = [0, 1, 2, 3].map(|k| 8 * h + 2 * k + part);
+                        let scs = sbs.map(scale);
+                        let mut sk = [[zero; T]; 4];
+                        let mut pk = [[zero; T]; 4];
+                        for uu in 0..4 {
+                            let u = 4 * part + uu;
+                            let qa = unit(16 * h + u);
+                            let qb = unit(16 * h + 8 + u);
+                            let qh = unit(32 + 8 * h + u);
+                            let top = |b: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(b, m3));
+                            let codes = [
+                                _mm256_or_si256(_mm256_and_si256(qa, m4), top(qh)),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(qb, m4),
+                                    top(_mm256_srli_epi16::<2>(qh)),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4),
+                                    top(_mm256_srli_epi16::<4>(qh)),
+                                ),
+                                _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                                    top(_mm256_srli_epi16::<6>(qh)),
+                                ),
+                            ];
+                            for (k, code) in codes.iter().enumerate() {
+                                for t in 0..T {
+                                    let y = ya[t].add(4 + 128 * h + 32 * k + 4 * u) as *const i32;
+                                    let yv = _mm256_set1_epi32(y.read_unaligned());
+                                    if VNNI {
+                                        sk[k][t] = dp(sk[k][t], *code, yv);
+                                    } else {
+                                        pk[k][t] = _mm256_add_epi16(
+                                            pk[k][t],
+                                            _mm256_maddubs_epi16(*code, yv),
+                                        );
+                                    }
+                                }
+                            }
+                            if !VNNI && uu % 2 == 1 {
+                                for k in 0..4 {
+                                    for t in 0..T {
+                                        let v = _mm256_madd_epi16(pk[k][t], scs[k]);
+                                        sk[k][t] = _mm256_add_epi32(sk[k][t], v);
+                                        pk[k][t] = zero;
+                                    }
+                                }
+                            }
+                        }
+                        for k in 0..4 {
+                            for t in 0..T {
+                                let v = if VNNI {
+                                    _mm256_mullo_epi32(sk[k][t], scs[k])
+                                } else {
+                                    sk[k][t]
+                                };
+                                isum[t] = _mm256_add_epi32(isum[t], v);
+                            }
+                        }
+                    }
+                }
+                let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
+                for t in 0..T {
+                    let isum = _mm256_sub_epi32(isum[t], _mm256_slli_epi32::<5>(corr[t]));
+                    let dy = _mm256_set1_ps((ya[t] as *const f32).read_unaligned());
+                    let term = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum));
+                    acc[t] = _mm256_add_ps(acc[t], term);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.add((t0 + t) * os + 8 * g), *a);
             }
         }
 

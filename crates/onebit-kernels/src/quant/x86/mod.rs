@@ -43,8 +43,18 @@
 //! rearranged per row the same way: per group, d[n] as f32, for Q8_1 s[n] as
 //! f32, then the code vectors.
 //!
-//! K-quants (Q4_K, Q6_K) read the standard layouts; their integer sums are
-//! reduced once per 256-element super-block.
+//! # Interleaved layout (K-quants)
+//!
+//! Q4_K and Q6_K matrices are repacked by groups of 8 rows ([`Q4K_X8`],
+//! [`Q6K_X8`]): per super-block, each row's block cut in 4-byte units, unit
+//! u of the 8 rows side by side, so a 256-bit vector holds one row per
+//! 32-bit lane. A row's integer sums then stay in its lane (no horizontal
+//! reduction), each activation word is broadcast to all lanes, and the
+//! scales apply lane-wise; the float formula runs per lane in the scalar
+//! reference's order. One token (decode) streams each group once; the wide
+//! prefill kernels gather a row's super-blocks back into standard blocks as
+//! they expand them. Rows past a matrix's last whole group stay standard
+//! and run the standard-layout kernels.
 
 use onebit_formats::GgmlType;
 
@@ -100,6 +110,144 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
             }
         }
     });
+}
+
+/// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
+/// the SIMD kernels (Q4_K, Q6_K; see [`Q4K_X8`], [`Q6K_X8`]).
+pub fn interleaves(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q4K | GgmlType::Q6K)
+}
+
+/// Rows per interleaved group: one row per 32-bit lane of a 256-bit vector.
+pub const ROW_GROUP: usize = 8;
+
+/// Bytes of one interleaved Q4_K super-block group: eight rows' 144-byte
+/// super-blocks `s`, rearranged so that every 32-bit lane of a vector holds
+/// one row. d[8] as f16 at 0, dmin[8] at 16, then 4-byte units: unit u
+/// (u < 35) of row r at 32 + 32u + 4r, where unit u is bytes 4 + 4u..8 + 4u
+/// of row r's block (units 0..3: the 12 packed scale bytes; units 3..35:
+/// the 128 code bytes, so code vector (c, k) = unit 3 + 8c + k holds bytes
+/// 32c + 4k..32c + 4k + 4 of each row's codes: their low nibbles are
+/// elements 64c + 4k.., their high nibbles elements 64c + 32 + 4k..).
+/// A matrix's rows past its last whole group of 8 stay standard, so an
+/// interleaved matrix is as big as the original and row r's bytes stay in
+/// the span of rows 8 * (r / 8)..8 * (r / 8) + 8.
+pub const Q4K_X8: usize = 8 * 144;
+
+/// Bytes of one interleaved Q6_K super-block group: d[8] as f16 at 0, then
+/// unit u (u < 52) of row r at 16 + 32u + 4r, where unit u is bytes
+/// 4u..4u + 4 of row r's 210-byte block: units 0..32 the low-bit bytes
+/// (ql), 32..48 the high-bit bytes (qh), 48..52 the 16 scales. As for
+/// [`Q4K_X8`], rows past the last whole group stay standard.
+pub const Q6K_X8: usize = 8 * 210;
+
+/// Where byte `b` of row `r`'s Q4_K block lands in an interleaved group.
+fn q4k_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        0..=1 => 2 * r + b,
+        2..=3 => 16 + 2 * r + (b - 2),
+        _ => 32 + 32 * ((b - 4) / 4) + 4 * r + (b - 4) % 4,
+    }
+}
+
+/// Where byte `b` of row `r`'s Q6_K block lands in an interleaved group.
+fn q6k_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        208..=209 => 2 * r + (b - 208),
+        _ => 16 + 32 * (b / 4) + 4 * r + b % 4,
+    }
+}
+
+/// Where byte `b` of row `r`'s block lands in its interleaved group.
+type X8At = fn(usize, usize) -> usize;
+
+/// The runs (start, length) of a block of `t` that move together in its
+/// interleaved group, and where run `b` of row `r` goes.
+fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
+    if t == GgmlType::Q4K {
+        let runs = [(0, 2), (2, 2)]
+            .into_iter()
+            .chain((4..144).step_by(4).map(|b| (b, 4)))
+            .collect();
+        (runs, q4k_x8_at)
+    } else {
+        let runs = (0..208)
+            .step_by(4)
+            .map(|b| (b, 4))
+            .chain([(208, 2)])
+            .collect();
+        (runs, q6k_x8_at)
+    }
+}
+
+/// Repacks consecutive whole rows of `t` (`wrb` bytes each; the first is
+/// a multiple of [`ROW_GROUP`] in its matrix when `t` [`interleaves`], and
+/// the rows past the last whole group are the matrix's last rows) into the
+/// SIMD kernels' layout; `out` is as long as `rows`.
+pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
+    assert_eq!(rows.len(), out.len());
+    assert_eq!(rows.len() % wrb, 0);
+    if packs(t) {
+        for (s, o) in rows.chunks_exact(wrb).zip(out.chunks_exact_mut(wrb)) {
+            pack_weight_row(t, s, o);
+        }
+        return;
+    }
+    assert!(interleaves(t), "{t} rows are not repacked");
+    let gb = ROW_GROUP * wrb;
+    let whole = rows.len() / gb * gb;
+    let bb = t.block_bytes();
+    let (runs, at) = x8_runs(t);
+    for (g, o) in rows[..whole].chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
+        for r in 0..ROW_GROUP {
+            let row = &g[r * wrb..(r + 1) * wrb];
+            for (s, blk) in row.chunks_exact(bb).enumerate() {
+                let grp = &mut o[s * 8 * bb..(s + 1) * 8 * bb];
+                for &(b, n) in &runs {
+                    let to = at(b, r);
+                    grp[to..to + n].copy_from_slice(&blk[b..b + n]);
+                }
+            }
+        }
+    }
+    out[whole..].copy_from_slice(&rows[whole..]);
+}
+
+/// Undoes [`pack_weight_rows`] for row `r` of a repacked matrix of `nrows`
+/// rows of `wrb` bytes (`packed` from its first row on).
+pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize, out: &mut [u8]) {
+    assert_eq!(out.len(), wrb);
+    if packs(t) {
+        unpack_weight_row(t, &packed[r * wrb..(r + 1) * wrb], out);
+        return;
+    }
+    assert!(interleaves(t), "{t} rows are not repacked");
+    let g0 = r / ROW_GROUP * ROW_GROUP;
+    if g0 + ROW_GROUP > nrows {
+        out.copy_from_slice(&packed[r * wrb..(r + 1) * wrb]);
+        return;
+    }
+    let grp = &packed[g0 * wrb..(g0 + ROW_GROUP) * wrb];
+    let bb = t.block_bytes();
+    let (runs, at) = x8_runs(t);
+    for (s, blk) in out.chunks_exact_mut(bb).enumerate() {
+        let src = &grp[s * 8 * bb..(s + 1) * 8 * bb];
+        for &(b, n) in &runs {
+            let from = at(b, r % ROW_GROUP);
+            blk[b..b + n].copy_from_slice(&src[from..from + n]);
+        }
+    }
+}
+
+/// The standard rows of `nrows` consecutive repacked rows (the first a
+/// multiple of [`ROW_GROUP`] in its matrix, the rows past the last whole
+/// group the matrix's last), for kernels that read standard rows.
+pub fn unpack_weight_rows(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize) -> Vec<u8> {
+    let mut out = vec![0u8; nrows * wrb];
+    for (r, o) in out.chunks_exact_mut(wrb).enumerate() {
+        unpack_row(t, packed, nrows, wrb, r, o);
+    }
+    out
 }
 
 /// Where block `l` of a packed group sits: the group's start in the row

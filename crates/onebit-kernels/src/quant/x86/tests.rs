@@ -4,7 +4,7 @@
 //! leaves a tail after the groups of 8.
 
 use super::*;
-use crate::quant::test_inputs::{acts, same, weights, Rng};
+use crate::quant::test_inputs::{self, acts, same, weights, Rng};
 use crate::quant::{act_format, act_row_bytes, dot, quantize_act};
 
 /// Says which SIMD levels the tests of this file run and which this CPU
@@ -16,7 +16,6 @@ fn say_levels(test: &str) {
 fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
     let mut rng = Rng(seed);
     let fmt = act_format(t);
-    let wrb = t.row_bytes(cols as u64).unwrap() as usize;
     let arb = act_row_bytes(fmt, cols);
     for mode in 0..3 {
         let w: Vec<u8> = (0..nrows)
@@ -26,6 +25,17 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
         for row in a.chunks_exact_mut(arb) {
             quantize_act(fmt, &acts(&mut rng, cols, mode), row);
         }
+        check_rows(t, cols, nrows, ntok, &w, &a, mode);
+    }
+}
+
+/// Every level's kernels (one-token and wide) on weight rows `w` and
+/// quantized activation rows `a` against the scalar reference.
+fn check_rows(t: GgmlType, cols: usize, nrows: usize, ntok: usize, w: &[u8], a: &[u8], mode: u32) {
+    let fmt = act_format(t);
+    let wrb = t.row_bytes(cols as u64).unwrap() as usize;
+    let arb = act_row_bytes(fmt, cols);
+    {
         let mut want = vec![0f32; ntok * nrows];
         for tk in 0..ntok {
             for r in 0..nrows {
@@ -49,8 +59,13 @@ fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
                 pack_act_row(fmt, s, d);
             }
             (wp, ap, parb)
+        } else if interleaves(t) {
+            // The whole matrix: groups of 8 rows interleaved, the rest standard.
+            let mut wp = vec![0u8; w.len()];
+            pack_weight_rows(t, w, wrb, &mut wp);
+            (wp, a.to_vec(), arb)
         } else {
-            (w.clone(), a.clone(), arb)
+            (w.to_vec(), a.to_vec(), arb)
         };
         for isa in Isa::available().into_iter().filter(|&i| i != Isa::Scalar) {
             let ops = Operands {
@@ -132,7 +147,20 @@ fn k_quants_equal_the_scalar_reference() {
     say_levels("k_quants_equal_the_scalar_reference");
     for t in [GgmlType::Q4K, GgmlType::Q6K] {
         for cols in [256, 512, 1024, 2048] {
-            for (nrows, ntok) in [(1, 1), (4, 1), (5, 3), (9, 4), (3, 9), (8, 8)] {
+            // 8-row groups (Q4_K's interleaved layout) with and without a
+            // tail of standard rows, one token and several.
+            for (nrows, ntok) in [
+                (1, 1),
+                (4, 1),
+                (5, 3),
+                (9, 4),
+                (3, 9),
+                (8, 8),
+                (16, 1),
+                (17, 2),
+                (24, 3),
+                (8, 5),
+            ] {
                 check(
                     t,
                     cols,
@@ -141,6 +169,62 @@ fn k_quants_equal_the_scalar_reference() {
                     cols as u64 + nrows as u64 * 10 + ntok as u64,
                 );
             }
+        }
+    }
+}
+
+/// The largest codes against the largest activations of either sign, so
+/// every partial integer sum a kernel keeps in 16 bits is at its bound.
+#[test]
+fn extreme_codes_and_activations_stay_exact() {
+    say_levels("extreme_codes_and_activations_stay_exact");
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
+        let cols = 512;
+        let (nrows, ntok) = (9, 3);
+        let fmt = act_format(t);
+        let arb = act_row_bytes(fmt, cols);
+        let mut rng = Rng(5);
+        for code in [0x00u8, 0xFF, 0x77] {
+            // Random scales as the other tests make them, every other byte
+            // (codes, K-quant sub-block scales) set to `code`.
+            let mut w: Vec<u8> = (0..nrows)
+                .flat_map(|_| weights(&mut rng, t, cols, 0))
+                .collect();
+            let keep = test_inputs::f16_fields(t);
+            for blk in w.chunks_exact_mut(t.block_bytes()) {
+                for (i, b) in blk.iter_mut().enumerate() {
+                    if !keep.iter().any(|&at| i == at || i == at + 1) {
+                        *b = code;
+                    }
+                }
+            }
+            // Activation rows all +1, all -1 (Q8_K puts the largest
+            // magnitude at -128), alternating.
+            let mut a = vec![0u8; ntok * arb];
+            for (k, row) in a.chunks_exact_mut(arb).enumerate() {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| match k {
+                        0 => 1.0,
+                        1 => -1.0,
+                        _ => {
+                            if i % 2 == 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        }
+                    })
+                    .collect();
+                quantize_act(fmt, &x, row);
+            }
+            check_rows(t, cols, nrows, ntok, &w, &a, code as u32);
         }
     }
 }
@@ -183,6 +267,55 @@ fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
         pack_weight_row(t, &row, &mut out);
         let ones = |v: &[u8]| v.iter().map(|b| b.count_ones()).sum::<u32>();
         assert_eq!(ones(&out), ones(&row), "{t}");
+    }
+}
+
+#[test]
+fn interleaving_restores_every_row_and_moves_each_byte() {
+    let mut rng = Rng(11);
+    for (t, nrows, cols) in [
+        (GgmlType::Q4K, 8, 256),
+        (GgmlType::Q4K, 13, 512),
+        (GgmlType::Q4K, 16, 256),
+        (GgmlType::Q4K, 3, 256),
+        (GgmlType::Q6K, 8, 256),
+        (GgmlType::Q6K, 21, 512),
+    ] {
+        let wrb = t.row_bytes(cols).unwrap() as usize;
+        let w: Vec<u8> = (0..nrows * wrb).map(|_| rng.next() as u8).collect();
+        let mut packed = vec![0u8; w.len()];
+        pack_weight_rows(t, &w, wrb, &mut packed);
+        if nrows >= 8 && t == GgmlType::Q6K {
+            // Q6K_X8: row 5's d (block bytes 208..210) at 10..12, its
+            // bytes 4..8 (unit 1) at 16 + 32 + 4 * 5.
+            assert_eq!(packed[10..12], w[5 * wrb + 208..5 * wrb + 210]);
+            assert_eq!(
+                packed[16 + 32 + 20..16 + 32 + 24],
+                w[5 * wrb + 4..5 * wrb + 8]
+            );
+        }
+        if nrows >= 8 && t == GgmlType::Q4K {
+            // The layout itself (Q4K_X8): row 5's d at bytes 10..12, its
+            // first scale byte at 32 + 4 * 5, its code bytes 4..8 (code
+            // vector (0, 1), unit 4) at 32 + 32 * 4 + 4 * 5.
+            assert_eq!(packed[10..12], w[5 * wrb..5 * wrb + 2]);
+            assert_eq!(packed[16 + 10], w[5 * wrb + 2]);
+            assert_eq!(packed[32 + 20], w[5 * wrb + 4]);
+            assert_eq!(
+                packed[32 + 128 + 20..32 + 128 + 24],
+                w[5 * wrb + 20..5 * wrb + 24]
+            );
+        }
+        let mut back = vec![0u8; wrb];
+        for r in 0..nrows {
+            unpack_row(t, &packed, nrows, wrb, r, &mut back);
+            assert_eq!(
+                back,
+                w[r * wrb..(r + 1) * wrb],
+                "rows {nrows} cols {cols}: row {r}"
+            );
+        }
+        assert_eq!(unpack_weight_rows(t, &packed, nrows, wrb), w);
     }
 }
 
