@@ -18,8 +18,8 @@ use onebit_model::{ExecConfig, Logits};
 use onebit_text::StreamDecoder;
 
 mod bench;
-mod eval;
 mod chat;
+mod eval;
 mod import;
 mod open;
 use open::{load_model, Loaded};

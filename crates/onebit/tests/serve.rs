@@ -622,7 +622,7 @@ fn ollama_routes_need_the_key_like_v1() {
     let (status, body) = srv.get("/");
     assert_eq!(status, 200);
     assert!(body.contains("<title>onebit chat</title>"), "{body}");
-
+}
 
 fn template(name: &str) -> String {
     onebit_testdata::dir()
