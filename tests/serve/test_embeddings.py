@@ -9,9 +9,9 @@ import base64
 import math
 import struct
 import sys
-import traceback
 
 import openai
+import runner  # tests/serve/runner.py, beside this script
 
 client = openai.OpenAI(base_url=sys.argv[1].rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=120)
 MODEL = client.models.list().data[0].id
@@ -76,20 +76,5 @@ def test_bad_requests_name_the_field():
         raise AssertionError("an empty input list was accepted")
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_")]
-    failed = 0
-    for t in tests:
-        try:
-            t()
-            print(f"ok      {t.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAILED  {t.__name__}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    runner.run(globals())

@@ -9,9 +9,9 @@ runs this; the client is installed by scripts/python-deps.sh.) Prints
 import json
 import math
 import sys
-import traceback
 
 import ollama
+import runner  # tests/serve/runner.py, beside this script
 
 client = ollama.Client(host=sys.argv[1].rstrip("/"), timeout=120)
 CAPITAL = "What is the capital of France? Answer with one word."
@@ -119,20 +119,5 @@ def test_refusals_name_the_field():
             raise AssertionError(f"{kw} was accepted")
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_")]
-    failed = 0
-    for t in tests:
-        try:
-            t()
-            print(f"ok      {t.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAILED  {t.__name__}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    runner.run(globals())

@@ -6,9 +6,9 @@ Usage: python3 tests/serve/test_openai_auth.py http://127.0.0.1:PORT KEY
 runs this.) Prints "N passed, M failed"; exits 1 on any failure.
 """
 import sys
-import traceback
 
 import openai
+import runner  # tests/serve/runner.py, beside this script
 
 BASE = sys.argv[1].rstrip("/") + "/v1"
 KEY = sys.argv[2]
@@ -35,20 +35,5 @@ def test_wrong_key_is_401_in_openai_shape():
         raise AssertionError("a wrong key was accepted")
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_")]
-    failed = 0
-    for t in tests:
-        try:
-            t()
-            print(f"ok      {t.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAILED  {t.__name__}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    runner.run(globals())

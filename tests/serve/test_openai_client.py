@@ -7,9 +7,9 @@ installed by scripts/python-deps.sh.) Prints "N passed, M failed"; exits 1 on
 any failure.
 """
 import sys
-import traceback
 
 import openai
+import runner  # tests/serve/runner.py, beside this script
 
 BASE = sys.argv[1].rstrip("/") + "/v1"
 client = openai.OpenAI(base_url=BASE, api_key="not-needed", max_retries=0, timeout=120)
@@ -89,20 +89,5 @@ def test_bad_requests_raise_400():
             raise AssertionError(f"{kw} was accepted")
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_")]
-    failed = 0
-    for t in tests:
-        try:
-            t()
-            print(f"ok      {t.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAILED  {t.__name__}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    runner.run(globals())

@@ -12,11 +12,11 @@ this.) Prints "N passed, M failed"; exits 1 on any failure.
 import json
 import random
 import sys
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import openai
+import runner  # tests/serve/runner.py, beside this script
 
 CLIENTS = [openai.OpenAI(base_url=u.rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=300)
            for u in sys.argv[1:]]
@@ -117,20 +117,5 @@ def test_unsupported_schema_is_400_naming_it():
         raise AssertionError("an unknown string format was accepted")
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_")]
-    failed = 0
-    for t in tests:
-        try:
-            t()
-            print(f"ok      {t.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAILED  {t.__name__}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    runner.run(globals())

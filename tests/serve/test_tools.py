@@ -10,10 +10,10 @@ jsonschema. Prints "N passed, M failed"; exits 1 on any failure.
 """
 import json
 import sys
-import traceback
 
 import jsonschema
 import openai
+import runner  # tests/serve/runner.py, beside this script
 
 HERMES = openai.OpenAI(base_url=sys.argv[1].rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=120)
 PLAIN = openai.OpenAI(base_url=sys.argv[2].rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=120)
@@ -143,20 +143,5 @@ def test_bad_tool_requests_are_400_naming_the_field():
             raise AssertionError(f"{kw} was accepted")
 
 
-def main():
-    tests = [v for k, v in globals().items() if k.startswith("test_")]
-    failed = 0
-    for t in tests:
-        try:
-            t()
-            print(f"ok      {t.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAILED  {t.__name__}")
-            traceback.print_exc(file=sys.stdout)
-    print(f"{len(tests) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    runner.run(globals())
