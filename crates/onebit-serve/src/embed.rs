@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::oneshot;
 
 use crate::api::ApiError;
-use crate::http::{json_response, read_body, App};
+use crate::http::{json_response, queue_full, read_body, App};
 use crate::metrics::Metrics;
 
 /// How the rows of a text's hidden states become one vector.
@@ -189,14 +189,7 @@ pub async fn embed(app: &Arc<App>, texts: Vec<String>) -> Result<(Vec<Vec<f32>>,
         let _ = tx.send(r);
     });
     if app.engine.run_task(task).is_err() {
-        Metrics::add(&app.metrics.requests_rejected_full, 1);
-        return Err(ApiError {
-            status: 503,
-            message: "the server is busy: its request queue is full; retry shortly".into(),
-            kind: "server_error",
-            param: None,
-            code: Some("queue_full"),
-        });
+        return Err(queue_full(app));
     }
     let vectors = rx
         .await

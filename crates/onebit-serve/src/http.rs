@@ -264,6 +264,19 @@ fn respond(app: &App, r: Result<Response, ApiError>) -> Response {
     }
 }
 
+/// The engine's queue is full: the rejection is counted and the client gets
+/// a 503 it may retry (every route that submits work answers this way).
+pub(crate) fn queue_full(app: &App) -> ApiError {
+    Metrics::add(&app.metrics.requests_rejected_full, 1);
+    ApiError {
+        status: 503,
+        message: "the server is busy: its request queue is full; retry shortly".into(),
+        kind: "server_error",
+        param: None,
+        code: Some("queue_full"),
+    }
+}
+
 /// A request ready to run: its prompt ids and what shapes the output.
 pub(crate) struct Prepared {
     pub(crate) req: Request,
@@ -541,14 +554,7 @@ async fn generate(
         .collect();
     drop(tx);
     if app.engine.submit(jobs).is_err() {
-        Metrics::add(&app.metrics.requests_rejected_full, 1);
-        return Err(ApiError {
-            status: 503,
-            message: "the server is busy: its request queue is full; retry shortly".into(),
-            kind: "server_error",
-            param: None,
-            code: Some("queue_full"),
-        });
+        return Err(queue_full(&app));
     }
     let run = Run {
         rx,

@@ -26,7 +26,9 @@ use tokio::sync::mpsc;
 use crate::api::{ApiError, Endpoint};
 use crate::embed::{self, refuse_unknown};
 use crate::engine::{Finish, GenParams, Job};
-use crate::http::{drive, json_response, prepare, random_u64, read_body, App, Run, Update};
+use crate::http::{
+    drive, json_response, prepare, queue_full, random_u64, read_body, App, Run, Update,
+};
 use crate::metrics::Metrics;
 
 /// Ollama's sampling defaults, used when `options` states none.
@@ -525,14 +527,7 @@ async fn run(
         submitted: start,
     };
     if app.engine.submit(vec![job]).is_err() {
-        Metrics::add(&app.metrics.requests_rejected_full, 1);
-        return Err(ApiError {
-            status: 503,
-            message: "the server is busy: its request queue is full; retry shortly".into(),
-            kind: "server_error",
-            param: None,
-            code: Some("queue_full"),
-        });
+        return Err(queue_full(&app));
     }
     let run = Run {
         rx,
