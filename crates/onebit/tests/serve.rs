@@ -556,21 +556,7 @@ fn run_chat_uses_the_template() {
 
 #[test]
 fn openai_python_client() {
-    let srv = Server::smollm(&[]);
-    let script = onebit_testdata::dir().join("../tests/serve/test_openai_client.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(srv.url())
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{} failed (install its client with scripts/python-deps.sh):\n{stdout}\n{stderr}",
-        script.display()
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    python_client(&Server::smollm(&[]), "test_openai_client.py");
 }
 
 /// Runs a script of tests/serve/ with the given server URLs; it must pass.
