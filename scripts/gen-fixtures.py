@@ -46,9 +46,9 @@ def w(n_out, n_in, gain=1.0):
     return ("normal", (n_out, n_in), gain / math.sqrt(n_in), 0.0)
 
 
-def norm(n):
-    """A norm weight as stored in GGUF: 1 + N(0, 0.1^2)."""
-    return ("normal", (n,), 0.1, 1.0)
+def norm(n, std=0.1):
+    """A norm weight as stored in GGUF: 1 + N(0, std^2) (0.1, or 0.2 for q/k norms)."""
+    return ("normal", (n,), std, 1.0)
 
 
 def qk_norm(n):
@@ -80,7 +80,8 @@ def llama3_rope_freqs(hp):
     return ("const", np.array(out, dtype=np.float32))
 
 
-def common_keys(arch, hp):
+def common_keys(arch, hp, after_kv=()):
+    """The keys every family writes; after_kv goes between head_count_kv and the RMS epsilon."""
     u32, f32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
     keys = [
         ("general.name", f"tiny-random-{hp['family']}", gguf.GGUFValueType.STRING),
@@ -97,14 +98,15 @@ def common_keys(arch, hp):
     keys += [
         ("tokenizer.ggml.add_bos_token", hp["bos"] is not None, gguf.GGUFValueType.BOOL),
         (f"{arch}.attention.head_count_kv", hp["n_head_kv"], u32),
+        *after_kv,
         (f"{arch}.attention.layer_norm_rms_epsilon", hp["eps"], f32),
         (f"{arch}.rope.freq_base", hp["rope_base"], f32),
     ]
     return keys
 
 
-def llama_like_block(i, hp, biases=None):
-    """attn_norm, q, k, v (with optional biases), output, ffn_norm, gate, up, down."""
+def llama_like_block(i, hp, biases=None, qk_norms=()):
+    """attn_norm, q, k, v (with optional biases), output, qk_norms (q/k norm names), ffn_norm, gate, up, down."""
     e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
     b = f"blk.{i}."
     t = [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * hd, e))]
@@ -116,8 +118,9 @@ def llama_like_block(i, hp, biases=None):
     t.append((b + "attn_v.weight", w(nkv * hd, e)))
     if biases:
         t.append((b + "attn_v.bias", vec(nkv * hd, biases[2])))
+    t.append((b + "attn_output.weight", w(e, nh * hd, 0.5)))
+    t += [(b + n, norm(hd, 0.2)) for n in qk_norms]
     t += [
-        (b + "attn_output.weight", w(e, nh * hd, 0.5)),
         (b + "ffn_norm.weight", norm(e)),
         (b + "ffn_gate.weight", w(ff, e)),
         (b + "ffn_up.weight", w(ff, e)),
@@ -147,6 +150,51 @@ def spec_qwen2(hp):
     for i in range(hp["n_layer"]):
         t += llama_like_block(i, hp, biases=(0.2, 0.5, 0.1))
     return common_keys("qwen2", hp), t + head(hp)
+
+
+def head_dim_keys(arch, hp):
+    u32 = gguf.GGUFValueType.UINT32
+    return [(f"{arch}.attention.key_length", hp["head_dim"], u32), (f"{arch}.attention.value_length", hp["head_dim"], u32)]
+
+
+def spec_qwen3(hp):
+    """q/k RMSNorm (weights 1 + N(0, 0.2^2)) before RoPE, head_dim != n_embd / n_head."""
+    keys = common_keys("qwen3", hp, head_dim_keys("qwen3", hp)) + [
+        ("qwen3.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
+    return keys, t + head(hp)
+
+
+def spec_hunyuan_dense(hp):
+    """q/k RMSNorm after RoPE (a loader fact, not a tensor one); the NTK alpha pre-folded into rope.freq_base."""
+    keys = common_keys("hunyuan-dense", hp, head_dim_keys("hunyuan-dense", hp)) + [
+        ("hunyuan-dense.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
+    return keys, t + head(hp)
+
+
+def spec_lfm2(hp):
+    """Short-conv layers (head_count_kv 0) mixed with attention layers; final norm token_embd_norm."""
+    arch, u32 = "lfm2", gguf.GGUFValueType.UINT32
+    e, L = hp["n_embd"], hp["n_layer"]
+    kv = [hp["n_head_kv"] if i in hp["attn_layers"] else 0 for i in range(L)]
+    keys = [(k, kv, gguf.GGUFValueType.ARRAY) if k == f"{arch}.attention.head_count_kv" else (k, v, ty)
+            for k, v, ty in common_keys(arch, hp)] + [(f"{arch}.shortconv.l_cache", hp["l_cache"], u32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(L):
+        if i in hp["attn_layers"]:
+            t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
+            continue
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", norm(e)), (b + "shortconv.in_proj.weight", w(3 * e, e)),
+              (b + "shortconv.conv.weight", ("normal", (e, hp["l_cache"]), 0.4, 0.0)),
+              (b + "shortconv.out_proj.weight", w(e, e, 0.5))]
+        t += llama_like_block(i, hp)[-4:]
+    return keys, t + [("token_embd_norm.weight", norm(e))]
 
 
 def spec_nanbeige(hp):
@@ -253,6 +301,38 @@ FAMILIES = {
         model={"layer_kinds": ["full_attention"] * 6,
                "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 16, "freq_base": 1000000.0},
                "tied_embeddings": True, "qkv_bias": True, "ffn": "SiLU-gated"}),
+    "qwen3": dict(
+        spec=spec_qwen3, arch="qwen3", seed=1003, quant="Q4_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=6, eps=1e-6,
+                rope_base=1000000.0, tied=False, bos=None),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 32, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
+    "hunyuan-dense": dict(
+        spec=spec_hunyuan_dense, arch="hunyuan-dense", seed=1006, quant="Q4_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, eps=1e-5,
+                rope_base=10000 * 1000 ** (16 / 14),
+                rope_note="freq_base = 10000 * alpha^(d/(d-2)) with alpha=1000, d=16 (pre-scaled the way "
+                          "convert_hf_to_gguf.py writes HunYuan dense; no rope.scaling.alpha key)",
+                tied=True, bos=1),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 16,
+                        "freq_base": "10000 * 1000^(16/14) (NTK alpha pre-folded)"},
+               "qk_norm": "RMSNorm over head_dim with weight, after RoPE",
+               "tied_embeddings": True, "ffn": "SiLU-gated"}),
+    "lfm2": dict(
+        spec=spec_lfm2, arch="lfm2", seed=1005, quant="Q5_1",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=8, attn_layers=[2, 5, 7],
+                l_cache=3, eps=1e-5, rope_base=1000000.0, tied=True, bos=1, n_ctx_train=128000),
+        model={"layer_kinds": ["short_conv", "short_conv", "full_attention", "short_conv", "short_conv",
+                               "full_attention", "short_conv", "full_attention"],
+               "layer_kind_rule": "llama.cpp: layer il is short-conv (recurrent) iff head_count_kv[il] == 0",
+               "rope": {"type": "NEOX", "n_rot": 16, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim on Q and K (attention layers), before RoPE",
+               "shortconv": "B,C,x = split(in_proj(h), 3) in that order; y = C * conv_causal(B * x); out_proj(y); "
+                            "conv kernel length L_cache=3, per channel, no bias",
+               "final_norm_tensor": "token_embd_norm.weight", "tied_embeddings": True, "ffn": "SiLU-gated"}),
     "gemma4": dict(
         spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
@@ -299,7 +379,7 @@ def write_gguf(path, arch, keys, tensors):
         elif t == gguf.GGUFValueType.BOOL:
             wr.add_bool(k, bool(v))
         elif t == gguf.GGUFValueType.ARRAY:
-            wr.add_array(k, v)
+            wr.add_array(k, v)  # a list of ints is written as INT32 by gguf-py
         else:
             raise ValueError(f"metadata {k}: type {t} not handled")
     wr.add_file_type(gguf.LlamaFileType.ALL_F32)

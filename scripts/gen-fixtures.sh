@@ -5,7 +5,8 @@
 #
 #   scripts/gen-fixtures.sh FAMILY OUT_DIR                  write a fixture
 #   scripts/gen-fixtures.sh FAMILY OUT_DIR --compare DIR    ... and compare it with DIR
-#   FAMILY: llama, qwen2, nanbeige, gemma4, gemma4-nople (the FAMILIES table
+#   FAMILY: a key of the FAMILIES table in gen-fixtures.py (llama, qwen2, qwen3,
+#   lfm2, hunyuan-dense, nanbeige, gemma4, gemma4-nople, ...; the FAMILIES table
 #   in gen-fixtures.py)
 #
 # Pins its Python packages (gguf-py as vendored in that llama.cpp, NumPy for
