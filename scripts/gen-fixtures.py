@@ -197,6 +197,37 @@ def spec_lfm2(hp):
     return keys, t + [("token_embd_norm.weight", norm(e))]
 
 
+def spec_phi3(hp):
+    """Fused QKV and gate|up, partial rotary, LongRoPE factor tables and attention factor."""
+    arch, u32, f32 = "phi3", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    e, hd, nh, nkv, ff, lr = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"], hp["longrope"]
+    scale = hp["n_ctx_train"] / lr["original_max_position_embeddings"]
+    attn_factor = math.sqrt(1 + math.log(scale) / math.log(lr["original_max_position_embeddings"]))
+    keys = common_keys(arch, hp) + [
+        (f"{arch}.rope.dimension_count", hp["n_rot"], u32),
+        (f"{arch}.attention.sliding_window", hp["sliding_window"], u32),
+        (f"{arch}.rope.scaling.original_context_length", lr["original_max_position_embeddings"], u32),
+        (f"{arch}.rope.scaling.attn_factor", attn_factor, f32),
+    ]
+    n = hp["n_rot"] // 2
+    # long: geometric from 1 to long_max; short: linspace(1, short_max) times 1 + N(0, 0.02^2).
+    long_f = np.array([lr["long_max"] ** (i / (n - 1)) for i in range(n)], dtype=np.float32)
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0)),
+         ("rope_factors_long.weight", ("const", long_f)),
+         ("rope_factors_short.weight", ("normal", (n,), 0.02, 1.0, np.linspace(1.0, lr["short_max"], n)))]
+    order = [name for name, _ in t]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        # The recipe draws the two fused matrices of a layer first, then the rest in file order.
+        t += [(b + "attn_qkv.weight", w((nh + 2 * nkv) * hd, e)), (b + "ffn_up.weight", w(2 * ff, e)),
+              (b + "attn_norm.weight", norm(e)), (b + "attn_output.weight", w(e, nh * hd, 0.5)),
+              (b + "ffn_norm.weight", norm(e)), (b + "ffn_down.weight", w(e, ff, 0.5))]
+        order += [b + n for n in ("attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
+                                  "ffn_up.weight", "ffn_down.weight")]
+    t += head(hp)
+    return keys, t, order + [name for name, _ in head(hp)]
+
+
 def spec_nanbeige(hp):
     keys = common_keys("nanbeige", hp) + [
         ("nanbeige.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32),
@@ -333,6 +364,21 @@ FAMILIES = {
                "shortconv": "B,C,x = split(in_proj(h), 3) in that order; y = C * conv_causal(B * x); out_proj(y); "
                             "conv kernel length L_cache=3, per channel, no bias",
                "final_norm_tensor": "token_embd_norm.weight", "tied_embeddings": True, "ffn": "SiLU-gated"}),
+    "phi3": dict(
+        spec=spec_phi3, arch="phi3", seed=1007, quant="Q4_1",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, n_rot=12, eps=1e-5,
+                rope_base=10000.0, n_ctx_train=131072,
+                longrope=dict(original_max_position_embeddings=4096, short_max=1.6, long_max=40.0),
+                sliding_window=0, bos=None),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX", "n_rot": 12, "head_dim": 16, "partial_rotary": True, "freq_base": 10000.0,
+                        "longrope": True, "original_context_length": 4096,
+                        "factors_used": "rope_factors_short (llama.cpp picks long only when n_ctx > "
+                                        "original_context_length; fixtures use n_ctx=128)",
+                        "attn_factor_rule": "cos and sin are both multiplied by attn_factor"},
+               "fused_qkv": "attn_qkv rows: Q (n_head*head_dim), K (n_head_kv*head_dim), V (n_head_kv*head_dim)",
+               "fused_gate_up": "ffn_up rows: first n_ff = gate (SiLU applied), next n_ff = up",
+               "tied_embeddings": False}),
     "gemma4": dict(
         spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
@@ -361,9 +407,11 @@ def make_tensors(tensors, seed):
         if init[0] == "const":
             out.append((name, init[1]))
         else:
-            _, shape, std, mean = init
+            _, shape, std, mean, *times = init  # times: an optional array the draw is multiplied by
             z = rng.standard_normal(shape)
-            out.append((name, (mean + std * z).astype(np.float32)))
+            x = mean + std * z
+            x = x.astype(np.float32)
+            out.append((name, x * times[0].astype(np.float32) if times else x))
     return out
 
 
@@ -451,8 +499,11 @@ def main():
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
 
-    keys, specs = fam["spec"](hp)
+    keys, specs, *order = fam["spec"](hp)  # order: the file's tensor order when it is not the draw order
     tensors = make_tensors(specs, fam["seed"])
+    if order:
+        tensors = [dict(tensors)[name] for name in order[0]]
+        tensors = list(zip(order[0], tensors))
     write_gguf(out / "f32.gguf", fam["arch"], keys, tensors)
 
     def run(args):
