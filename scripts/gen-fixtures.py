@@ -228,6 +228,28 @@ def spec_phi3(hp):
     return keys, t, order + [name for name, _ in head(hp)]
 
 
+def spec_gemma3(hp):
+    """Sandwich norms, q/k norms, sliding window with its own RoPE base, linear scaling on full layers."""
+    arch, u32, f32, st = "gemma3", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
+    e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp))
+    at = [k for k, _, _ in keys].index(f"{arch}.rope.freq_base")
+    keys = keys[:at] + [(f"{arch}.attention.sliding_window", hp["sliding_window"], u32)] + keys[at:] + [
+        (f"{arch}.rope.freq_base_swa", hp["rope_base_swa"], f32),
+        (f"{arch}.rope.scaling.type", "linear", st),
+        (f"{arch}.rope.scaling.factor", hp["rope_linear_factor"], f32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * hd, e)),
+              (b + "attn_k.weight", w(nkv * hd, e)), (b + "attn_v.weight", w(nkv * hd, e)),
+              (b + "attn_output.weight", w(e, nh * hd, 0.5)), (b + "post_attention_norm.weight", norm(e)),
+              (b + "attn_q_norm.weight", norm(hd, 0.2)), (b + "attn_k_norm.weight", norm(hd, 0.2)),
+              (b + "ffn_norm.weight", norm(e)), (b + "ffn_gate.weight", w(ff, e)), (b + "ffn_up.weight", w(ff, e)),
+              (b + "ffn_down.weight", w(e, ff, 0.5)), (b + "post_ffw_norm.weight", norm(e))]
+    return keys, t + [("output_norm.weight", norm(e))]
+
+
 def spec_nanbeige(hp):
     keys = common_keys("nanbeige", hp) + [
         ("nanbeige.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32),
@@ -379,6 +401,21 @@ FAMILIES = {
                "fused_qkv": "attn_qkv rows: Q (n_head*head_dim), K (n_head_kv*head_dim), V (n_head_kv*head_dim)",
                "fused_gate_up": "ffn_up rows: first n_ff = gate (SiLU applied), next n_ff = up",
                "tied_embeddings": False}),
+    "gemma3": dict(
+        spec=spec_gemma3, arch="gemma3", seed=1004, quant="Q5_0", tokens2_block=13,
+        hp=dict(BASE, n_embd=256, n_head=4, n_head_kv=1, head_dim=64, n_ff=256, n_layer=7, eps=1e-6, embd_std=0.125,
+                sliding_window=8, rope_base=1000000.0, rope_base_swa=10000.0, rope_linear_factor=8.0, bos=2,
+                n_ctx_train=32768),
+        model={"layer_kinds": ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"],
+               "sliding_window": 8,
+               "sliding_window_rule": "key position p0 is visible from query position p1 iff 0 <= p1 - p0 < sliding_window",
+               "rope": {"type": "NEOX", "n_rot": 64, "full_layers": {"freq_base": 1000000.0, "freq_scale": 0.125},
+                        "sliding_layers": {"freq_base": 10000.0, "freq_scale": 1.0}},
+               "embedding_scale": "sqrt(n_embd)", "attention_scale": "1/sqrt(head_dim)",
+               "norms": "all RMSNorm weights stored with the Gemma '+1' folded in",
+               "qk_norm": "RMSNorm over head_dim on Q and K, before RoPE",
+               "sandwich_norms": "attn_norm -> attn -> post_attention_norm -> +res; ffn_norm -> ffn -> post_ffw_norm -> +res",
+               "ffn": "GELU(tanh)-gated", "tied_embeddings": True, "final_logit_softcapping": None}),
     "gemma4": dict(
         spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
@@ -514,38 +551,57 @@ def main():
     dequant = out / f"{q}.dequant.tmp.gguf"
     run([quantize, "--allow-requantize", str(out / f"{q}.gguf"), str(dequant), "F32"])
 
-    tokens = np.random.default_rng(TOKEN_SEED).integers(3, N_VOCAB, size=N_TOKENS).tolist()
+    token_rng = np.random.default_rng(TOKEN_SEED)
+    tokens = token_rng.integers(3, N_VOCAB, size=N_TOKENS).tolist()
     if hp["bos"] is not None:
         tokens[0] = hp["bos"]
     note = "same random ids for every family; position 0 replaced by the family's BOS id where the family adds one"
+    extra = ""
+    sequences = {"tokens": tokens}
+    if fam.get("tokens2_block"):
+        # BOS + the next block of ids from the same stream, repeated to N_TOKENS: a repeat
+        # distance past the sliding window, so sliding and full layers see different things.
+        block = token_rng.integers(3, N_VOCAB, size=fam["tokens2_block"]).tolist()
+        sequences["tokens2"] = ([hp["bos"]] + block * N_TOKENS)[:N_TOKENS]
+        extra = (f',\n "tokens2": {json.dumps(sequences["tokens2"])},\n "tokens2_note": '
+                 f'"BOS + a block of {len(block)} ids repeated: the repeat distance exceeds the sliding window ({hp["sliding_window"]})"')
     (out / "tokens.json").write_text(
         "{\n"
         f' "tokens": {json.dumps(tokens)},\n'
         f' "bos_prepended": {json.dumps(hp["bos"] is not None)},\n'
         f' "bos_id": {json.dumps(hp["bos"])},\n'
-        f' "note": {json.dumps(note)}\n'
+        f' "note": {json.dumps(note)}{extra}\n'
         "}\n")
 
-    def logits(mode, model, name):
-        run([str(a.driver), mode, str(model), str(out / name)] + [str(t) for t in tokens])
-        return np.fromfile(out / name, dtype="<f4").reshape(len(tokens), -1)
+    def logits(mode, model, name, toks):
+        run([str(a.driver), mode, str(model), str(out / name)] + [str(t) for t in toks])
+        return np.fromfile(out / name, dtype="<f4").reshape(len(toks), -1)
+
+    def load(name, shape):
+        return np.fromfile(out / name, "<f4").reshape(shape)
 
     runs = {}
-    for wname, model in (("f32", out / "f32.gguf"), (q, out / f"{q}.gguf")):
-        b = logits("batch", model, f"{wname}.logits.bin")
-        s = logits("sequential", model, f"{wname}.sequential.logits.bin")
-        k = logits("kvf16", model, f"{wname}.kvf16.logits.bin")
-        runs[wname] = dict(weights=model.name, token_sequence="tokens", n_tokens=len(tokens),
-                           files={"batch": f"{wname}.logits.bin", "sequential": f"{wname}.sequential.logits.bin",
-                                  "default_ctx_kvf16": f"{wname}.kvf16.logits.bin"},
-                           **stats(b), batch_vs_sequential=compare(b, s),
-                           batch_f32kv_vs_default_f16kv_fa_auto=compare(b, k))
-    dq = logits("batch", dequant, f"{q}.dequant.logits.bin")
+    for seq, toks in sequences.items():
+        x = "" if seq == "tokens" else f".{seq}"
+        for wname, model in (("f32", out / "f32.gguf"), (q, out / f"{q}.gguf")):
+            b = logits("batch", model, f"{wname}{x}.logits.bin", toks)
+            s = logits("sequential", model, f"{wname}{x}.sequential.logits.bin", toks)
+            k = logits("kvf16", model, f"{wname}{x}.kvf16.logits.bin", toks)
+            r = dict(weights=model.name, token_sequence=seq, n_tokens=len(toks),
+                     files={"batch": f"{wname}{x}.logits.bin", "sequential": f"{wname}{x}.sequential.logits.bin",
+                            "default_ctx_kvf16": f"{wname}{x}.kvf16.logits.bin"},
+                     **stats(b), batch_vs_sequential=compare(b, s),
+                     batch_f32kv_vs_default_f16kv_fa_auto=compare(b, k))
+            if x:
+                runs[wname][seq] = r
+            else:
+                runs[wname] = r
+        dq = logits("batch", dequant, f"{q}{x}.dequant.logits.bin", toks)
+        rq = runs[q][seq] if x else runs[q]
+        rq["files"]["dequant_f32_batch"] = f"{q}{x}.dequant.logits.bin"
+        rq["quant_vs_dequant_f32"] = compare(load(f"{q}{x}.logits.bin", dq.shape), dq)
+        rq["f32_vs_quant"] = compare(load(f"f32{x}.logits.bin", dq.shape), load(f"{q}{x}.logits.bin", dq.shape))
     dequant.unlink()
-    runs[q]["files"]["dequant_f32_batch"] = f"{q}.dequant.logits.bin"
-    runs[q]["quant_vs_dequant_f32"] = compare(np.fromfile(out / f"{q}.logits.bin", "<f4").reshape(dq.shape), dq)
-    runs[q]["f32_vs_quant"] = compare(np.fromfile(out / "f32.logits.bin", "<f4").reshape(dq.shape),
-                                      np.fromfile(out / f"{q}.logits.bin", "<f4").reshape(dq.shape))
 
     sysinfo = subprocess.run([str(a.driver), "sysinfo"], check=True, capture_output=True, text=True).stdout.strip()
     meta = {
@@ -594,7 +650,8 @@ def compare_dirs(new, old, q):
             print(f"NEW        {p.name} (not in {old})")
             continue
         if p.name == "tokens.json":
-            same = json.loads(p.read_text())["tokens"] == json.loads(o.read_text())["tokens"]
+            tn, to = json.loads(p.read_text()), json.loads(o.read_text())
+            same = all(tn.get(k) == to.get(k) for k in ("tokens", "tokens2"))
         else:
             same = p.read_bytes() == o.read_bytes()
         bad += not same
