@@ -250,6 +250,39 @@ def spec_gemma3(hp):
     return keys, t + [("output_norm.weight", norm(e))]
 
 
+def spec_qwen35(hp):
+    """Gated delta-net layers mixed with gated full-attention layers (every full_attention_interval-th)."""
+    arch, u32 = "qwen35", gguf.GGUFValueType.UINT32
+    e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
+    ds, nk, nv, ck = hp["ssm_state"], hp["ssm_k_heads"], hp["ssm_v_heads"], hp["ssm_conv_kernel"]
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
+        (f"{arch}.rope.dimension_count", hp["n_rot"], u32),
+        (f"{arch}.rope.dimension_sections", hp["rope_sections"], gguf.GGUFValueType.ARRAY),
+        (f"{arch}.ssm.conv_kernel", ck, u32), (f"{arch}.ssm.state_size", ds, u32),
+        (f"{arch}.ssm.group_count", nk, u32), (f"{arch}.ssm.time_step_rank", nv, u32),
+        (f"{arch}.ssm.inner_size", nv * ds, u32),
+        (f"{arch}.full_attention_interval", hp["full_attention_interval"], u32)]
+    conv = (2 * nk + nv) * ds
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t.append((b + "attn_norm.weight", norm(e)))
+        if (i + 1) % hp["full_attention_interval"] == 0:
+            t += [(b + "attn_q.weight", w(2 * nh * hd, e)), (b + "attn_k.weight", w(nkv * hd, e)),
+                  (b + "attn_v.weight", w(nkv * hd, e)), (b + "attn_output.weight", w(e, nh * hd, 0.5)),
+                  (b + "attn_q_norm.weight", norm(hd, 0.2)), (b + "attn_k_norm.weight", norm(hd, 0.2))]
+        else:
+            t += [(b + "attn_qkv.weight", w(conv, e)), (b + "attn_gate.weight", w(nv * ds, e)),
+                  (b + "ssm_conv1d.weight", ("normal", (conv, ck), 0.3, 0.0)),
+                  (b + "ssm_dt.bias", ("normal", (nv,), 0.5, -2.0)),
+                  (b + "ssm_a", ("uniform", (nv,), 0.5, 4.0, -1.0)),  # -exp(A_log), A = U(0.5, 4)
+                  (b + "ssm_beta.weight", w(nv, e)), (b + "ssm_alpha.weight", w(nv, e)),
+                  (b + "ssm_norm.weight", norm(ds)), (b + "ssm_out.weight", w(e, nv * ds, 0.5))]
+        t += [(b + "post_attention_norm.weight", norm(e)), (b + "ffn_gate.weight", w(ff, e)),
+              (b + "ffn_up.weight", w(ff, e)), (b + "ffn_down.weight", w(e, ff, 0.5))]
+    return keys, t + head(hp)
+
+
 def spec_nanbeige(hp):
     keys = common_keys("nanbeige", hp) + [
         ("nanbeige.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32),
@@ -416,6 +449,22 @@ FAMILIES = {
                "qk_norm": "RMSNorm over head_dim on Q and K, before RoPE",
                "sandwich_norms": "attn_norm -> attn -> post_attention_norm -> +res; ffn_norm -> ffn -> post_ffw_norm -> +res",
                "ffn": "GELU(tanh)-gated", "tied_embeddings": True, "final_logit_softcapping": None}),
+    "qwen35": dict(
+        spec=spec_qwen35, arch="qwen35", seed=1008, quant="Q8_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=8, n_rot=8,
+                rope_sections=[2, 1, 1, 0], eps=1e-6, rope_base=10000000.0, ssm_conv_kernel=4, ssm_state=16,
+                ssm_k_heads=2, ssm_v_heads=4, full_attention_interval=4, write_recurrent_layers=False, tied=False,
+                bos=None, n_ctx_train=262144),
+        model={"layer_kinds": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+               "layer_kind_rule": "layer il is linear iff (il + 1) % qwen35.full_attention_interval != 0",
+               "rope": {"type": "IMROPE (text positions: NEOX over the first n_rot dims)", "n_rot": 8,
+                        "head_dim": 32, "sections": [2, 1, 1, 0], "freq_base": 10000000.0},
+               "full_attention": "attn_q rows per head [q_h | gate_h]; q,k RMSNorm before RoPE; "
+                                 "out = attn_output(attn(q,k,v) * sigmoid(gate))",
+               "linear_attention": "gated delta net; v head h uses q/k head h % n_k_heads; "
+                                   "out = ssm_out(RMSNorm(o; ssm_norm) * silu(attn_gate x))",
+               "norms": "'+1' folded in, except ssm_norm", "post_attention_norm": "the pre-FFN norm",
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
     "gemma4": dict(
         spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
@@ -443,6 +492,9 @@ def make_tensors(tensors, seed):
     for name, init in tensors:
         if init[0] == "const":
             out.append((name, init[1]))
+        elif init[0] == "uniform":  # ("uniform", shape, lo, hi, sign)
+            _, shape, lo, hi, sign = init
+            out.append((name, (sign * rng.uniform(lo, hi, size=shape)).astype(np.float32)))
         else:
             _, shape, std, mean, *times = init  # times: an optional array the draw is multiplied by
             z = rng.standard_normal(shape)
