@@ -46,9 +46,9 @@ def w(n_out, n_in, gain=1.0):
     return ("normal", (n_out, n_in), gain / math.sqrt(n_in), 0.0)
 
 
-def norm(n):
-    """A norm weight as stored in GGUF: 1 + N(0, 0.1^2)."""
-    return ("normal", (n,), 0.1, 1.0)
+def norm(n, std=0.1):
+    """A norm weight as stored in GGUF: 1 + N(0, std^2) (0.1, or 0.2 for q/k norms)."""
+    return ("normal", (n,), std, 1.0)
 
 
 def qk_norm(n):
@@ -80,7 +80,8 @@ def llama3_rope_freqs(hp):
     return ("const", np.array(out, dtype=np.float32))
 
 
-def common_keys(arch, hp):
+def common_keys(arch, hp, after_kv=()):
+    """The keys every family writes; after_kv goes between head_count_kv and the RMS epsilon."""
     u32, f32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
     keys = [
         ("general.name", f"tiny-random-{hp['family']}", gguf.GGUFValueType.STRING),
@@ -97,14 +98,15 @@ def common_keys(arch, hp):
     keys += [
         ("tokenizer.ggml.add_bos_token", hp["bos"] is not None, gguf.GGUFValueType.BOOL),
         (f"{arch}.attention.head_count_kv", hp["n_head_kv"], u32),
+        *after_kv,
         (f"{arch}.attention.layer_norm_rms_epsilon", hp["eps"], f32),
         (f"{arch}.rope.freq_base", hp["rope_base"], f32),
     ]
     return keys
 
 
-def llama_like_block(i, hp, biases=None):
-    """attn_norm, q, k, v (with optional biases), output, ffn_norm, gate, up, down."""
+def llama_like_block(i, hp, biases=None, qk_norms=()):
+    """attn_norm, q, k, v (with optional biases), output, qk_norms (q/k norm names), ffn_norm, gate, up, down."""
     e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
     b = f"blk.{i}."
     t = [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * hd, e))]
@@ -116,8 +118,9 @@ def llama_like_block(i, hp, biases=None):
     t.append((b + "attn_v.weight", w(nkv * hd, e)))
     if biases:
         t.append((b + "attn_v.bias", vec(nkv * hd, biases[2])))
+    t.append((b + "attn_output.weight", w(e, nh * hd, 0.5)))
+    t += [(b + n, norm(hd, 0.2)) for n in qk_norms]
     t += [
-        (b + "attn_output.weight", w(e, nh * hd, 0.5)),
         (b + "ffn_norm.weight", norm(e)),
         (b + "ffn_gate.weight", w(ff, e)),
         (b + "ffn_up.weight", w(ff, e)),
@@ -147,6 +150,137 @@ def spec_qwen2(hp):
     for i in range(hp["n_layer"]):
         t += llama_like_block(i, hp, biases=(0.2, 0.5, 0.1))
     return common_keys("qwen2", hp), t + head(hp)
+
+
+def head_dim_keys(arch, hp):
+    u32 = gguf.GGUFValueType.UINT32
+    return [(f"{arch}.attention.key_length", hp["head_dim"], u32), (f"{arch}.attention.value_length", hp["head_dim"], u32)]
+
+
+def spec_qwen3(hp):
+    """q/k RMSNorm (weights 1 + N(0, 0.2^2)) before RoPE, head_dim != n_embd / n_head."""
+    keys = common_keys("qwen3", hp, head_dim_keys("qwen3", hp)) + [
+        ("qwen3.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
+    return keys, t + head(hp)
+
+
+def spec_hunyuan_dense(hp):
+    """q/k RMSNorm after RoPE (a loader fact, not a tensor one); the NTK alpha pre-folded into rope.freq_base."""
+    keys = common_keys("hunyuan-dense", hp, head_dim_keys("hunyuan-dense", hp)) + [
+        ("hunyuan-dense.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
+    return keys, t + head(hp)
+
+
+def spec_lfm2(hp):
+    """Short-conv layers (head_count_kv 0) mixed with attention layers; final norm token_embd_norm."""
+    arch, u32 = "lfm2", gguf.GGUFValueType.UINT32
+    e, L = hp["n_embd"], hp["n_layer"]
+    kv = [hp["n_head_kv"] if i in hp["attn_layers"] else 0 for i in range(L)]
+    keys = [(k, kv, gguf.GGUFValueType.ARRAY) if k == f"{arch}.attention.head_count_kv" else (k, v, ty)
+            for k, v, ty in common_keys(arch, hp)] + [(f"{arch}.shortconv.l_cache", hp["l_cache"], u32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(L):
+        if i in hp["attn_layers"]:
+            t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
+            continue
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", norm(e)), (b + "shortconv.in_proj.weight", w(3 * e, e)),
+              (b + "shortconv.conv.weight", ("normal", (e, hp["l_cache"]), 0.4, 0.0)),
+              (b + "shortconv.out_proj.weight", w(e, e, 0.5))]
+        t += llama_like_block(i, hp)[-4:]
+    return keys, t + [("token_embd_norm.weight", norm(e))]
+
+
+def spec_phi3(hp):
+    """Fused QKV and gate|up, partial rotary, LongRoPE factor tables and attention factor."""
+    arch, u32, f32 = "phi3", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    e, hd, nh, nkv, ff, lr = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"], hp["longrope"]
+    scale = hp["n_ctx_train"] / lr["original_max_position_embeddings"]
+    attn_factor = math.sqrt(1 + math.log(scale) / math.log(lr["original_max_position_embeddings"]))
+    keys = common_keys(arch, hp) + [
+        (f"{arch}.rope.dimension_count", hp["n_rot"], u32),
+        (f"{arch}.attention.sliding_window", hp["sliding_window"], u32),
+        (f"{arch}.rope.scaling.original_context_length", lr["original_max_position_embeddings"], u32),
+        (f"{arch}.rope.scaling.attn_factor", attn_factor, f32),
+    ]
+    n = hp["n_rot"] // 2
+    # long: geometric from 1 to long_max; short: linspace(1, short_max) times 1 + N(0, 0.02^2).
+    long_f = np.array([lr["long_max"] ** (i / (n - 1)) for i in range(n)], dtype=np.float32)
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0)),
+         ("rope_factors_long.weight", ("const", long_f)),
+         ("rope_factors_short.weight", ("normal", (n,), 0.02, 1.0, np.linspace(1.0, lr["short_max"], n)))]
+    order = [name for name, _ in t]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        # The recipe draws the two fused matrices of a layer first, then the rest in file order.
+        t += [(b + "attn_qkv.weight", w((nh + 2 * nkv) * hd, e)), (b + "ffn_up.weight", w(2 * ff, e)),
+              (b + "attn_norm.weight", norm(e)), (b + "attn_output.weight", w(e, nh * hd, 0.5)),
+              (b + "ffn_norm.weight", norm(e)), (b + "ffn_down.weight", w(e, ff, 0.5))]
+        order += [b + n for n in ("attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
+                                  "ffn_up.weight", "ffn_down.weight")]
+    t += head(hp)
+    return keys, t, order + [name for name, _ in head(hp)]
+
+
+def spec_gemma3(hp):
+    """Sandwich norms, q/k norms, sliding window with its own RoPE base, linear scaling on full layers."""
+    arch, u32, f32, st = "gemma3", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
+    e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp))
+    at = [k for k, _, _ in keys].index(f"{arch}.rope.freq_base")
+    keys = keys[:at] + [(f"{arch}.attention.sliding_window", hp["sliding_window"], u32)] + keys[at:] + [
+        (f"{arch}.rope.freq_base_swa", hp["rope_base_swa"], f32),
+        (f"{arch}.rope.scaling.type", "linear", st),
+        (f"{arch}.rope.scaling.factor", hp["rope_linear_factor"], f32)]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * hd, e)),
+              (b + "attn_k.weight", w(nkv * hd, e)), (b + "attn_v.weight", w(nkv * hd, e)),
+              (b + "attn_output.weight", w(e, nh * hd, 0.5)), (b + "post_attention_norm.weight", norm(e)),
+              (b + "attn_q_norm.weight", norm(hd, 0.2)), (b + "attn_k_norm.weight", norm(hd, 0.2)),
+              (b + "ffn_norm.weight", norm(e)), (b + "ffn_gate.weight", w(ff, e)), (b + "ffn_up.weight", w(ff, e)),
+              (b + "ffn_down.weight", w(e, ff, 0.5)), (b + "post_ffw_norm.weight", norm(e))]
+    return keys, t + [("output_norm.weight", norm(e))]
+
+
+def spec_qwen35(hp):
+    """Gated delta-net layers mixed with gated full-attention layers (every full_attention_interval-th)."""
+    arch, u32 = "qwen35", gguf.GGUFValueType.UINT32
+    e, hd, nh, nkv, ff = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"], hp["n_ff"]
+    ds, nk, nv, ck = hp["ssm_state"], hp["ssm_k_heads"], hp["ssm_v_heads"], hp["ssm_conv_kernel"]
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
+        (f"{arch}.rope.dimension_count", hp["n_rot"], u32),
+        (f"{arch}.rope.dimension_sections", hp["rope_sections"], gguf.GGUFValueType.ARRAY),
+        (f"{arch}.ssm.conv_kernel", ck, u32), (f"{arch}.ssm.state_size", ds, u32),
+        (f"{arch}.ssm.group_count", nk, u32), (f"{arch}.ssm.time_step_rank", nv, u32),
+        (f"{arch}.ssm.inner_size", nv * ds, u32),
+        (f"{arch}.full_attention_interval", hp["full_attention_interval"], u32)]
+    conv = (2 * nk + nv) * ds
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t.append((b + "attn_norm.weight", norm(e)))
+        if (i + 1) % hp["full_attention_interval"] == 0:
+            t += [(b + "attn_q.weight", w(2 * nh * hd, e)), (b + "attn_k.weight", w(nkv * hd, e)),
+                  (b + "attn_v.weight", w(nkv * hd, e)), (b + "attn_output.weight", w(e, nh * hd, 0.5)),
+                  (b + "attn_q_norm.weight", norm(hd, 0.2)), (b + "attn_k_norm.weight", norm(hd, 0.2))]
+        else:
+            t += [(b + "attn_qkv.weight", w(conv, e)), (b + "attn_gate.weight", w(nv * ds, e)),
+                  (b + "ssm_conv1d.weight", ("normal", (conv, ck), 0.3, 0.0)),
+                  (b + "ssm_dt.bias", ("normal", (nv,), 0.5, -2.0)),
+                  (b + "ssm_a", ("uniform", (nv,), 0.5, 4.0, -1.0)),  # -exp(A_log), A = U(0.5, 4)
+                  (b + "ssm_beta.weight", w(nv, e)), (b + "ssm_alpha.weight", w(nv, e)),
+                  (b + "ssm_norm.weight", norm(ds)), (b + "ssm_out.weight", w(e, nv * ds, 0.5))]
+        t += [(b + "post_attention_norm.weight", norm(e)), (b + "ffn_gate.weight", w(ff, e)),
+              (b + "ffn_up.weight", w(ff, e)), (b + "ffn_down.weight", w(e, ff, 0.5))]
+    return keys, t + head(hp)
 
 
 def spec_nanbeige(hp):
@@ -253,6 +387,84 @@ FAMILIES = {
         model={"layer_kinds": ["full_attention"] * 6,
                "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 16, "freq_base": 1000000.0},
                "tied_embeddings": True, "qkv_bias": True, "ffn": "SiLU-gated"}),
+    "qwen3": dict(
+        spec=spec_qwen3, arch="qwen3", seed=1003, quant="Q4_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=6, eps=1e-6,
+                rope_base=1000000.0, tied=False, bos=None),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 32, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
+    "hunyuan-dense": dict(
+        spec=spec_hunyuan_dense, arch="hunyuan-dense", seed=1006, quant="Q4_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, eps=1e-5,
+                rope_base=10000 * 1000 ** (16 / 14),
+                rope_note="freq_base = 10000 * alpha^(d/(d-2)) with alpha=1000, d=16 (pre-scaled the way "
+                          "convert_hf_to_gguf.py writes HunYuan dense; no rope.scaling.alpha key)",
+                tied=True, bos=1),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 16,
+                        "freq_base": "10000 * 1000^(16/14) (NTK alpha pre-folded)"},
+               "qk_norm": "RMSNorm over head_dim with weight, after RoPE",
+               "tied_embeddings": True, "ffn": "SiLU-gated"}),
+    "lfm2": dict(
+        spec=spec_lfm2, arch="lfm2", seed=1005, quant="Q5_1",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=8, attn_layers=[2, 5, 7],
+                l_cache=3, eps=1e-5, rope_base=1000000.0, tied=True, bos=1, n_ctx_train=128000),
+        model={"layer_kinds": ["short_conv", "short_conv", "full_attention", "short_conv", "short_conv",
+                               "full_attention", "short_conv", "full_attention"],
+               "layer_kind_rule": "llama.cpp: layer il is short-conv (recurrent) iff head_count_kv[il] == 0",
+               "rope": {"type": "NEOX", "n_rot": 16, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim on Q and K (attention layers), before RoPE",
+               "shortconv": "B,C,x = split(in_proj(h), 3) in that order; y = C * conv_causal(B * x); out_proj(y); "
+                            "conv kernel length L_cache=3, per channel, no bias",
+               "final_norm_tensor": "token_embd_norm.weight", "tied_embeddings": True, "ffn": "SiLU-gated"}),
+    "phi3": dict(
+        spec=spec_phi3, arch="phi3", seed=1007, quant="Q4_1",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, n_rot=12, eps=1e-5,
+                rope_base=10000.0, n_ctx_train=131072,
+                longrope=dict(original_max_position_embeddings=4096, short_max=1.6, long_max=40.0),
+                sliding_window=0, bos=None),
+        model={"layer_kinds": ["full_attention"] * 6,
+               "rope": {"type": "NEOX", "n_rot": 12, "head_dim": 16, "partial_rotary": True, "freq_base": 10000.0,
+                        "longrope": True, "original_context_length": 4096,
+                        "factors_used": "rope_factors_short (llama.cpp picks long only when n_ctx > "
+                                        "original_context_length; fixtures use n_ctx=128)",
+                        "attn_factor_rule": "cos and sin are both multiplied by attn_factor"},
+               "fused_qkv": "attn_qkv rows: Q (n_head*head_dim), K (n_head_kv*head_dim), V (n_head_kv*head_dim)",
+               "fused_gate_up": "ffn_up rows: first n_ff = gate (SiLU applied), next n_ff = up",
+               "tied_embeddings": False}),
+    "gemma3": dict(
+        spec=spec_gemma3, arch="gemma3", seed=1004, quant="Q5_0", tokens2_block=13,
+        hp=dict(BASE, n_embd=256, n_head=4, n_head_kv=1, head_dim=64, n_ff=256, n_layer=7, eps=1e-6, embd_std=0.125,
+                sliding_window=8, rope_base=1000000.0, rope_base_swa=10000.0, rope_linear_factor=8.0, bos=2,
+                n_ctx_train=32768),
+        model={"layer_kinds": ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"],
+               "sliding_window": 8,
+               "sliding_window_rule": "key position p0 is visible from query position p1 iff 0 <= p1 - p0 < sliding_window",
+               "rope": {"type": "NEOX", "n_rot": 64, "full_layers": {"freq_base": 1000000.0, "freq_scale": 0.125},
+                        "sliding_layers": {"freq_base": 10000.0, "freq_scale": 1.0}},
+               "embedding_scale": "sqrt(n_embd)", "attention_scale": "1/sqrt(head_dim)",
+               "norms": "all RMSNorm weights stored with the Gemma '+1' folded in",
+               "qk_norm": "RMSNorm over head_dim on Q and K, before RoPE",
+               "sandwich_norms": "attn_norm -> attn -> post_attention_norm -> +res; ffn_norm -> ffn -> post_ffw_norm -> +res",
+               "ffn": "GELU(tanh)-gated", "tied_embeddings": True, "final_logit_softcapping": None}),
+    "qwen35": dict(
+        spec=spec_qwen35, arch="qwen35", seed=1008, quant="Q8_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=8, n_rot=8,
+                rope_sections=[2, 1, 1, 0], eps=1e-6, rope_base=10000000.0, ssm_conv_kernel=4, ssm_state=16,
+                ssm_k_heads=2, ssm_v_heads=4, full_attention_interval=4, write_recurrent_layers=False, tied=False,
+                bos=None, n_ctx_train=262144),
+        model={"layer_kinds": (["linear_attention"] * 3 + ["full_attention"]) * 2,
+               "layer_kind_rule": "layer il is linear iff (il + 1) % qwen35.full_attention_interval != 0",
+               "rope": {"type": "IMROPE (text positions: NEOX over the first n_rot dims)", "n_rot": 8,
+                        "head_dim": 32, "sections": [2, 1, 1, 0], "freq_base": 10000000.0},
+               "full_attention": "attn_q rows per head [q_h | gate_h]; q,k RMSNorm before RoPE; "
+                                 "out = attn_output(attn(q,k,v) * sigmoid(gate))",
+               "linear_attention": "gated delta net; v head h uses q/k head h % n_k_heads; "
+                                   "out = ssm_out(RMSNorm(o; ssm_norm) * silu(attn_gate x))",
+               "norms": "'+1' folded in, except ssm_norm", "post_attention_norm": "the pre-FFN norm",
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
     "gemma4": dict(
         spec=spec_gemma4, arch="gemma4", seed=1010, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=32), model=GEMMA4_MODEL),
@@ -280,10 +492,15 @@ def make_tensors(tensors, seed):
     for name, init in tensors:
         if init[0] == "const":
             out.append((name, init[1]))
+        elif init[0] == "uniform":  # ("uniform", shape, lo, hi, sign)
+            _, shape, lo, hi, sign = init
+            out.append((name, (sign * rng.uniform(lo, hi, size=shape)).astype(np.float32)))
         else:
-            _, shape, std, mean = init
+            _, shape, std, mean, *times = init  # times: an optional array the draw is multiplied by
             z = rng.standard_normal(shape)
-            out.append((name, (mean + std * z).astype(np.float32)))
+            x = mean + std * z
+            x = x.astype(np.float32)
+            out.append((name, x * times[0].astype(np.float32) if times else x))
     return out
 
 
@@ -299,7 +516,7 @@ def write_gguf(path, arch, keys, tensors):
         elif t == gguf.GGUFValueType.BOOL:
             wr.add_bool(k, bool(v))
         elif t == gguf.GGUFValueType.ARRAY:
-            wr.add_array(k, v)
+            wr.add_array(k, v)  # a list of ints is written as INT32 by gguf-py
         else:
             raise ValueError(f"metadata {k}: type {t} not handled")
     wr.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -371,8 +588,11 @@ def main():
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
 
-    keys, specs = fam["spec"](hp)
+    keys, specs, *order = fam["spec"](hp)  # order: the file's tensor order when it is not the draw order
     tensors = make_tensors(specs, fam["seed"])
+    if order:
+        tensors = [dict(tensors)[name] for name in order[0]]
+        tensors = list(zip(order[0], tensors))
     write_gguf(out / "f32.gguf", fam["arch"], keys, tensors)
 
     def run(args):
@@ -383,38 +603,57 @@ def main():
     dequant = out / f"{q}.dequant.tmp.gguf"
     run([quantize, "--allow-requantize", str(out / f"{q}.gguf"), str(dequant), "F32"])
 
-    tokens = np.random.default_rng(TOKEN_SEED).integers(3, N_VOCAB, size=N_TOKENS).tolist()
+    token_rng = np.random.default_rng(TOKEN_SEED)
+    tokens = token_rng.integers(3, N_VOCAB, size=N_TOKENS).tolist()
     if hp["bos"] is not None:
         tokens[0] = hp["bos"]
     note = "same random ids for every family; position 0 replaced by the family's BOS id where the family adds one"
+    extra = ""
+    sequences = {"tokens": tokens}
+    if fam.get("tokens2_block"):
+        # BOS + the next block of ids from the same stream, repeated to N_TOKENS: a repeat
+        # distance past the sliding window, so sliding and full layers see different things.
+        block = token_rng.integers(3, N_VOCAB, size=fam["tokens2_block"]).tolist()
+        sequences["tokens2"] = ([hp["bos"]] + block * N_TOKENS)[:N_TOKENS]
+        extra = (f',\n "tokens2": {json.dumps(sequences["tokens2"])},\n "tokens2_note": '
+                 f'"BOS + a block of {len(block)} ids repeated: the repeat distance exceeds the sliding window ({hp["sliding_window"]})"')
     (out / "tokens.json").write_text(
         "{\n"
         f' "tokens": {json.dumps(tokens)},\n'
         f' "bos_prepended": {json.dumps(hp["bos"] is not None)},\n'
         f' "bos_id": {json.dumps(hp["bos"])},\n'
-        f' "note": {json.dumps(note)}\n'
+        f' "note": {json.dumps(note)}{extra}\n'
         "}\n")
 
-    def logits(mode, model, name):
-        run([str(a.driver), mode, str(model), str(out / name)] + [str(t) for t in tokens])
-        return np.fromfile(out / name, dtype="<f4").reshape(len(tokens), -1)
+    def logits(mode, model, name, toks):
+        run([str(a.driver), mode, str(model), str(out / name)] + [str(t) for t in toks])
+        return np.fromfile(out / name, dtype="<f4").reshape(len(toks), -1)
+
+    def load(name, shape):
+        return np.fromfile(out / name, "<f4").reshape(shape)
 
     runs = {}
-    for wname, model in (("f32", out / "f32.gguf"), (q, out / f"{q}.gguf")):
-        b = logits("batch", model, f"{wname}.logits.bin")
-        s = logits("sequential", model, f"{wname}.sequential.logits.bin")
-        k = logits("kvf16", model, f"{wname}.kvf16.logits.bin")
-        runs[wname] = dict(weights=model.name, token_sequence="tokens", n_tokens=len(tokens),
-                           files={"batch": f"{wname}.logits.bin", "sequential": f"{wname}.sequential.logits.bin",
-                                  "default_ctx_kvf16": f"{wname}.kvf16.logits.bin"},
-                           **stats(b), batch_vs_sequential=compare(b, s),
-                           batch_f32kv_vs_default_f16kv_fa_auto=compare(b, k))
-    dq = logits("batch", dequant, f"{q}.dequant.logits.bin")
+    for seq, toks in sequences.items():
+        x = "" if seq == "tokens" else f".{seq}"
+        for wname, model in (("f32", out / "f32.gguf"), (q, out / f"{q}.gguf")):
+            b = logits("batch", model, f"{wname}{x}.logits.bin", toks)
+            s = logits("sequential", model, f"{wname}{x}.sequential.logits.bin", toks)
+            k = logits("kvf16", model, f"{wname}{x}.kvf16.logits.bin", toks)
+            r = dict(weights=model.name, token_sequence=seq, n_tokens=len(toks),
+                     files={"batch": f"{wname}{x}.logits.bin", "sequential": f"{wname}{x}.sequential.logits.bin",
+                            "default_ctx_kvf16": f"{wname}{x}.kvf16.logits.bin"},
+                     **stats(b), batch_vs_sequential=compare(b, s),
+                     batch_f32kv_vs_default_f16kv_fa_auto=compare(b, k))
+            if x:
+                runs[wname][seq] = r
+            else:
+                runs[wname] = r
+        dq = logits("batch", dequant, f"{q}{x}.dequant.logits.bin", toks)
+        rq = runs[q][seq] if x else runs[q]
+        rq["files"]["dequant_f32_batch"] = f"{q}{x}.dequant.logits.bin"
+        rq["quant_vs_dequant_f32"] = compare(load(f"{q}{x}.logits.bin", dq.shape), dq)
+        rq["f32_vs_quant"] = compare(load(f"f32{x}.logits.bin", dq.shape), load(f"{q}{x}.logits.bin", dq.shape))
     dequant.unlink()
-    runs[q]["files"]["dequant_f32_batch"] = f"{q}.dequant.logits.bin"
-    runs[q]["quant_vs_dequant_f32"] = compare(np.fromfile(out / f"{q}.logits.bin", "<f4").reshape(dq.shape), dq)
-    runs[q]["f32_vs_quant"] = compare(np.fromfile(out / "f32.logits.bin", "<f4").reshape(dq.shape),
-                                      np.fromfile(out / f"{q}.logits.bin", "<f4").reshape(dq.shape))
 
     sysinfo = subprocess.run([str(a.driver), "sysinfo"], check=True, capture_output=True, text=True).stdout.strip()
     meta = {
@@ -463,7 +702,8 @@ def compare_dirs(new, old, q):
             print(f"NEW        {p.name} (not in {old})")
             continue
         if p.name == "tokens.json":
-            same = json.loads(p.read_text())["tokens"] == json.loads(o.read_text())["tokens"]
+            tn, to = json.loads(p.read_text()), json.loads(o.read_text())
+            same = all(tn.get(k) == to.get(k) for k in ("tokens", "tokens2"))
         else:
             same = p.read_bytes() == o.read_bytes()
         bad += not same

@@ -190,6 +190,26 @@ fn registry() -> Vec<&'static str> {
         .collect()
 }
 
+/// Every registered family has a spec in the fixture generator
+/// (`scripts/gen-fixtures.py`'s `FAMILIES` table, one row per fixture with
+/// `arch="<GGUF architecture>"`), so its fixture can be regenerated.
+#[test]
+fn every_registered_family_has_a_generator_spec() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gen-fixtures.py");
+    let text =
+        std::fs::read_to_string(&script).unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    let missing: Vec<&str> = registry()
+        .into_iter()
+        .filter(|arch| !text.contains(&format!("arch=\"{arch}\", seed=")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "registered families without a FAMILIES row in {}: {missing:?}",
+        script.display()
+    );
+}
+
 /// Families whose f32 logits have their own tests below instead of the
 /// every-family bound: gemma3 and gemma4 (llama.cpp's fp16 GELU table).
 const OWN_F32_TESTS: &[&str] = &["gemma3", "gemma4"];

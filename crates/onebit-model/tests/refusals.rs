@@ -190,3 +190,31 @@ fn gemma4_experts_and_a_shared_kv_source_of_another_kind_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// Two gemma4 rules llama.cpp's loader (`src/models/gemma4.cpp`) reads and
+/// onebit does not run yet are refused by name, not run approximately:
+/// per-layer FFN widths (`feed_forward_length` as an array: the real E2B
+/// doubles the MLP of its KV-shared layers) and a layer without `attn_v`
+/// (llama.cpp then takes V from K).
+#[test]
+fn gemma4_per_layer_ffn_widths_and_v_from_k_are_refused_by_name() {
+    let widths: Vec<Value> = (0..7)
+        .map(|i| Value::I32(if i >= 5 { 256 } else { 128 }))
+        .collect();
+    let e = load_variant("gemma4", |w| {
+        w.set_kv("gemma4.feed_forward_length", Value::Array(widths.clone()));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("gemma4.feed_forward_length") && e.contains("expected a non-negative integer"),
+        "{e}"
+    );
+    let e = load_variant("gemma4", |w| {
+        w.remove_tensor("blk.0.attn_v.weight");
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.0.attn_v.weight") && e.contains("absent"),
+        "{e}"
+    );
+}
