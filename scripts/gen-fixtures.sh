@@ -5,7 +5,7 @@
 #
 #   scripts/gen-fixtures.sh FAMILY OUT_DIR                  write a fixture
 #   scripts/gen-fixtures.sh FAMILY OUT_DIR --compare DIR    ... and compare it with DIR
-#   FAMILY: llama, qwen2, nanbeige, gemma4, gemma4-nople (the FAMILIES table
+#   FAMILY: llama, qwen2, nanbeige, gemma4, gemma4-nople, gemma-embedding (the FAMILIES table
 #   in gen-fixtures.py)
 #
 # Pins its Python packages (gguf-py as vendored in that llama.cpp, NumPy for

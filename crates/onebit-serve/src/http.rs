@@ -51,6 +51,8 @@ pub struct App {
     /// How embeddings pool, or why this model gives none.
     pub pooling: Result<crate::embed::Pooling, String>,
     pub n_embd: usize,
+    /// Whether the model generates, or why not (an embedding model).
+    pub generative: Result<(), String>,
     /// What `/api/tags` and `/api/show` say about the model.
     pub about: crate::ModelAbout,
 }
@@ -323,6 +325,9 @@ fn compile(app: &App, g: &Grammar, param: &'static str) -> Result<Constraint, Ap
 /// Parses, renders and tokenizes: run on the blocking pool, never on the
 /// runtime's thread (a large prompt takes seconds to tokenize).
 pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
+    if let Err(why) = &app.generative {
+        return Err(ApiError::invalid("model", why.clone()));
+    }
     let req = api::parse(body, ep, app.limits)?;
     if let Some(&(bad, _)) = req
         .logit_bias
