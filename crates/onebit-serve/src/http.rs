@@ -398,9 +398,10 @@ pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, 
             };
             if let Some(spec) = spec.filter(|s| s.parsed()) {
                 let f = match known {
-                    // No grammar for Python literals: a forced LFM2 call is
-                    // written (and parsed) as the generic JSON envelope.
-                    Some(f) if spec.forced() && f.body == tools::Body::Pythonic => &tools::GENERIC,
+                    // No grammar for Python literals or Gemma's syntax: a
+                    // forced LFM2 or Gemma call is written (and parsed) as
+                    // the generic JSON envelope.
+                    Some(f) if spec.forced() && !f.body.json_forcible() => &tools::GENERIC,
                     Some(f) => f,
                     None => &tools::GENERIC,
                 };
