@@ -28,6 +28,7 @@ pub mod ollama;
 pub mod page;
 pub mod prompt;
 pub mod text;
+pub mod tool_args;
 pub mod tools;
 
 use std::net::SocketAddr;
