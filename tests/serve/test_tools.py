@@ -102,6 +102,10 @@ def test_streamed_deltas_reassemble_to_the_same_call():
     got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
     assert got == [(c.function.name, c.function.arguments) for c in whole], (got, whole)
     assert all(c["id"] and c["pieces"] >= 2 for c in calls.values()), calls
+    # The arguments came as they were generated (about a fragment per token),
+    # not cut into 16-byte pieces at the call's end.
+    for c in calls.values():
+        assert c["pieces"] - 1 > -(-len(c["arguments"]) // 16), c
 
 
 def test_gemma_template_forced_call_and_round_trip():

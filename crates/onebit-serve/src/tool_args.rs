@@ -119,10 +119,17 @@ impl ArgScanner {
             });
         }
         if !call.pending.is_empty() {
-            self.events.push(ArgEvent::Args {
-                index,
-                fragment: std::mem::take(&mut call.pending),
-            });
+            let more = std::mem::take(&mut call.pending);
+            // One fragment per call per feed: consecutive pieces join.
+            match self.events.last_mut() {
+                Some(ArgEvent::Args { index: i, fragment }) if *i == index => {
+                    fragment.push_str(&more)
+                }
+                _ => self.events.push(ArgEvent::Args {
+                    index,
+                    fragment: more,
+                }),
+            }
         }
     }
 

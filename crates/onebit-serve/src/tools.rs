@@ -6,6 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::constrain::{json_options, Grammar};
+use crate::tool_args::{ArgEvent, ArgScanner};
 
 /// How a call's payload is written between the markers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -581,6 +582,8 @@ pub struct ToolStream {
     /// Any non-whitespace text has gone out (a reply-is-the-call format then
     /// cannot be a call any more).
     spoke: bool,
+    /// For JSON formats, the scanner streaming calls' arguments.
+    args: Option<ArgScanner>,
 }
 
 impl ToolStream {
@@ -590,13 +593,37 @@ impl ToolStream {
             held: String::new(),
             in_call: false,
             spoke: false,
+            args: None,
         }
+    }
+
+    /// Calls begun and argument fragments found since the last call (JSON
+    /// formats; the others give their calls whole at [`ToolStream::finish`]).
+    pub fn take_events(&mut self) -> Vec<ArgEvent> {
+        self.args.as_mut().map(ArgScanner::take).unwrap_or_default()
+    }
+
+    /// A call has begun: `text` is the held text from the call's start.
+    fn begin_call(&mut self, text: &str) {
+        self.in_call = true;
+        let depth = match self.f.body {
+            Body::Object => 1,
+            Body::Array => 2,
+            Body::Envelope => 3,
+            Body::Pythonic | Body::Gemma(_) => return,
+        };
+        let mut sc = ArgScanner::new(depth, self.f.args_key);
+        sc.feed(text);
+        self.args = Some(sc);
     }
 
     /// The text that can go out now.
     pub fn push(&mut self, piece: &str) -> String {
         self.held.push_str(piece);
         if self.in_call {
+            if let Some(sc) = self.args.as_mut() {
+                sc.feed(piece);
+            }
             return String::new();
         }
         if self.f.open.is_empty() {
@@ -612,16 +639,18 @@ impl ToolStream {
                 return String::new();
             }
             if t.starts_with('{') || (self.f.body == Body::Array && t.starts_with('[')) {
-                self.in_call = true;
+                let held = self.held.clone();
+                self.begin_call(&held);
                 return String::new();
             }
             self.spoke = true;
             return std::mem::take(&mut self.held);
         }
         if let Some(at) = self.held.find(self.f.open) {
-            self.in_call = true;
             let out = self.held[..at].to_string();
             self.held.drain(..at);
+            let after = self.held[self.f.open.len()..].to_string();
+            self.begin_call(&after);
             return out;
         }
         // Hold back the longest tail that could begin the marker.
@@ -1185,5 +1214,42 @@ mod tests {
             g.contains("tool_calls") && !g.contains("start_function_call"),
             "{g}"
         );
+    }
+    #[test]
+    fn json_call_arguments_stream_before_the_call_ends() {
+        use crate::tool_args::ArgEvent;
+        let out = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
+        let cut = out.find("\"days").unwrap();
+        let mut s = ToolStream::new(&HERMES);
+        let mut text = s.push(&out[..cut]);
+        let early = s.take_events();
+        assert_eq!(
+            early,
+            vec![
+                ArgEvent::Call {
+                    index: 0,
+                    name: "get_weather".into()
+                },
+                ArgEvent::Args {
+                    index: 0,
+                    fragment: r#"{"city":"Paris","#.into()
+                },
+            ]
+        );
+        text.push_str(&s.push(&out[cut..]));
+        let mut args = String::new();
+        for e in early.into_iter().chain(s.take_events()) {
+            if let ArgEvent::Args { fragment, .. } = e {
+                args.push_str(&fragment);
+            }
+        }
+        let (rest, calls) = s.finish();
+        text.push_str(&rest);
+        assert_eq!(text, "Sure.");
+        assert_eq!(calls[0].arguments, args);
+        // Formats that are not JSON give no events (their calls come whole).
+        let mut s = ToolStream::new(&FUNCTIONGEMMA);
+        s.push("<start_function_call>call:f{x:1}");
+        assert!(s.take_events().is_empty());
     }
 }
