@@ -30,6 +30,7 @@ use crate::http::{
     drive, json_response, prepare, queue_full, random_u64, read_body, App, Run, Update,
 };
 use crate::metrics::Metrics;
+use crate::tools::{self, ToolStream};
 
 /// Ollama's sampling defaults, used when `options` states none.
 const DEFAULT_TEMPERATURE: f64 = 0.8;
@@ -211,6 +212,7 @@ fn rename(mut e: ApiError) -> ApiError {
         Some("top_p") => "options.top_p",
         Some("seed") => "options.seed",
         Some("stop") => "options.stop",
+        Some("response_format") => "format",
         _ => return e,
     };
     let openai = e.param.take().unwrap_or_default();
@@ -229,13 +231,89 @@ fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
     }
 }
 
-/// `format` other than empty: structured output is not on this route.
-fn check_format(o: &Map<String, Value>) -> Result<(), ApiError> {
-    must_be_empty(
-        o,
-        "format",
-        "structured output (\"json\" or a schema) is not available on Ollama's routes of this server",
-    )
+/// `format`: `"json"` (any JSON object) or a JSON schema, as the OpenAI
+/// request's `response_format` (so the same constrained decoding and the
+/// same 400 for a schema it cannot handle); `""`/null is plain text.
+fn apply_format(o: &Map<String, Value>, req: &mut Map<String, Value>) -> Result<(), ApiError> {
+    let rf = match o.get("format") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(s)) if s.is_empty() => return Ok(()),
+        Some(Value::String(s)) if s == "json" => json!({"type": "json_object"}),
+        Some(Value::Object(schema)) => json!({
+            "type": "json_schema",
+            "json_schema": {"name": "format", "schema": schema, "strict": true},
+        }),
+        Some(v) => {
+            return Err(bad(format!(
+                "`format` must be \"json\", a JSON schema object or empty; got {v}"
+            )))
+        }
+    };
+    req.insert("response_format".into(), rf);
+    Ok(())
+}
+
+/// `tools`: Ollama's tool list is OpenAI's (`{"type": "function",
+/// "function": {name, description, parameters}}`), passed on as it is and
+/// checked by the same rules; Ollama has no `tool_choice`, so it is `auto`.
+fn apply_tools(o: &Map<String, Value>, req: &mut Map<String, Value>) -> Result<(), ApiError> {
+    match o.get("tools") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(a)) if a.is_empty() => Ok(()),
+        Some(t @ Value::Array(_)) => {
+            req.insert("tools".into(), t.clone());
+            Ok(())
+        }
+        Some(_) => Err(bad("`tools` must be a list of tools")),
+    }
+}
+
+/// An assistant turn's `tool_calls` as Ollama writes them
+/// (`{"function": {"name", "arguments": {...}}}`, arguments an object) in
+/// OpenAI's shape (an id, `type`, arguments as a JSON string), which the
+/// `/v1` checks and the templates take.
+fn openai_calls(i: usize, calls: &Value) -> Result<Value, ApiError> {
+    let Value::Array(calls) = calls else {
+        return Err(bad(format!("`messages[{i}].tool_calls` must be a list")));
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let f = c.get("function").and_then(Value::as_object);
+            let name = f.and_then(|f| f.get("name")).and_then(Value::as_str);
+            let (Some(f), Some(name)) = (f, name) else {
+                return Err(bad(format!(
+                    "`messages[{i}].tool_calls[{k}]` needs a `function` with a string `name`"
+                )));
+            };
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v @ Value::Object(_)) => v.to_string(),
+                Some(v) => return Err(bad(format!(
+                    "`messages[{i}].tool_calls[{k}].function.arguments` must be an object; got {v}"
+                ))),
+            };
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .map_or_else(|| format!("call_{i}_{k}"), str::to_string);
+            Ok(json!({"id": id, "type": "function",
+                      "function": {"name": name, "arguments": arguments}}))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
+}
+
+/// A parsed call in Ollama's answer shape: arguments as an object (as
+/// parsed; a model's arguments that are not a JSON object stay a string).
+fn ollama_call(c: &tools::Call) -> Value {
+    let args = serde_json::from_str::<Value>(&c.arguments)
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!(c.arguments));
+    json!({"function": {"name": c.name, "arguments": args}})
 }
 
 /// `think`: passed to the template as `enable_thinking`; `true` needs a
@@ -301,10 +379,13 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
                     "tool_name" => {
                         out.insert("name".into(), v.clone());
                     }
+                    "tool_calls" => {
+                        out.insert(k.clone(), openai_calls(i, v)?);
+                    }
                     "images" | "thinking" => {}
                     other => {
                         return Err(bad(format!(
-                            "`messages[{i}].{other}` is not supported; a message carries role, content, thinking and (empty) images"
+                            "`messages[{i}].{other}` is not supported; a message carries role, content, thinking, tool_calls, tool_name and (empty) images"
                         )))
                     }
                 }
@@ -323,14 +404,10 @@ pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         let o = object(&body)?;
         refuse_unknown(&o, &CHAT_FIELDS)?;
         check_model(&o)?;
-        check_format(&o)?;
-        must_be_empty(
-            &o,
-            "tools",
-            "tool calls are not available on Ollama's routes of this server",
-        )?;
         let mut req = Map::new();
         req.insert("messages".into(), messages(&o)?);
+        apply_format(&o, &mut req)?;
+        apply_tools(&o, &mut req)?;
         apply_options(&app, &o, &mut req)?;
         apply_think(&app, &o, &mut req)?;
         let stream = stream_flag(&o)?;
@@ -366,7 +443,6 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
         let o = object(&body)?;
         refuse_unknown(&o, &GENERATE_FIELDS)?;
         check_model(&o)?;
-        check_format(&o)?;
         must_be_empty(&o, "suffix", "fill-in-the-middle is not implemented")?;
         must_be_empty(&o, "template", "the model's template (or --chat-template) is used")?;
         must_be_empty(&o, "context", "send the conversation to /api/chat instead")?;
@@ -407,6 +483,7 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             apply_think(&app, &o, &mut req)?;
             Endpoint::Chat
         };
+        apply_format(&o, &mut req)?;
         apply_options(&app, &o, &mut req)?;
         let stream = stream_flag(&o)?;
         run(app.clone(), ep, req, stream, Shape::Generate).await
@@ -489,7 +566,7 @@ async fn run(
     let start = Instant::now();
     let body = Value::Object(req).to_string().into_bytes();
     let app2 = app.clone();
-    let p = tokio::task::spawn_blocking(move || prepare(&app2, ep, &body))
+    let mut p = tokio::task::spawn_blocking(move || prepare(&app2, ep, &body))
         .await
         .map_err(|e| ApiError::server(format!("preparing the prompt failed: {e}")))?
         .map_err(rename)?;
@@ -520,7 +597,7 @@ async fn run(
             speculative: true,
             logit_bias: Vec::new(),
         },
-        constraint: None,
+        constraint: p.constraint.take(),
         index: 0,
         tx,
         cancel: cancel.clone(),
@@ -536,8 +613,10 @@ async fn run(
         think: p.think,
         think_open: p.think_open,
         logprobs: false,
-        keep_special: false,
+        keep_special: p.keep_special,
     };
+    // Replies are parsed for tool calls (chat with `tools` only).
+    let tool_format = p.tool_format.filter(|_| shape == Shape::Chat);
     let clock = Clock {
         start,
         first: None,
@@ -559,7 +638,20 @@ async fn run(
             true
         })
         .await?;
+        let calls = match tool_format {
+            Some(f) => {
+                let (rest, calls) = tools::parse(&content, f);
+                if !calls.is_empty() {
+                    content = rest;
+                }
+                calls
+            }
+            None => Vec::new(),
+        };
         let mut v = shape.piece(&model, &content, crate::text::tidy_reasoning(&thinking));
+        if !calls.is_empty() {
+            v["message"]["tool_calls"] = calls.iter().map(ollama_call).collect();
+        }
         clock.done(&mut v, finish.unwrap_or(per[0].2), per[0].0);
         return Ok(json_response(200, v.to_string()));
     }
@@ -570,16 +662,38 @@ async fn run(
         let gone = out_tx.clone();
         let mut finish = None;
         let tok = app.tok.clone();
+        // A call's text is held back while it is written and sent, parsed,
+        // in one piece with `tool_calls` when the answer ends (as Ollama
+        // streams calls).
+        let mut calls_stream = tool_format.map(ToolStream::new);
         let driving = drive(&tok, run, 1, |u| match u {
-            Update::Delta { split, .. } => {
+            Update::Delta { mut split, .. } => {
                 clock.first.get_or_insert_with(Instant::now);
+                if let Some(ts) = calls_stream.as_mut() {
+                    split.content = ts.push(&split.content);
+                    if split.is_empty() {
+                        return true;
+                    }
+                }
                 let mut v = shape.piece(&model, &split.content, &split.reasoning);
                 v["done"] = json!(false);
                 out_tx.send(line(&v)).is_ok()
             }
             Update::Finished { finish: f, .. } => {
                 finish = Some(f);
-                true
+                let Some(ts) = calls_stream.as_mut() else {
+                    return true;
+                };
+                let (rest, calls) = ts.finish();
+                if rest.is_empty() && calls.is_empty() {
+                    return true;
+                }
+                let mut v = shape.piece(&model, &rest, "");
+                if !calls.is_empty() {
+                    v["message"]["tool_calls"] = calls.iter().map(ollama_call).collect();
+                }
+                v["done"] = json!(false);
+                out_tx.send(line(&v)).is_ok()
             }
         });
         let result = tokio::select! {
