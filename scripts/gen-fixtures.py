@@ -348,6 +348,41 @@ def spec_gemma4(hp):
     return keys, t + head(hp)
 
 
+def spec_gemma_embedding(hp):
+    """llama.cpp's gemma-embedding (src/models/gemma-embedding.cpp): Gemma 3
+    layers, bidirectional, symmetric sliding window, mean pooling, then the
+    sentence-transformers dense layers (dense_2: n_embd -> dense, dense_3:
+    dense -> n_embd)."""
+    arch, u32, f32 = "gemma-embedding", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+    e, nh, nkv, hd, ff, dn = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"], hp["n_ff"], hp["dense"]
+    keys = common_keys(arch, hp) + [
+        (f"{arch}.attention.key_length", hd, u32),
+        (f"{arch}.attention.value_length", hd, u32),
+        (f"{arch}.rope.freq_base_swa", hp["rope_base_swa"], f32),
+        (f"{arch}.attention.sliding_window", hp["window"], u32),
+        (f"{arch}.attention.sliding_window_pattern", hp["pattern"], u32),
+        (f"{arch}.pooling_type", 1, u32),
+        (f"{arch}.dense_2_feat_in", e, u32),
+        (f"{arch}.dense_2_feat_out", dn, u32),
+        (f"{arch}.dense_3_feat_in", dn, u32),
+        (f"{arch}.dense_3_feat_out", e, u32),
+    ]
+    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * hd, e)),
+              (b + "attn_k.weight", w(nkv * hd, e)), (b + "attn_v.weight", w(nkv * hd, e)),
+              (b + "attn_output.weight", w(e, nh * hd, 0.5)),
+              (b + "post_attention_norm.weight", norm(e)),
+              (b + "attn_k_norm.weight", norm(hd)), (b + "attn_q_norm.weight", norm(hd)),
+              (b + "ffn_norm.weight", norm(e)),
+              (b + "ffn_gate.weight", w(ff, e)), (b + "ffn_up.weight", w(ff, e)),
+              (b + "ffn_down.weight", w(e, ff, 0.5)),
+              (b + "post_ffw_norm.weight", norm(e))]
+    t += [("output_norm.weight", norm(e)), ("dense_2.weight", w(dn, e)), ("dense_3.weight", w(e, dn))]
+    return keys, t
+
+
 BASE = {"n_vocab": N_VOCAB, "embd_std": 0.5, "out_gain": 2.0, "n_ctx_train": 4096}
 
 GEMMA4_HP = dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, head_dim_swa=16, n_ff=128, n_layer=7,
@@ -480,6 +515,16 @@ FAMILIES = {
                         "between loops (not after the last) the hidden state goes through output_norm",
                "rope": {"type": "NORM (adjacent pairs x[2i], x[2i+1])", "n_rot": 16, "freq_base": 10000.0},
                "tied_embeddings": False, "ffn": "SiLU-gated"}),
+    "gemma-embedding": dict(
+        spec=spec_gemma_embedding, arch="gemma-embedding", seed=1012, quant="Q8_0", embedding=True,
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=4, dense=96,
+                pattern=3, window=8, eps=1e-6, rope_base=1000000.0, rope_base_swa=10000.0, tied=True, bos=2),
+        model={"layer_kinds": "SSFS (sliding_window_pattern 3), window 8: a sliding layer sees |i - j| <= 4",
+               "attention": "bidirectional (causal_attn = false); scale 1/sqrt(head_dim); q/k RMSNorm before NEOX RoPE",
+               "body": "gemma3's: sandwich norms, GELU(tanh)-gated FFN, embeddings x sqrt(n_embd)",
+               "pooling": "mean over the output_norm'ed hidden states (pooling_type 1), then dense_2 [96x64] "
+                          "and dense_3 [64x96], no bias, no activation",
+               "tied_embeddings": True}),
 }
 
 
@@ -607,6 +652,8 @@ def main():
     tokens = token_rng.integers(3, N_VOCAB, size=N_TOKENS).tolist()
     if hp["bos"] is not None:
         tokens[0] = hp["bos"]
+    if fam.get("embedding"):
+        return embedding_fixture(a, fam, hp, out, tokens, dequant)
     note = "same random ids for every family; position 0 replaced by the family's BOS id where the family adds one"
     extra = ""
     sequences = {"tokens": tokens}
@@ -678,6 +725,64 @@ def main():
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
+    if a.compare:
+        sys.exit(compare_dirs(out, a.compare, q))
+
+
+# The sequences of an embedding fixture: cuts of the shared 40 ids, each
+# starting with BOS; lengths chosen below, at and above the sliding window.
+EMBED_CUTS = [(0, 20), (20, 27), (27, 40)]
+
+
+def embedding_fixture(a, fam, hp, out, tokens, dequant):
+    """An embedding model's fixture: llama.cpp's pooled embedding per sequence."""
+    q = fam["quant"]
+    seqs = [[hp["bos"]] + tokens[s:e][1 if s == 0 else 0:] for s, e in EMBED_CUTS]
+    (out / "tokens.json").write_text(json.dumps({
+        "sequences": seqs,
+        "note": "cuts of the shared random ids (default_rng(4242)), each led by the BOS id; one pooled embedding each"},
+        indent=1) + "\n")
+    args = []
+    for sq in seqs:
+        args += [str(t) for t in sq] + ["/"]
+    args = args[:-1]
+
+    def embeddings(model, name):
+        subprocess.run([str(a.driver), "embed", str(model), str(out / name)] + args, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return np.fromfile(out / name, dtype="<f4").reshape(len(seqs), -1)
+
+    f = embeddings(out / "f32.gguf", "f32.embeddings.bin")
+    qe = embeddings(out / f"{q}.gguf", f"{q}.embeddings.bin")
+    dq = embeddings(dequant, f"{q}.dequant.embeddings.bin")
+    dequant.unlink()
+
+    def cos(x, y):
+        return [float(np.float32(v)) for v in (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)]
+
+    sysinfo = subprocess.run([str(a.driver), "sysinfo"], check=True, capture_output=True, text=True).stdout.strip()
+    meta = {
+        "family": a.family, "arch": fam["arch"], "seed": fam["seed"], "n_vocab": hp["n_vocab"],
+        "hparams": {k: v for k, v in hp.items() if k != "family"},
+        "gguf_metadata_f32": read_metadata(out / "f32.gguf"),
+        "model": fam["model"], "tokens": "tokens.json", "quant_type": q,
+        "files": {"f32.gguf": describe_gguf(out / "f32.gguf"), f"{q}.gguf": describe_gguf(out / f"{q}.gguf")},
+        "llama_cpp": {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+                      "source": "llama.cpp vendored in the PyPI sdist llama-cpp-python 0.3.36, built by scripts/build-llamacpp.sh",
+                      "system_info": sysinfo, "backend": "CPU only (ggml-cpu), 2 threads"},
+        "method": {
+            "embed": "per sequence: one llama_decode call with all its tokens at positions 0..n-1, embeddings on, the "
+                     "model's pooling; llama_get_embeddings_seq (pooled, through dense_2/dense_3, NOT normalized), "
+                     "[n_sequences][n_embd] float32; KV F32, flash attention off, n_ctx 128, 2 threads",
+            "quantize": f"llama-quantize f32.gguf {q}.gguf {q} (same build)",
+            "dequant": f"llama-quantize --allow-requantize {q}.gguf -> F32, then the same run",
+        },
+        "runs": {"files": {"f32": "f32.embeddings.bin", q: f"{q}.embeddings.bin",
+                           "dequant": f"{q}.dequant.embeddings.bin"},
+                 "f32_vs_quant_cosine": cos(f, qe), "quant_vs_dequant_cosine": cos(qe, dq),
+                 "norms_f32": [float(np.float32(x)) for x in np.linalg.norm(f, axis=1)]},
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     if a.compare:
         sys.exit(compare_dirs(out, a.compare, q))
 

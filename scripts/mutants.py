@@ -178,6 +178,24 @@ MUTANTS += [
 ]
 
 
+# EmbeddingGemma (gemma-embedding): its rules against llama.cpp's pooled
+# embeddings (crates/onebit/tests/serve_embedding_gemma.rs).
+GEMB = "crates/onebit-model/src/families/gemma_embedding.rs"
+EMBED_TESTS = ["-p", "onebit", "--test", "serve_embedding_gemma"]
+MUTANTS += [
+    ("gemma-embedding: causal instead of bidirectional", GEMB,
+     "        Mask::Bidirectional,", "        Mask::Causal,", EMBED_TESTS),
+    ("gemma-embedding: no dense pooled head", GEMB,
+     "s.pooled_head = Sourced::new(head, src);", "s.pooled_head = Sourced::new(Vec::new(), src); let _ = head;", EMBED_TESTS),
+    ("gemma-embedding: last instead of mean pooling", "crates/onebit-serve/src/embed.rs",
+     "Some(1) => (PoolKind::Mean", "Some(1) => (PoolKind::Last", EMBED_TESTS),
+    ("gemma-embedding: symmetric window not halved", ATTENTION,
+     "(p.saturating_sub(w / 2), (p + w / 2 + 1).min(end))", "(p.saturating_sub(w), (p + w + 1).min(end))", EMBED_TESTS),
+    ("gemma-embedding: no sliding window when bidirectional", ATTENTION,
+     "Mask::Bidirectional => window.map_or((0, end), |w| {", "Mask::Bidirectional => None.map_or((0, end), |w: usize| {", EMBED_TESTS),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Tool calls through the official `openai` client.
 
-Usage: python3 tests/serve/test_tools.py URL_HERMES URL_PLAIN
+Usage: python3 tests/serve/test_tools.py URL_HERMES URL_PLAIN URL_GEMMA
 URL_HERMES serves SmolLM2 with testdata/chat-templates/chatml-think-tools.jinja
 (a Hermes-style template that knows tools); URL_PLAIN serves it with its own
-template, which knows none (the generic fallback). crates/onebit/tests/serve.rs
+template, which knows none (the generic fallback); URL_GEMMA with
+testdata/chat-templates/functiongemma-tools.jinja (FunctionGemma's call syntax). crates/onebit/tests/serve.rs
 starts both and runs this; scripts/python-deps.sh installs openai and
 jsonschema. Prints "N passed, M failed"; exits 1 on any failure.
 """
@@ -17,6 +18,7 @@ import runner  # tests/serve/runner.py, beside this script
 
 HERMES = openai.OpenAI(base_url=sys.argv[1].rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=120)
 PLAIN = openai.OpenAI(base_url=sys.argv[2].rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=120)
+GEMMA = openai.OpenAI(base_url=sys.argv[3].rstrip("/") + "/v1", api_key="x", max_retries=0, timeout=120)
 
 WEATHER_PARAMS = {
     "type": "object",
@@ -100,6 +102,27 @@ def test_streamed_deltas_reassemble_to_the_same_call():
     got = [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]
     assert got == [(c.function.name, c.function.arguments) for c in whole], (got, whole)
     assert all(c["id"] and c["pieces"] >= 2 for c in calls.values()), calls
+    # The arguments came as they were generated (about a fragment per token),
+    # not cut into 16-byte pieces at the call's end.
+    for c in calls.values():
+        assert c["pieces"] - 1 > -(-len(c["arguments"]) // 16), c
+
+
+def test_gemma_template_forced_call_and_round_trip():
+    # A forced call under a FunctionGemma template is decoded in the JSON
+    # envelope (no grammar for Gemma's syntax); the call then goes back
+    # through the template in Gemma's syntax, with the tool's reply.
+    r = ask(GEMMA, tool_choice="required", parallel_tool_calls=False)
+    calls = valid_calls(r.choices[0])
+    assert len(calls) == 1, calls
+    follow = QUESTION + [
+        {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "21 degrees and sunny"},
+    ]
+    r2 = ask(GEMMA, messages=follow, tool_choice="none", max_tokens=20)
+    assert r2.choices[0].finish_reason in ("stop", "length"), r2
+    base = ask(GEMMA, tool_choice="none", max_tokens=1)
+    assert r2.usage.prompt_tokens > base.usage.prompt_tokens + 10, (base.usage, r2.usage)
 
 
 def test_named_choice_calls_that_function():

@@ -19,7 +19,7 @@ use std::cell::OnceCell;
 use crate::error::{ModelError, Result};
 use crate::mixers::{At, Run, Scratch, SeqRows};
 use crate::rows::{par_rows, sized};
-use crate::semantics::{Activation, RopeSpec, Semantics};
+use crate::semantics::{Activation, Mask, RopeSpec, Semantics};
 use crate::state::{LayerState, SeqState};
 use crate::weights::Weights;
 
@@ -167,7 +167,8 @@ impl Model {
 
     /// Runs `tokens` at the next positions of `state`; returns the logits asked for.
     pub fn forward(&self, state: &mut SeqState, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        if tokens.len() > UBATCH {
+        // A bidirectional sequence attends to all of itself: one batch.
+        if tokens.len() > UBATCH && self.sem.mask.value == Mask::Causal {
             // A long prompt runs in micro-batches: the same bits (every row
             // is computed the same way in any batch), a quarter of the
             // activation memory of one 512-token batch. Input errors are
@@ -203,6 +204,16 @@ impl Model {
             .expect("one sequence in, one out"))
     }
 
+    /// The pooled embedding through the model's pooled head (its
+    /// `pooled_head` matrices in order; unchanged when it declares none).
+    pub fn pooled_head(&self, pooled: &[f32]) -> Vec<f32> {
+        let mut v = pooled.to_vec();
+        for m in &self.weights.pooled_head {
+            v = self.mm(m, &v, 1);
+        }
+        v
+    }
+
     /// Refuses tokens that one forward call of this sequence could not run.
     fn check_input(&self, state: &SeqState, tokens: &[u32]) -> Result<()> {
         let d = &self.sem.dims;
@@ -219,6 +230,12 @@ impl Model {
             return Err(ModelError::Input(
                 "sequence state belongs to another model".into(),
             ));
+        }
+        if self.sem.mask.value == Mask::Bidirectional && state.pos > 0 {
+            return Err(ModelError::Input(format!(
+                "{}: attention is bidirectional ({}), so a sequence runs whole in one call; this one already holds {} positions",
+                self.sem.family, self.sem.mask.source, state.pos
+            )));
         }
         let end = state.pos + tokens.len();
         if end > self.max_context {

@@ -165,6 +165,23 @@ pub struct Semantics {
     pub short_conv: Option<Sourced<usize>>,
     /// Gated delta-net sizes (Qwen3.5 linear-attention layers).
     pub delta_net: Option<Sourced<DeltaNetDims>>,
+    /// Which positions a query sees: the earlier ones (a generative model) or
+    /// all of the sequence (an embedding model such as EmbeddingGemma).
+    pub mask: Sourced<Mask>,
+    /// Matrices applied, in order, to the pooled embedding (sentence-
+    /// transformers' dense layers): (tensor name, rows, cols). Empty: none.
+    pub pooled_head: Sourced<Vec<(String, usize, usize)>>,
+}
+
+/// The attention mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mask {
+    /// Position p sees positions <= p; a sliding layer the last `window` of them.
+    Causal,
+    /// Position p sees the whole sequence; a sliding layer the positions
+    /// within `window / 2` on either side (llama.cpp's symmetric window).
+    /// Such a model runs each sequence in one call and cannot generate.
+    Bidirectional,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -404,6 +421,26 @@ impl Semantics {
                 "v norm",
                 "RMSNorm per head, no weight".into(),
                 &self.v_norm.source,
+            );
+        }
+        if self.mask.value != Mask::Causal {
+            line(
+                "attention mask",
+                format!("{:?}", self.mask.value).to_lowercase(),
+                &self.mask.source,
+            );
+        }
+        if !self.pooled_head.value.is_empty() {
+            let names: Vec<String> = self
+                .pooled_head
+                .value
+                .iter()
+                .map(|(n, r, c)| format!("{n} [{r}x{c}]"))
+                .collect();
+            line(
+                "pooled head",
+                names.join(" then "),
+                &self.pooled_head.source,
             );
         }
         let kv = &self.kv_source.value;

@@ -136,6 +136,8 @@ pub struct Weights {
     pub rope_factors: Vec<(String, Vec<f32>)>,
     pub per_layer_input: Option<PerLayerInput>,
     pub layers: Vec<LayerWeights>,
+    /// The semantics' `pooled_head` matrices, in order.
+    pub pooled_head: Vec<QMatrix>,
 }
 
 impl Weights {
@@ -357,6 +359,12 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
             },
         });
     }
+    let pooled_head = sem
+        .pooled_head
+        .value
+        .iter()
+        .map(|(name, rows, cols)| l.matrix(name, *rows, *cols))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Weights {
         token_embd,
         output_norm,
@@ -364,6 +372,7 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         rope_factors,
         per_layer_input,
         layers,
+        pooled_head,
     })
 }
 

@@ -61,6 +61,18 @@ impl Pooling {
 
     /// Pools `rows` ([n][width]) into one L2-normalized vector.
     pub fn pool(&self, rows: &[f32], width: usize) -> Vec<f32> {
+        self.pool_through(rows, width, |v| v.to_vec())
+    }
+
+    /// Pools `rows` ([n][width]), passes the pooled vector through the
+    /// model's pooled head (`Model::pooled_head`: EmbeddingGemma's dense
+    /// layers), and L2-normalizes the result, in llama.cpp's order.
+    pub fn pool_through(
+        &self,
+        rows: &[f32],
+        width: usize,
+        head: impl Fn(&[f32]) -> Vec<f32>,
+    ) -> Vec<f32> {
         let n = rows.len() / width;
         let mut v = vec![0f64; width];
         let pick: Box<dyn Iterator<Item = &[f32]>> = match self.kind {
@@ -76,8 +88,9 @@ impl Pooling {
             count += 1;
         }
         let count = count.max(1) as f64;
-        v.iter_mut().for_each(|a| *a /= count);
-        normalize(&v)
+        let pooled: Vec<f32> = v.iter().map(|a| (a / count) as f32).collect();
+        let out: Vec<f64> = head(&pooled).into_iter().map(f64::from).collect();
+        normalize(&out)
     }
 }
 
@@ -182,7 +195,7 @@ pub async fn embed(app: &Arc<App>, texts: Vec<String>) -> Result<(Vec<Vec<f32>>,
                 let mut state = model.new_state();
                 model
                     .forward(&mut state, ids, Logits::Hidden)
-                    .map(|rows| pooling.pool(&rows, width))
+                    .map(|rows| pooling.pool_through(&rows, width, |v| model.pooled_head(v)))
                     .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, String>>();

@@ -25,6 +25,7 @@ use crate::engine::{Engine, Event, Finish, GenParams, Job, TokenLogprob};
 use crate::metrics::Metrics;
 use crate::prompt;
 use crate::text::{tidy_reasoning, Split, StopMatcher, ThinkSplitter};
+use crate::tool_args::ArgEvent;
 use crate::tools::{self, CallFormat, ToolStream};
 
 pub struct App {
@@ -51,6 +52,8 @@ pub struct App {
     /// How embeddings pool, or why this model gives none.
     pub pooling: Result<crate::embed::Pooling, String>,
     pub n_embd: usize,
+    /// Whether the model generates, or why not (an embedding model).
+    pub generative: Result<(), String>,
     /// What `/api/tags` and `/api/show` say about the model.
     pub about: crate::ModelAbout,
 }
@@ -323,6 +326,9 @@ fn compile(app: &App, g: &Grammar, param: &'static str) -> Result<Constraint, Ap
 /// Parses, renders and tokenizes: run on the blocking pool, never on the
 /// runtime's thread (a large prompt takes seconds to tokenize).
 pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
+    if let Err(why) = &app.generative {
+        return Err(ApiError::invalid("model", why.clone()));
+    }
     let req = api::parse(body, ep, app.limits)?;
     if let Some(&(bad, _)) = req
         .logit_bias
@@ -393,9 +399,10 @@ pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, 
             };
             if let Some(spec) = spec.filter(|s| s.parsed()) {
                 let f = match known {
-                    // No grammar for Python literals: a forced LFM2 call is
-                    // written (and parsed) as the generic JSON envelope.
-                    Some(f) if spec.forced() && f.body == tools::Body::Pythonic => &tools::GENERIC,
+                    // No grammar for Python literals or Gemma's syntax: a
+                    // forced LFM2 or Gemma call is written (and parsed) as
+                    // the generic JSON envelope.
+                    Some(f) if spec.forced() && !f.body.json_forcible() => &tools::GENERIC,
                     Some(f) => f,
                     None => &tools::GENERIC,
                 };
@@ -620,6 +627,32 @@ fn call_json(c: &tools::Call) -> Value {
         "type": "function",
         "function": {"name": c.name, "arguments": c.arguments},
     })
+}
+
+/// The `delta`s of streamed call events: a call's first delta carries its
+/// id, type and name (arguments ""), the next ones argument fragments.
+/// `sent` records each call's name and the arguments sent so far.
+fn call_event_deltas(events: Vec<ArgEvent>, sent: &mut Vec<(String, String)>) -> Vec<Value> {
+    events
+        .into_iter()
+        .map(|e| match e {
+            ArgEvent::Call { index, name } => {
+                sent.push((name.clone(), String::new()));
+                let mut first = call_json(&tools::Call {
+                    name,
+                    arguments: String::new(),
+                });
+                first["index"] = json!(index);
+                json!({"tool_calls": [first]})
+            }
+            ArgEvent::Args { index, fragment } => {
+                if let Some((_, args)) = sent.get_mut(index) {
+                    args.push_str(&fragment);
+                }
+                json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+            }
+        })
+        .collect()
 }
 
 /// `s` in pieces of about `n` bytes, cut at character boundaries.
@@ -935,7 +968,11 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
         let mut tool_streams: Vec<Option<ToolStream>> = (0..n)
             .map(|_| meta.tool_format.map(ToolStream::new))
             .collect();
+        // Per choice, the calls streamed so far: (name, arguments sent).
+        let mut streamed: Vec<Vec<(String, String)>> = vec![Vec::new(); n];
         let driving = drive(&tok, run, n, |u| {
+            // Tool-call deltas that go out after this update's chunk.
+            let mut after: Vec<Value> = Vec::new();
             let c = match u {
                 Update::Delta {
                     index,
@@ -944,8 +981,12 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
                 } => {
                     if let Some(ts) = tool_streams[index].as_mut() {
                         split.content = ts.push(&split.content);
+                        after = call_event_deltas(ts.take_events(), &mut streamed[index])
+                            .into_iter()
+                            .map(|d| json!({"index": index, "delta": d, "logprobs": null, "finish_reason": null}))
+                            .collect();
                         if split.is_empty() && logprobs.is_empty() {
-                            return true;
+                            return after.into_iter().all(|c| out_tx.send(chunk(c)).is_ok());
                         }
                     }
                     let lp = (!logprobs.is_empty()).then_some(&logprobs);
@@ -982,12 +1023,24 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
                         if !rest.is_empty() {
                             deltas.push(json!({"content": rest}));
                         }
+                        let sent = &streamed[index];
                         for (k, c) in calls.iter().enumerate() {
-                            let mut first = call_json(c);
-                            first["index"] = json!(k);
-                            first["function"]["arguments"] = json!("");
-                            deltas.push(json!({"tool_calls": [first]}));
-                            for frag in fragments(&c.arguments, 16) {
+                            // A call already streamed gets what is left of its
+                            // arguments; the others go out whole now.
+                            let left = match sent.get(k) {
+                                Some((name, args)) if *name == c.name => {
+                                    c.arguments.strip_prefix(args.as_str())
+                                }
+                                Some(_) => None,
+                                None => {
+                                    let mut first = call_json(c);
+                                    first["index"] = json!(k);
+                                    first["function"]["arguments"] = json!("");
+                                    deltas.push(json!({"tool_calls": [first]}));
+                                    Some(c.arguments.as_str())
+                                }
+                            };
+                            for frag in fragments(left.unwrap_or_default(), 16) {
                                 deltas.push(json!({"tool_calls": [{"index": k, "function": {"arguments": frag}}]}));
                             }
                         }
@@ -1009,6 +1062,7 @@ fn stream_response(app: Arc<App>, run: Run, meta: Meta) -> Response {
                 }
             };
             out_tx.send(chunk(c)).is_ok()
+                && after.into_iter().all(|c| out_tx.send(chunk(c)).is_ok())
         });
         // A client that hangs up (hyper drops the body) ends the run at once,
         // also while its prompt is still prefilling and no token has come:

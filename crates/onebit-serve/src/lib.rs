@@ -28,6 +28,7 @@ pub mod ollama;
 pub mod page;
 pub mod prompt;
 pub mod text;
+pub mod tool_args;
 pub mod tools;
 
 use std::net::SocketAddr;
@@ -215,6 +216,7 @@ async fn run(
     let n_vocab = model.sem.dims.n_vocab;
     let n_embd = model.sem.dims.n_embd;
     let grammar_eos = stops.first().copied();
+    let generative = generative(&model.sem, &cfg.model_name);
     let engine = Engine::start(
         model,
         stops,
@@ -255,6 +257,7 @@ async fn run(
             .map_or(0, |d| d.as_secs()),
         pooling,
         n_embd,
+        generative,
         about,
     });
     let mut access = cfg.access.clone();
@@ -303,4 +306,16 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     eprintln!("[serve] signal received");
+}
+
+/// Ok for a model that generates; the reason for one that does not (an
+/// embedding model: bidirectional attention has no next token).
+pub fn generative(sem: &onebit_model::Semantics, name: &str) -> Result<(), String> {
+    match sem.mask.value {
+        onebit_model::semantics::Mask::Causal => Ok(()),
+        onebit_model::semantics::Mask::Bidirectional => Err(format!(
+            "model `{name}` ({}) is an embedding model with bidirectional attention and no generative head; it serves /v1/embeddings and /api/embed only",
+            sem.family
+        )),
+    }
 }

@@ -6,6 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::constrain::{json_options, Grammar};
+use crate::tool_args::{ArgEvent, ArgScanner};
 
 /// How a call's payload is written between the markers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +19,19 @@ pub enum Body {
     Envelope,
     /// A Python list of calls with keyword arguments: `[f(a='x', n=2), g()]`.
     Pythonic,
+    /// Gemma's own: `call:name{key:<ESC>text<ESC>,n:2,o:{k:true},l:[1,2]}`,
+    /// strings between the given escape marker, other values bare.
+    Gemma(&'static str),
+}
+
+impl Body {
+    /// Whether a forced call can be written in this body under a JSON
+    /// grammar; the others (Python literals, Gemma's syntax) are forced in
+    /// the generic JSON envelope instead (a grammar of those syntaxes from a
+    /// JSON schema is not built here).
+    pub fn json_forcible(self) -> bool {
+        matches!(self, Body::Object | Body::Array | Body::Envelope)
+    }
 }
 
 /// A tool-call format: what the model writes to call a function.
@@ -79,6 +93,30 @@ pub const LFM2: CallFormat = CallFormat {
     args_key: "arguments",
 };
 
+/// FunctionGemma (Gemma 3 270M tuned for calls): declarations between
+/// `<start_function_declaration>` markers, a call as
+/// `<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>`
+/// (ai.google.dev "FunctionGemma formatting and best practices").
+pub const FUNCTIONGEMMA: CallFormat = CallFormat {
+    name: "functiongemma",
+    detect: &["<start_function_call>", "<start_function_declaration>"],
+    open: "<start_function_call>",
+    close: "<end_function_call>",
+    body: Body::Gemma("<escape>"),
+    args_key: "arguments",
+};
+
+/// Gemma 4: the same call syntax between `<|tool_call>` and `<tool_call|>`,
+/// strings between `<|"|>`.
+pub const GEMMA4: CallFormat = CallFormat {
+    name: "gemma4",
+    detect: &["<|tool_call>"],
+    open: "<|tool_call>",
+    close: "<tool_call|>",
+    body: Body::Gemma("<|\"|>"),
+    args_key: "arguments",
+};
+
 /// The fallback for templates that know no tools: the tools are described in
 /// a system message and the model answers with a JSON envelope.
 pub const GENERIC: CallFormat = CallFormat {
@@ -91,7 +129,7 @@ pub const GENERIC: CallFormat = CallFormat {
 };
 
 /// The formats tried in order on a template's source.
-pub const FORMATS: [&CallFormat; 4] = [&HERMES, &MISTRAL, &LFM2, &LLAMA3];
+pub const FORMATS: [&CallFormat; 6] = [&HERMES, &MISTRAL, &LFM2, &FUNCTIONGEMMA, &GEMMA4, &LLAMA3];
 
 /// The format a template speaks, or `None` when it knows no tools (it never
 /// reads `tools`, or writes calls in a way not listed here).
@@ -169,8 +207,10 @@ fn call_of(v: &Value, args_key: &str) -> Option<Call> {
 
 /// The calls one JSON payload holds.
 fn calls_in(payload: &str, f: &CallFormat) -> Option<Vec<Call>> {
-    if f.body == Body::Pythonic {
-        return pythonic_calls(payload);
+    match f.body {
+        Body::Pythonic => return pythonic_calls(payload),
+        Body::Gemma(esc) => return gemma_call(payload, esc).map(|c| vec![c]),
+        _ => {}
     }
     let mut de = serde_json::Deserializer::from_str(payload.trim()).into_iter::<Value>();
     let v = de.next()?.ok()?;
@@ -198,6 +238,111 @@ fn calls_in_value(v: &Value, f: &CallFormat) -> Option<Vec<Call>> {
         _ => return None,
     };
     list.iter().map(|c| call_of(c, f.args_key)).collect()
+}
+
+/// One Gemma call, `call:name{key:value,..}`: a value is a string between
+/// `esc` markers, an object `{..}`, a list `[..]`, or a bare JSON scalar
+/// (a number, true, false, null; other bare text is taken as a string).
+pub fn gemma_call(payload: &str, esc: &str) -> Option<Call> {
+    let s = payload.trim().strip_prefix("call:")?;
+    let brace = s.find('{')?;
+    let name = s[..brace].trim();
+    let ident = |c: char| c.is_alphanumeric() || "_-.".contains(c);
+    if name.is_empty() || !name.chars().all(ident) {
+        return None;
+    }
+    let mut g = Gem { s, i: brace, esc };
+    let args = g.value(0)?;
+    if !args.is_object() || !g.s[g.i..].trim().is_empty() {
+        return None;
+    }
+    Some(Call {
+        name: name.to_string(),
+        arguments: args.to_string(),
+    })
+}
+
+/// A cursor over Gemma's value syntax.
+struct Gem<'a> {
+    s: &'a str,
+    i: usize,
+    esc: &'a str,
+}
+
+impl Gem<'_> {
+    fn rest(&self) -> &str {
+        &self.s[self.i..]
+    }
+
+    fn ws(&mut self) {
+        let r = self.rest();
+        self.i += r.len() - r.trim_start().len();
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        self.ws();
+        if self.rest().starts_with(c) {
+            self.i += c.len_utf8();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Value> {
+        if depth > 64 {
+            return None;
+        }
+        self.ws();
+        if let Some(r) = self.rest().strip_prefix(self.esc) {
+            let end = r.find(self.esc)?;
+            let text = r[..end].to_string();
+            self.i += self.esc.len() + end + self.esc.len();
+            return Some(Value::String(text));
+        }
+        if self.eat('{') {
+            let mut o = Map::new();
+            if self.eat('}') {
+                return Some(Value::Object(o));
+            }
+            loop {
+                self.ws();
+                let colon = self.rest().find(':')?;
+                let key = self.rest()[..colon].trim().to_string();
+                if key.is_empty() || key.contains([',', '{', '}', '[', ']']) {
+                    return None;
+                }
+                self.i += colon + 1;
+                let v = self.value(depth + 1)?;
+                o.insert(key, v);
+                if self.eat(',') {
+                    continue;
+                }
+                return self.eat('}').then_some(Value::Object(o));
+            }
+        }
+        if self.eat('[') {
+            let mut a = Vec::new();
+            if self.eat(']') {
+                return Some(Value::Array(a));
+            }
+            loop {
+                a.push(self.value(depth + 1)?);
+                if self.eat(',') {
+                    continue;
+                }
+                return self.eat(']').then_some(Value::Array(a));
+            }
+        }
+        let r = self.rest();
+        let end = r.find([',', '}', ']']).unwrap_or(r.len());
+        let bare = r[..end].trim().to_string();
+        if bare.is_empty() {
+            return None;
+        }
+        self.i += end;
+        Some(serde_json::from_str::<Value>(&bare).unwrap_or(Value::String(bare)))
+    }
 }
 
 /// `[f(a='x', n=2), g()]`: Python literals (strings in either quotes,
@@ -437,6 +582,8 @@ pub struct ToolStream {
     /// Any non-whitespace text has gone out (a reply-is-the-call format then
     /// cannot be a call any more).
     spoke: bool,
+    /// For JSON formats, the scanner streaming calls' arguments.
+    args: Option<ArgScanner>,
 }
 
 impl ToolStream {
@@ -446,13 +593,37 @@ impl ToolStream {
             held: String::new(),
             in_call: false,
             spoke: false,
+            args: None,
         }
+    }
+
+    /// Calls begun and argument fragments found since the last call (JSON
+    /// formats; the others give their calls whole at [`ToolStream::finish`]).
+    pub fn take_events(&mut self) -> Vec<ArgEvent> {
+        self.args.as_mut().map(ArgScanner::take).unwrap_or_default()
+    }
+
+    /// A call has begun: `text` is the held text from the call's start.
+    fn begin_call(&mut self, text: &str) {
+        self.in_call = true;
+        let depth = match self.f.body {
+            Body::Object => 1,
+            Body::Array => 2,
+            Body::Envelope => 3,
+            Body::Pythonic | Body::Gemma(_) => return,
+        };
+        let mut sc = ArgScanner::new(depth, self.f.args_key);
+        sc.feed(text);
+        self.args = Some(sc);
     }
 
     /// The text that can go out now.
     pub fn push(&mut self, piece: &str) -> String {
         self.held.push_str(piece);
         if self.in_call {
+            if let Some(sc) = self.args.as_mut() {
+                sc.feed(piece);
+            }
             return String::new();
         }
         if self.f.open.is_empty() {
@@ -468,16 +639,18 @@ impl ToolStream {
                 return String::new();
             }
             if t.starts_with('{') || (self.f.body == Body::Array && t.starts_with('[')) {
-                self.in_call = true;
+                let held = self.held.clone();
+                self.begin_call(&held);
                 return String::new();
             }
             self.spoke = true;
             return std::mem::take(&mut self.held);
         }
         if let Some(at) = self.held.find(self.f.open) {
-            self.in_call = true;
             let out = self.held[..at].to_string();
             self.held.drain(..at);
+            let after = self.held[self.f.open.len()..].to_string();
+            self.begin_call(&after);
             return out;
         }
         // Hold back the longest tail that could begin the marker.
@@ -574,8 +747,9 @@ pub fn forced_grammar(
         }
         Body::Object => format!("start: %json {}\n", with_opts(one)),
         Body::Array => format!("start: {} %json {}\n", lit(f.open), with_opts(list(one))),
-        // A forced LFM2 call is written as the JSON envelope (see [`LFM2`]).
-        Body::Envelope | Body::Pythonic => {
+        // A forced LFM2 or Gemma call is written as the JSON envelope
+        // (see [`Body::json_forcible`]).
+        Body::Envelope | Body::Pythonic | Body::Gemma(_) => {
             let env = json!({
                 "type": "object",
                 "properties": {"tool_calls": list(one)},
@@ -956,5 +1130,126 @@ mod tests {
             out[3]["content"],
             "Result of get_weather (call call_1): 18 C"
         );
+    }
+    #[test]
+    fn gemma_calls_from_the_functiongemma_template() {
+        let t = include_str!("../../../testdata/chat-templates/functiongemma-tools.jinja");
+        assert_eq!(detect(t), Some(&FUNCTIONGEMMA));
+        assert_eq!(
+            detect("{% if tools %}..{% endif %}<|tool_call>call:"),
+            Some(&GEMMA4)
+        );
+        let out = "Let me check.<start_function_call>call:get_weather{city:<escape>Paris, {France}<escape>,days:3,metric:true,opts:{hours:[6,12],tz:<escape>CET<escape>},note:null}<end_function_call>";
+        let (content, calls) = parse(out, &FUNCTIONGEMMA);
+        assert_eq!(content, "Let me check.");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "get_weather");
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(
+            args,
+            json!({"city": "Paris, {France}", "days": 3, "metric": true,
+                   "opts": {"hours": [6, 12], "tz": "CET"}, "note": null})
+        );
+        // Two blocks: two calls; Gemma 4's markers and string delimiter.
+        let two = "<|tool_call>call:a{x:<|\"|>1<|\"|>}<tool_call|><|tool_call>call:b{}<tool_call|>";
+        let (content, calls) = parse(two, &GEMMA4);
+        assert_eq!(content, "");
+        assert_eq!(
+            calls,
+            vec![
+                Call {
+                    name: "a".into(),
+                    arguments: r#"{"x":"1"}"#.into()
+                },
+                Call {
+                    name: "b".into(),
+                    arguments: "{}".into()
+                },
+            ]
+        );
+        for bad in [
+            "get_weather{}",
+            "call:{x:1}",
+            "call:f{x:<escape>open}",
+            "call:f{x:1",
+            "call:f{x:1}}",
+            "call:f{:1}",
+            "call:f[1]",
+        ] {
+            assert_eq!(gemma_call(bad, "<escape>"), None, "{bad}");
+        }
+        // A broken block leaves the reply as text.
+        let broken = "<start_function_call>call:f{x:<escape>1}<end_function_call>";
+        assert_eq!(parse(broken, &FUNCTIONGEMMA), (broken.to_string(), vec![]));
+    }
+
+    #[test]
+    fn gemma_calls_stream_to_the_same_calls() {
+        let out = "Sure.<start_function_call>call:get_time{tz:<escape>Europe/Paris<escape>}<end_function_call>";
+        for size in [1, 2, 5, 7] {
+            let mut s = ToolStream::new(&FUNCTIONGEMMA);
+            let mut text = String::new();
+            for chunk in out.as_bytes().chunks(size) {
+                text.push_str(&s.push(std::str::from_utf8(chunk).unwrap()));
+                assert!(!text.contains('<'), "{text}");
+            }
+            let (rest, calls) = s.finish();
+            text.push_str(&rest);
+            assert_eq!(text, "Sure.");
+            assert_eq!(calls, parse(out, &FUNCTIONGEMMA).1);
+            assert_eq!(calls[0].arguments, r#"{"tz":"Europe/Paris"}"#);
+        }
+    }
+
+    #[test]
+    fn forced_gemma_calls_use_the_json_envelope() {
+        assert!(!FUNCTIONGEMMA.body.json_forcible() && !GEMMA4.body.json_forcible());
+        assert!(HERMES.body.json_forcible() && !LFM2.body.json_forcible());
+        let Grammar::Lark(g) =
+            forced_grammar(&spec(ToolChoice::Required, false), &FUNCTIONGEMMA, |_| None)
+        else {
+            panic!("a lark grammar")
+        };
+        assert!(
+            g.contains("tool_calls") && !g.contains("start_function_call"),
+            "{g}"
+        );
+    }
+    #[test]
+    fn json_call_arguments_stream_before_the_call_ends() {
+        use crate::tool_args::ArgEvent;
+        let out = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>";
+        let cut = out.find("\"days").unwrap();
+        let mut s = ToolStream::new(&HERMES);
+        let mut text = s.push(&out[..cut]);
+        let early = s.take_events();
+        assert_eq!(
+            early,
+            vec![
+                ArgEvent::Call {
+                    index: 0,
+                    name: "get_weather".into()
+                },
+                ArgEvent::Args {
+                    index: 0,
+                    fragment: r#"{"city":"Paris","#.into()
+                },
+            ]
+        );
+        text.push_str(&s.push(&out[cut..]));
+        let mut args = String::new();
+        for e in early.into_iter().chain(s.take_events()) {
+            if let ArgEvent::Args { fragment, .. } = e {
+                args.push_str(&fragment);
+            }
+        }
+        let (rest, calls) = s.finish();
+        text.push_str(&rest);
+        assert_eq!(text, "Sure.");
+        assert_eq!(calls[0].arguments, args);
+        // Formats that are not JSON give no events (their calls come whole).
+        let mut s = ToolStream::new(&FUNCTIONGEMMA);
+        s.push("<start_function_call>call:f{x:1}");
+        assert!(s.take_events().is_empty());
     }
 }

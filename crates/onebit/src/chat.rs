@@ -53,6 +53,8 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         bail!("--max-tokens must be at least 1");
     }
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
+    onebit_serve::generative(&model.sem, &a.model.model.display().to_string())
+        .map_err(|why| anyhow::anyhow!("cannot chat: {why}"))?;
     open::print_semantics(&opened, &a.model.exec(), a.model.verbose);
     let tok = open::tokenizer(&opened)?;
     let (template, _) = open::load_chat_template(&opened, &tok, a.chat_template.as_deref())?

@@ -251,6 +251,8 @@ fn run(a: RunArgs) -> Result<()> {
     let exec = a.model.exec();
     let Loaded { model, opened } = load_model(&a.model.model, &exec)?;
     open::print_semantics(&opened, &exec, a.model.verbose);
+    onebit_serve::generative(&model.sem, &a.model.model.display().to_string())
+        .map_err(|why| anyhow::anyhow!("cannot run: {why}"))?;
     if let Some(ids) = &a.ids {
         if ids.is_empty() {
             bail!("--ids is empty");
@@ -387,7 +389,7 @@ fn embed(a: ModelArgs, texts: Vec<String>) -> Result<()> {
         }
         let mut state = model.new_state();
         let rows = model.forward(&mut state, &ids, Logits::Hidden)?;
-        let v = pooling.pool(&rows, model.sem.dims.n_embd);
+        let v = pooling.pool_through(&rows, model.sem.dims.n_embd, |v| model.pooled_head(v));
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
     }
     Ok(())

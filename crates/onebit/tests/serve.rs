@@ -622,7 +622,8 @@ fn template(name: &str) -> String {
 fn openai_tool_calls() {
     let hermes = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
     let plain = Server::smollm(&[]);
-    python_script("test_tools.py", &[hermes.url(), plain.url()]);
+    let gemma = Server::smollm(&["--chat-template", &template("functiongemma-tools.jinja")]);
+    python_script("test_tools.py", &[hermes.url(), plain.url(), gemma.url()]);
     logit_bias_bans_and_forces(&plain);
 }
 

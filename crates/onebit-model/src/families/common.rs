@@ -176,6 +176,11 @@ pub fn base(
         ),
         short_conv: None,
         delta_net: None,
+        mask: Sourced::new(
+            Mask::Causal,
+            format!("{family}: causal (a generative model)"),
+        ),
+        pooled_head: Sourced::new(Vec::new(), format!("{family}: none")),
     })
 }
 

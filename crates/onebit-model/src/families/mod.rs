@@ -9,6 +9,7 @@ pub mod common;
 pub mod decls;
 pub mod gemma3;
 pub mod gemma4;
+pub mod gemma_embedding;
 pub mod hunyuan;
 pub mod lfm2;
 pub mod llama;
@@ -90,8 +91,17 @@ pub const FAMILIES: &[&Family] = &[
     &gemma4::FAMILY,
 ];
 
+/// Embedding-only families (bidirectional attention, no generation): loaded
+/// like the others, kept out of [`FAMILIES`] because the every-family tests
+/// there compare logits and continue sequences, which these do not have.
+pub const EMBEDDING_FAMILIES: &[&Family] = &[&gemma_embedding::FAMILY];
+
 pub fn by_arch(arch: &str) -> Option<&'static Family> {
-    FAMILIES.iter().copied().find(|f| f.arch == arch)
+    FAMILIES
+        .iter()
+        .chain(EMBEDDING_FAMILIES)
+        .copied()
+        .find(|f| f.arch == arch)
 }
 
 /// The family a config.json name (`model_type` or an `architectures` entry) names.

@@ -1,4 +1,5 @@
-//! Causal softmax attention, full or over a sliding window: q/k/v
+//! Softmax attention (causal, or bidirectional as the semantics' mask
+//! says), full or over a sliding window: q/k/v
 //! projections (with biases, per-head q/k RMSNorm before or after RoPE, and
 //! Qwen3.5's sigmoid output gate where the semantics say), RoPE from the
 //! layer kind's table, each sequence's KV cache extended and attended, the
@@ -12,7 +13,7 @@ use onebit_kernels::{matmul, matmul_many, Pool};
 use super::{sigmoid, At, Run, Scratch, SeqRows, TokenMixer};
 use crate::error::Result;
 use crate::rows::{par_rows, sized};
-use crate::semantics::{LayerKind, QkNorm};
+use crate::semantics::{LayerKind, Mask, QkNorm};
 use crate::state::LayerState;
 use crate::weights::AttnWeights;
 
@@ -171,10 +172,16 @@ impl TokenMixer for AttnWeights {
                 cache.k.push(&k[seg.rows.start * kw..seg.rows.end * kw]);
                 cache.v.push(&v[seg.rows.start * vw..seg.rows.end * vw]);
             }
+            let end = seg.pos0 + seg.rows.len();
             let spans: Vec<(usize, usize)> = (0..seg.rows.len())
                 .map(|i| {
                     let p = seg.pos0 + i;
-                    (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1)
+                    match sem.mask.value {
+                        Mask::Causal => (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1),
+                        Mask::Bidirectional => window.map_or((0, end), |w| {
+                            (p.saturating_sub(w / 2), (p + w / 2 + 1).min(end))
+                        }),
+                    }
                 })
                 .collect();
             attend_rows(
