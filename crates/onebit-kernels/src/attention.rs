@@ -20,6 +20,7 @@
 //! give the same bits; the query heads sharing a KV head run together there,
 //! so each K and V load serves all of them.
 
+use crate::isa::Isa;
 use crate::kv::KvView;
 use crate::ops::{exp_fast, exp_sub, sum4_f64};
 use crate::pool::Pool;
@@ -398,16 +399,17 @@ mod avx2 {
     }
 }
 
-/// Whether the AVX2 kernels run (AVX2, FMA and F16C detected, and not
-/// forced off by `ONEBIT_ISA=scalar`).
-fn use_simd() -> bool {
+/// The level the attention kernels run at: [`Isa::best`] (so `ONEBIT_ISA`
+/// forces them like every kernel), capped at the highest level with code
+/// here (AVX2 on x86-64; other architectures run the scalar reference).
+pub fn level() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2
+        Isa::best().min(Isa::Avx2)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        Isa::Scalar
     }
 }
 
@@ -458,8 +460,8 @@ fn run_block(
             }
         }
         let a = (shape, kvh, q, from, to, scale, softcap);
-        // SAFETY (each call): `simd` is true only when use_simd() found
-        // AVX2, FMA and F16C.
+        // SAFETY (each call): `simd` is true only when level() >= Avx2, which
+        // means AVX2, FMA and F16C were detected.
         unsafe {
             match (k, v) {
                 (KvView::F32(k), KvView::F32(v)) => {
@@ -548,7 +550,10 @@ pub fn attend_rows(
     );
     assert_eq!(q.len(), rows * nh * dk, "attend_rows: q shape");
     assert_eq!(out.len(), rows * nh * dv, "attend_rows: out shape");
-    let simd = use_simd();
+    #[cfg(target_arch = "x86_64")]
+    let simd = level() >= Isa::Avx2;
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = false;
     let ph = PART_HEAD + dv;
     let threads = pool.threads();
     let dst = SharedMut(out.as_mut_ptr());
@@ -938,7 +943,6 @@ mod tests {
     fn simd_block_equals_scalar_reference() {
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::quant::x86::Isa;
             if !Isa::Avx2.supported() {
                 eprintln!("attention levels: ran scalar; this CPU cannot run avx2");
                 return;
