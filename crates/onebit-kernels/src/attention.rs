@@ -616,24 +616,37 @@ pub fn attend_rows(
         return;
     }
 
-    // Few rows: every (row, head group, block) is an item with its own
+    // Few rows: every (row, block, head group) is an item with its own
     // partial. Heads go one by one when groups of four leave threads idle.
+    // The items run block by block, all KV heads of a block together, so a
+    // chunk of items reads whole cache rows one after another (the KV heads
+    // of a position sit side by side) rather than a strided slice of each.
     let total_blocks: usize = spans.iter().map(|&s| n_blocks(s)).sum();
     let gsize = if total_blocks * nkv >= 2 * threads {
         MAX_GROUP
     } else {
         1
     };
-    // (row, kv head, first head, heads, block, partial offset)
-    let mut tasks = Vec::new();
+    // (kv head, first head, heads) of every head group, KV head order.
+    let groups: Vec<(usize, usize, usize)> = (0..nkv)
+        .flat_map(|kvh| head_groups(shape, kvh, gsize).map(move |(h, g)| (kvh, h, g)))
+        .collect();
+    let ng = groups.len();
+    // Partials lie [row][group][block], so each head group's blocks are
+    // consecutive for the fold; `starts[r * ng + gi]` is where they begin.
+    let mut starts = Vec::with_capacity(rows * ng);
+    // (row, group, block, partial offset), in run order [row][block][group].
+    let mut tasks = Vec::with_capacity(total_blocks * ng);
     let mut len = 0;
     for (r, &span) in spans.iter().enumerate() {
-        for kvh in 0..nkv {
-            for (h, g) in head_groups(shape, kvh, gsize) {
-                for b in 0..n_blocks(span) {
-                    tasks.push((r, kvh, h, g, b, len));
-                    len += g * ph;
-                }
+        let nb = n_blocks(span);
+        for &(_, _, g) in &groups {
+            starts.push(len);
+            len += nb * g * ph;
+        }
+        for b in 0..nb {
+            for (gi, &(_, _, g)) in groups.iter().enumerate() {
+                tasks.push((r, gi, b, starts[r * ng + gi] + b * g * ph));
             }
         }
     }
@@ -642,7 +655,8 @@ pub fn attend_rows(
     let per = tasks.len().div_ceil(threads * 4).max(1);
     pool.for_each_chunk(tasks.len().div_ceil(per), |c| {
         let mut scores = Vec::new();
-        for &(r, kvh, h, g, b, off) in &tasks[c * per..((c + 1) * per).min(tasks.len())] {
+        for &(r, gi, b, off) in &tasks[c * per..((c + 1) * per).min(tasks.len())] {
+            let (kvh, h, g) = groups[gi];
             let at = r * nh + h;
             let (f, t) = block_span(spans[r], b);
             // SAFETY: tasks own disjoint ranges off..off + g * ph of `parts`
@@ -665,34 +679,36 @@ pub fn attend_rows(
             );
         }
     });
-    // Fold each head's blocks in order (the tasks of one head group are
-    // consecutive, block 0 first).
+    // Fold each head group's blocks in order, block 0 first.
     out.fill(0.0);
     let mut run = vec![0f32; MAX_GROUP * ph];
-    let mut i = 0;
-    while i < tasks.len() {
-        let (r, _, h, g, _, off) = tasks[i];
-        let run = &mut run[..g * ph];
-        run.copy_from_slice(&parts[off..off + g * ph]);
-        let mut j = i + 1;
-        while j < tasks.len() && tasks[j].4 > 0 {
-            let o = tasks[j].5;
-            for (rh, bh) in run
-                .chunks_exact_mut(ph)
-                .zip(parts[o..o + g * ph].chunks_exact(ph))
-            {
-                combine(rh, bh);
+    for (r, &span) in spans.iter().enumerate() {
+        let nb = n_blocks(span);
+        if nb == 0 {
+            continue;
+        }
+        for (gi, &(_, h, g)) in groups.iter().enumerate() {
+            let gp = g * ph;
+            let first = starts[r * ng + gi];
+            let run = &mut run[..gp];
+            run.copy_from_slice(&parts[first..first + gp]);
+            for b in 1..nb {
+                let o = first + b * gp;
+                for (rh, bh) in run
+                    .chunks_exact_mut(ph)
+                    .zip(parts[o..o + gp].chunks_exact(ph))
+                {
+                    combine(rh, bh);
+                }
             }
-            j += 1;
+            let at = r * nh + h;
+            for (rh, oh) in run
+                .chunks_exact(ph)
+                .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
+            {
+                finish(rh, oh);
+            }
         }
-        let at = r * nh + h;
-        for (rh, oh) in run
-            .chunks_exact(ph)
-            .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
-        {
-            finish(rh, oh);
-        }
-        i = j;
     }
 }
 
