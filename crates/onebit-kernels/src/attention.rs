@@ -18,8 +18,12 @@
 //! on one thread or spread over all of them. The AVX2 path computes the same
 //! fused operations in the same order as the scalar reference, so the two
 //! give the same bits; the query heads sharing a KV head run together there,
-//! so each K and V load serves all of them.
+//! so each K and V load serves all of them. At the AVX-512 level the weighted
+//! sums of values run on 512-bit registers (64 columns of every head in one
+//! pass over the block's V rows); each element is still its own chain of
+//! fused multiply-adds in position order, so the bits are the same.
 
+use crate::isa::Isa;
 use crate::kv::KvView;
 use crate::ops::{exp_fast, exp_sub, sum4_f64};
 use crate::pool::Pool;
@@ -168,6 +172,12 @@ mod avx2 {
         /// i + 8 <= len(); for q8_0, i is a multiple of 8 (so the eight
         /// share one block); AVX2 and F16C are available.
         unsafe fn load8(&self, i: usize) -> __m256;
+        /// Elements i..i + 16 widened to f32, the same values as `get`.
+        ///
+        /// # Safety
+        /// i + 16 <= len(); for q8_0, i is a multiple of 16 (so the sixteen
+        /// share one block); AVX-512 F is available.
+        unsafe fn load16(&self, i: usize) -> __m512;
     }
 
     #[derive(Clone, Copy)]
@@ -190,6 +200,11 @@ mod avx2 {
             // SAFETY: i + 8 <= len (the caller's contract).
             unsafe { _mm256_loadu_ps(self.0.as_ptr().add(i)) }
         }
+        #[inline(always)]
+        unsafe fn load16(&self, i: usize) -> __m512 {
+            // SAFETY: i + 16 <= len (the caller's contract).
+            unsafe { _mm512_loadu_ps(self.0.as_ptr().add(i)) }
+        }
     }
 
     impl Elems for F16s<'_> {
@@ -205,6 +220,12 @@ mod avx2 {
             // SAFETY: i + 8 <= len, 16 bytes; F16C is available (the
             // caller's contract). vcvtph2ps widens exactly, as `get` does.
             unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self.0.as_ptr().add(i).cast())) }
+        }
+        #[inline(always)]
+        unsafe fn load16(&self, i: usize) -> __m512 {
+            // SAFETY: i + 16 <= len, 32 bytes; AVX-512 F is available (the
+            // caller's contract). vcvtph2ps widens exactly, as `get` does.
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.as_ptr().add(i).cast())) }
         }
     }
 
@@ -232,6 +253,20 @@ mod avx2 {
                 let d = _mm256_cvtph_ps(_mm_set1_epi16(d as i16));
                 // d * q, exact (see crate::kv), as `get`.
                 _mm256_mul_ps(d, q)
+            }
+        }
+        #[inline(always)]
+        unsafe fn load16(&self, i: usize) -> __m512 {
+            // SAFETY: i + 16 <= len, so 16 quant bytes and the scale i / 32
+            // exist; i is a multiple of 16, so all sixteen share that scale.
+            unsafe {
+                let q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                    self.0.as_ptr().add(i).cast(),
+                )));
+                let d = *self.1.get_unchecked(i / Q8_0_BLOCK);
+                let d = _mm512_cvtph_ps(_mm256_set1_epi16(d as i16));
+                // d * q, exact (see crate::kv), as `get`.
+                _mm512_mul_ps(d, q)
             }
         }
     }
@@ -273,6 +308,7 @@ mod avx2 {
         to: usize,
         scale: f32,
         softcap: Option<f32>,
+        wide: bool,
         scores: &mut Vec<f32>,
         part: &mut [f32],
     ) {
@@ -341,6 +377,13 @@ mod avx2 {
         let sp = scores.as_ptr();
         let v_at = |p: usize, c: usize| p * vrow + kvh * dv + c;
         let mut c = 0;
+        if wide {
+            // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
+            // the cache rows were checked above.
+            c = unsafe {
+                values512::<E, G>(v, &scores[..G * len], len, v_at(from, 0), vrow, dv, part)
+            };
+        }
         while c + 16 <= dv {
             let mut acc = [[_mm256_setzero_ps(); 2]; G];
             for i in 0..len {
@@ -396,18 +439,93 @@ mod avx2 {
             }
         }
     }
+
+    /// The weighted sums of values of `block` on 512-bit registers: 64, then
+    /// 16 columns of all G heads at a time, each element the same fused
+    /// multiply-adds in the same position order; returns the first column
+    /// left for the narrower loops. `v0` is the first position's column 0,
+    /// `vrow` the cache row width.
+    ///
+    /// # Safety
+    /// AVX-512 F is available; every row v0 + i * vrow + dv, i < len, is
+    /// within `v`; for q8_0, v0 and vrow are multiples of 32.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn values512<E: Elems, const G: usize>(
+        v: E,
+        scores: &[f32],
+        len: usize,
+        v0: usize,
+        vrow: usize,
+        dv: usize,
+        part: &mut [f32],
+    ) -> usize {
+        let ph = PART_HEAD + dv;
+        let sp = scores.as_ptr();
+        let mut c = 0;
+        while c + 64 <= dv {
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            for i in 0..len {
+                let at = v0 + i * vrow + c;
+                // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
+                // caller's contract); at is a multiple of 16 for q8_0; g *
+                // len + i < G * len = scores.len().
+                unsafe {
+                    let x = [
+                        v.load16(at),
+                        v.load16(at + 16),
+                        v.load16(at + 32),
+                        v.load16(at + 48),
+                    ];
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        let w = _mm512_set1_ps(*sp.add(g * len + i));
+                        for (a, x) in acc.iter_mut().zip(x) {
+                            *a = _mm512_fmadd_ps(w, x, *a);
+                        }
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                let o = g * ph + PART_HEAD + c;
+                for (n, a) in acc.iter().enumerate() {
+                    // SAFETY: o + 16 n + 16 <= g * ph + ph <= part.len().
+                    unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(o + 16 * n), *a) };
+                }
+            }
+            c += 64;
+        }
+        while c + 16 <= dv {
+            let mut acc = [_mm512_setzero_ps(); G];
+            for i in 0..len {
+                // SAFETY: as above, for columns c..c + 16 <= dv.
+                unsafe {
+                    let x = v.load16(v0 + i * vrow + c);
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        let w = _mm512_set1_ps(*sp.add(g * len + i));
+                        *acc = _mm512_fmadd_ps(w, x, *acc);
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                // SAFETY: g * ph + 2 + c + 16 <= G * ph = part.len().
+                unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
+            }
+            c += 16;
+        }
+        c
+    }
 }
 
-/// Whether the AVX2 kernels run (AVX2, FMA and F16C detected, and not
-/// forced off by `ONEBIT_ISA=scalar`).
-fn use_simd() -> bool {
+/// The level the attention kernels run at: [`Isa::best`] (so `ONEBIT_ISA`
+/// forces them like every kernel), capped at the highest level with code
+/// here (AVX-512 on x86-64; other architectures run the scalar reference).
+pub fn level() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2
+        Isa::best().min(Isa::Avx512)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        Isa::Scalar
     }
 }
 
@@ -415,6 +533,7 @@ fn use_simd() -> bool {
 #[allow(clippy::too_many_arguments)]
 fn run_block(
     simd: bool,
+    wide: bool,
     shape: AttnShape,
     kvh: usize,
     q: &[f32],
@@ -443,6 +562,7 @@ fn run_block(
             to: usize,
             scale: f32,
             softcap: Option<f32>,
+            wide: bool,
             scores: &mut Vec<f32>,
             part: &mut [f32],
         ) {
@@ -450,36 +570,44 @@ fn run_block(
             // SAFETY (each call): the caller guarantees the features.
             unsafe {
                 match q.len() / shape.head_dim_k {
-                    4 => block::<E, 4>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
-                    3 => block::<E, 3>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
-                    2 => block::<E, 2>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
-                    _ => block::<E, 1>(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, scores, part),
+                    4 => block::<E, 4>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, wide, scores, part,
+                    ),
+                    3 => block::<E, 3>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, wide, scores, part,
+                    ),
+                    2 => block::<E, 2>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, wide, scores, part,
+                    ),
+                    _ => block::<E, 1>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, wide, scores, part,
+                    ),
                 }
             }
         }
         let a = (shape, kvh, q, from, to, scale, softcap);
-        // SAFETY (each call): `simd` is true only when use_simd() found
-        // AVX2, FMA and F16C.
+        // SAFETY (each call): `simd` is true only when level() >= Avx2, which
+        // means AVX2, FMA and F16C were detected.
         unsafe {
             match (k, v) {
                 (KvView::F32(k), KvView::F32(v)) => {
                     let (k, v) = (F32s(k), F32s(v));
-                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, scores, part);
+                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, wide, scores, part);
                 }
                 (KvView::F16(k), KvView::F16(v)) => {
                     let (k, v) = (F16s(k), F16s(v));
-                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, scores, part);
+                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, wide, scores, part);
                 }
                 (KvView::Q8_0 { q: kq, d: kd }, KvView::Q8_0 { q: vq, d: vd }) => {
                     let (k, v) = (Q8s(kq, kd), Q8s(vq, vd));
-                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, scores, part);
+                    return by_group(a.0, a.1, a.2, k, v, a.3, a.4, a.5, a.6, wide, scores, part);
                 }
                 // K and V of different types: the scalar reference.
                 _ => {}
             }
         }
     }
-    let _ = simd;
+    let _ = (simd, wide);
     block_scalar(shape, kvh, q, k, v, from, to, scale, softcap, scores, part)
 }
 
@@ -548,7 +676,10 @@ pub fn attend_rows(
     );
     assert_eq!(q.len(), rows * nh * dk, "attend_rows: q shape");
     assert_eq!(out.len(), rows * nh * dv, "attend_rows: out shape");
-    let simd = use_simd();
+    #[cfg(target_arch = "x86_64")]
+    let (simd, wide) = (level() >= Isa::Avx2, level() >= Isa::Avx512);
+    #[cfg(not(target_arch = "x86_64"))]
+    let (simd, wide) = (false, false);
     let ph = PART_HEAD + dv;
     let threads = pool.threads();
     let dst = SharedMut(out.as_mut_ptr());
@@ -584,6 +715,7 @@ pub fn attend_rows(
                         let dstp = if b == 0 { &mut *run } else { &mut *part };
                         run_block(
                             simd,
+                            wide,
                             shape,
                             kvh,
                             qs,
@@ -611,24 +743,37 @@ pub fn attend_rows(
         return;
     }
 
-    // Few rows: every (row, head group, block) is an item with its own
+    // Few rows: every (row, block, head group) is an item with its own
     // partial. Heads go one by one when groups of four leave threads idle.
+    // The items run block by block, all KV heads of a block together, so a
+    // chunk of items reads whole cache rows one after another (the KV heads
+    // of a position sit side by side) rather than a strided slice of each.
     let total_blocks: usize = spans.iter().map(|&s| n_blocks(s)).sum();
     let gsize = if total_blocks * nkv >= 2 * threads {
         MAX_GROUP
     } else {
         1
     };
-    // (row, kv head, first head, heads, block, partial offset)
-    let mut tasks = Vec::new();
+    // (kv head, first head, heads) of every head group, KV head order.
+    let groups: Vec<(usize, usize, usize)> = (0..nkv)
+        .flat_map(|kvh| head_groups(shape, kvh, gsize).map(move |(h, g)| (kvh, h, g)))
+        .collect();
+    let ng = groups.len();
+    // Partials lie [row][group][block], so each head group's blocks are
+    // consecutive for the fold; `starts[r * ng + gi]` is where they begin.
+    let mut starts = Vec::with_capacity(rows * ng);
+    // (row, group, block, partial offset), in run order [row][block][group].
+    let mut tasks = Vec::with_capacity(total_blocks * ng);
     let mut len = 0;
     for (r, &span) in spans.iter().enumerate() {
-        for kvh in 0..nkv {
-            for (h, g) in head_groups(shape, kvh, gsize) {
-                for b in 0..n_blocks(span) {
-                    tasks.push((r, kvh, h, g, b, len));
-                    len += g * ph;
-                }
+        let nb = n_blocks(span);
+        for &(_, _, g) in &groups {
+            starts.push(len);
+            len += nb * g * ph;
+        }
+        for b in 0..nb {
+            for (gi, &(_, _, g)) in groups.iter().enumerate() {
+                tasks.push((r, gi, b, starts[r * ng + gi] + b * g * ph));
             }
         }
     }
@@ -637,7 +782,8 @@ pub fn attend_rows(
     let per = tasks.len().div_ceil(threads * 4).max(1);
     pool.for_each_chunk(tasks.len().div_ceil(per), |c| {
         let mut scores = Vec::new();
-        for &(r, kvh, h, g, b, off) in &tasks[c * per..((c + 1) * per).min(tasks.len())] {
+        for &(r, gi, b, off) in &tasks[c * per..((c + 1) * per).min(tasks.len())] {
+            let (kvh, h, g) = groups[gi];
             let at = r * nh + h;
             let (f, t) = block_span(spans[r], b);
             // SAFETY: tasks own disjoint ranges off..off + g * ph of `parts`
@@ -646,6 +792,7 @@ pub fn attend_rows(
             let qs = &q[at * dk..(at + g) * dk];
             run_block(
                 simd,
+                wide,
                 shape,
                 kvh,
                 qs,
@@ -660,34 +807,36 @@ pub fn attend_rows(
             );
         }
     });
-    // Fold each head's blocks in order (the tasks of one head group are
-    // consecutive, block 0 first).
+    // Fold each head group's blocks in order, block 0 first.
     out.fill(0.0);
     let mut run = vec![0f32; MAX_GROUP * ph];
-    let mut i = 0;
-    while i < tasks.len() {
-        let (r, _, h, g, _, off) = tasks[i];
-        let run = &mut run[..g * ph];
-        run.copy_from_slice(&parts[off..off + g * ph]);
-        let mut j = i + 1;
-        while j < tasks.len() && tasks[j].4 > 0 {
-            let o = tasks[j].5;
-            for (rh, bh) in run
-                .chunks_exact_mut(ph)
-                .zip(parts[o..o + g * ph].chunks_exact(ph))
-            {
-                combine(rh, bh);
+    for (r, &span) in spans.iter().enumerate() {
+        let nb = n_blocks(span);
+        if nb == 0 {
+            continue;
+        }
+        for (gi, &(_, h, g)) in groups.iter().enumerate() {
+            let gp = g * ph;
+            let first = starts[r * ng + gi];
+            let run = &mut run[..gp];
+            run.copy_from_slice(&parts[first..first + gp]);
+            for b in 1..nb {
+                let o = first + b * gp;
+                for (rh, bh) in run
+                    .chunks_exact_mut(ph)
+                    .zip(parts[o..o + gp].chunks_exact(ph))
+                {
+                    combine(rh, bh);
+                }
             }
-            j += 1;
+            let at = r * nh + h;
+            for (rh, oh) in run
+                .chunks_exact(ph)
+                .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
+            {
+                finish(rh, oh);
+            }
         }
-        let at = r * nh + h;
-        for (rh, oh) in run
-            .chunks_exact(ph)
-            .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
-        {
-            finish(rh, oh);
-        }
-        i = j;
     }
 }
 
@@ -938,12 +1087,18 @@ mod tests {
     fn simd_block_equals_scalar_reference() {
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::quant::x86::Isa;
             if !Isa::Avx2.supported() {
                 eprintln!("attention levels: ran scalar; this CPU cannot run avx2");
                 return;
             }
-            for ty in KvType::ALL {
+            let levels: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+                .into_iter()
+                .filter(|i| i.supported())
+                .collect();
+            for (ty, &level) in KvType::ALL
+                .iter()
+                .flat_map(|t| levels.iter().map(move |l| (*t, l)))
+            {
                 for (nh, nkv, dk, dv, _) in CASES {
                     if ty.check_head_dim(dk).is_err() || ty.check_head_dim(dv).is_err() {
                         continue;
@@ -961,6 +1116,7 @@ mod tests {
                                 let args = (s, nkv - 1, qs, k, v, from, to, 0.3, cap);
                                 run_block(
                                     true,
+                                    level == Isa::Avx512,
                                     args.0,
                                     args.1,
                                     args.2,
@@ -988,18 +1144,14 @@ mod tests {
                                 );
                                 assert!(
                                     a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                                    "{ty} {s:?} heads {h}+{g} span {from}..{to} cap {cap:?}"
+                                    "{level:?} {ty} {s:?} heads {h}+{g} span {from}..{to} cap {cap:?}"
                                 );
                             }
                         }
                     }
                 }
             }
-            let skipped: Vec<_> = [Isa::Avx512].iter().filter(|i| !i.supported()).collect();
-            eprintln!(
-                "attention levels: ran scalar and avx2 (avx512 uses the avx2 kernel); \
-                 not runnable here: {skipped:?}"
-            );
+            eprintln!("attention {}", Isa::levels_line());
         }
         #[cfg(not(target_arch = "x86_64"))]
         eprintln!("attention levels: ran scalar; no SIMD attention on this architecture");

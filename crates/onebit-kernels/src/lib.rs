@@ -3,6 +3,7 @@
 //! tests hold one to the other.
 
 pub mod attention;
+pub mod isa;
 pub mod kv;
 pub mod matmul;
 pub mod ops;
@@ -10,5 +11,6 @@ pub mod pool;
 pub mod quant;
 pub mod rope;
 
+pub use isa::Isa;
 pub use matmul::{matmul, matmul_many, Precision, QMatrix};
 pub use pool::Pool;

@@ -6,6 +6,7 @@
 //! shift), so the 8-lane path computes exactly what the scalar path does for
 //! every element, wherever the element sits in a slice.
 
+use crate::isa::Isa;
 use crate::pool::Pool;
 
 /// RMSNorm of one row: `x / sqrt(mean(x^2) + eps) * w`. The sum of squares is
@@ -136,13 +137,27 @@ fn glu_scalar(act: GluAct, gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// The level the SIMD ops here run at: [`Isa::best`] (so `ONEBIT_ISA`
+/// forces them like every kernel), capped at the highest level with code
+/// here (AVX2 on x86-64; other architectures run the scalar path).
+pub fn level() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Isa::best().min(Isa::Avx2)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Isa::Scalar
+    }
+}
+
 /// `gate[i] = act(gate[i]) * up[i]`, eight lanes at a time where AVX2 runs;
 /// the same bits as the scalar path for every element.
 pub fn glu(act: GluAct, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "glu: gate and up widths");
     #[cfg(target_arch = "x86_64")]
-    if crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2 {
-        // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.
+    if level() >= Isa::Avx2 {
+        // SAFETY: level() >= Avx2 means AVX2, FMA and F16C were detected.
         return unsafe { avx2::glu(act, gate, up) };
     }
     glu_scalar(act, gate, up)
@@ -291,8 +306,8 @@ pub fn softmax(x: &mut [f32]) {
 /// `x[i] = exp_fast(x[i] - m)`.
 pub(crate) fn exp_sub(x: &mut [f32], m: f32) {
     #[cfg(target_arch = "x86_64")]
-    if crate::quant::x86::Isa::best() >= crate::quant::x86::Isa::Avx2 {
-        // SAFETY: Isa::best() >= Avx2 means AVX2 and FMA were detected.
+    if level() >= Isa::Avx2 {
+        // SAFETY: level() >= Avx2 means AVX2, FMA and F16C were detected.
         return unsafe { avx2::exp_sub(x, m) };
     }
     for v in x.iter_mut() {
@@ -445,10 +460,10 @@ mod tests {
         assert_eq!(want[5], 0.0);
         assert!(want[4] > 0.0 && want[1].is_nan());
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if Isa::Avx2.supported() {
             for start in 0..9 {
                 let mut got = x[start..].to_vec();
-                // SAFETY: the features were just detected.
+                // SAFETY: Avx2.supported() means AVX2, FMA and F16C were detected.
                 unsafe { avx2::exp_sub(&mut got, 1.5) };
                 let same = got
                     .iter()
@@ -500,11 +515,11 @@ mod tests {
                 );
             }
             #[cfg(target_arch = "x86_64")]
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            if Isa::Avx2.supported() {
                 // Every offset, so each element meets every lane and the tail.
                 for start in 0..9 {
                     let mut got = gate[start..].to_vec();
-                    // SAFETY: the features were just detected.
+                    // SAFETY: Avx2.supported() means AVX2, FMA and F16C were detected.
                     unsafe { avx2::glu(act, &mut got, &up[start..]) };
                     let same = got
                         .iter()

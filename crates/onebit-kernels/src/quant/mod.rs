@@ -44,7 +44,7 @@
 mod act;
 #[cfg(target_arch = "aarch64")]
 pub mod arm;
-mod isa;
+pub(crate) use crate::isa;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;

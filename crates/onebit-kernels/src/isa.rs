@@ -2,6 +2,10 @@
 //! (`avx2`, `avx512`) and aarch64 (`neon`, `dotprod`, `i8mm`), and the
 //! `ONEBIT_ISA` override that forces one of them (or `scalar`).
 //!
+//! Every SIMD user in the crate (the quantized dot products, attention, the
+//! elementwise ops) takes its level from [`Isa::best`], capped at the highest
+//! level it has code for, so one `ONEBIT_ISA` forces them all.
+//!
 //! A build has the levels of its target architecture only (the variants are
 //! `cfg`-gated), ordered: each includes the one before.
 
@@ -153,5 +157,61 @@ impl Isa {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Isa;
+
+    /// Set in the child processes of `onebit_isa_forces_every_simd_user`.
+    const CHILD: &str = "ONEBIT_ISA_TEST_CHILD";
+
+    /// `ONEBIT_ISA=<level>` forces every SIMD user: this test re-runs itself
+    /// in a child process per level this CPU supports, with the variable
+    /// set, and the child checks that the quant kernels, attention and the
+    /// elementwise ops all run at that level or (when they have no code for
+    /// it) the highest below it.
+    #[test]
+    fn onebit_isa_forces_every_simd_user() {
+        if let Ok(want) = std::env::var(CHILD) {
+            let best = Isa::best();
+            assert_eq!(best.name(), want, "Isa::best() under ONEBIT_ISA={want}");
+            for (who, got) in [
+                ("attention", crate::attention::level()),
+                ("ops", crate::ops::level()),
+            ] {
+                assert!(got <= best, "{who} runs {got:?} under ONEBIT_ISA={want}");
+                if best == Isa::Scalar {
+                    assert_eq!(got, Isa::Scalar, "{who} under ONEBIT_ISA=scalar");
+                }
+                #[cfg(target_arch = "x86_64")]
+                if best >= Isa::Avx2 {
+                    assert!(
+                        got >= Isa::Avx2,
+                        "{who} runs {got:?} under ONEBIT_ISA={want}"
+                    );
+                }
+            }
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test binary's path");
+        for isa in Isa::available() {
+            let out = std::process::Command::new(&exe)
+                .args(["isa::tests::onebit_isa_forces_every_simd_user", "--exact"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env("ONEBIT_ISA", isa.name())
+                .env(CHILD, isa.name())
+                .output()
+                .expect("run the test binary again");
+            assert!(
+                out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+                "ONEBIT_ISA={}: {}{}",
+                isa.name(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        eprintln!("ONEBIT_ISA forcing: {}", Isa::levels_line());
     }
 }
