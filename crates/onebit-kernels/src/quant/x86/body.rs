@@ -294,6 +294,14 @@ macro_rules! simd_kernels {
                 let sum16 = !VNNI && K != 2;
                 let mut acc16 = [[zero; T]; R];
                 let mut ys = [zero; T];
+                // With VNNI and one token, each accumulator would be a chain
+                // of 2 dependent `vpdpbusd` per code vector (4 rows + the
+                // code sum: too few chains to hide the latency), so the high
+                // nibbles go to a second set, added once per group (integer
+                // sums: exact in any order).
+                let split = VNNI && T == 1;
+                let mut acc2 = [[zero; T]; R];
+                let mut ys2 = [zero; T];
                 // Code vector k of the group sits at `stride * k` (low
                 // nibbles' activations; the high nibbles' 16n bytes later).
                 // A partial group of 2 or 4 blocks packs 8/n of its short
@@ -310,7 +318,11 @@ macro_rules! simd_kernels {
                             if K != 1 {
                                 // off * (sum of each block's codes), per lane.
                                 ys[j] = dp(ys[j], off, ylo[j]);
-                                ys[j] = dp(ys[j], off, yhi[j]);
+                                if split {
+                                    ys2[j] = dp(ys2[j], off, yhi[j]);
+                                } else {
+                                    ys[j] = dp(ys[j], off, yhi[j]);
+                                }
                             }
                         }
                         for i in 0..R {
@@ -335,6 +347,9 @@ macro_rules! simd_kernels {
                                         _mm256_maddubs_epi16(hi, yhi[j]),
                                     );
                                     acc16[i][j] = _mm256_add_epi16(acc16[i][j], p);
+                                } else if split {
+                                    acc[i][j] = dp(acc[i][j], lo, ylo[j]);
+                                    acc2[i][j] = dp(acc2[i][j], hi, yhi[j]);
                                 } else {
                                     acc[i][j] = dp(acc[i][j], lo, ylo[j]);
                                     acc[i][j] = dp(acc[i][j], hi, yhi[j]);
@@ -343,7 +358,21 @@ macro_rules! simd_kernels {
                         }
                     }
                 };
-                let widen = |acc: &mut [[__m256i; T]; R], acc16: &[[__m256i; T]; R]| {
+                let widen = |acc: &mut [[__m256i; T]; R],
+                             acc16: &[[__m256i; T]; R],
+                             acc2: &[[__m256i; T]; R],
+                             ys: &mut [__m256i; T],
+                             ys2: &[__m256i; T]| {
+                    if split {
+                        for i in 0..R {
+                            for j in 0..T {
+                                acc[i][j] = _mm256_add_epi32(acc[i][j], acc2[i][j]);
+                            }
+                        }
+                        for j in 0..T {
+                            ys[j] = _mm256_add_epi32(ys[j], ys2[j]);
+                        }
+                    }
                     if sum16 {
                         let ones = _mm256_set1_epi16(1);
                         for i in 0..R {
@@ -355,14 +384,14 @@ macro_rules! simd_kernels {
                 };
                 if n == 8 {
                     run(4, 32);
-                    widen(&mut acc, &acc16);
+                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
                 } else if n == 2 || n == 4 {
                     run(n / 2, 32);
-                    widen(&mut acc, &acc16);
+                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
                     fold_all(&mut acc, &mut ys, n);
                 } else {
                     run(4, 4 * n);
-                    widen(&mut acc, &acc16);
+                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
                 }
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];
