@@ -87,8 +87,9 @@ macro_rules! drive_wide {
 
 /// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
 /// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
-/// `q8_pair(acc, prepped, y)`, `expand_bits(u32)`, the constant `Q8_BIAS`
-/// (whether `q8_pair` sums (w + 128) * y), and the tile shape `TR` x `TT`.
+/// `q8_pair(acc, prepped, y)` (the exact i8 x i8 dot product), `expand_bits(u32)`,
+/// the constant `Q8_BIAS` (whether the wide Q8_0 kernel may sum (w + 128) * y
+/// in i32), and the tile shape `TR` x `TT`.
 macro_rules! simd_kernels {
     ($feat:literal) => {
         use onebit_formats::GgmlType;
@@ -293,6 +294,14 @@ macro_rules! simd_kernels {
                 let sum16 = !VNNI && K != 2;
                 let mut acc16 = [[zero; T]; R];
                 let mut ys = [zero; T];
+                // With VNNI and one token, each accumulator would be a chain
+                // of 2 dependent `vpdpbusd` per code vector (4 rows + the
+                // code sum: too few chains to hide the latency), so the high
+                // nibbles go to a second set, added once per group (integer
+                // sums: exact in any order).
+                let split = VNNI && T == 1;
+                let mut acc2 = [[zero; T]; R];
+                let mut ys2 = [zero; T];
                 // Code vector k of the group sits at `stride * k` (low
                 // nibbles' activations; the high nibbles' 16n bytes later).
                 // A partial group of 2 or 4 blocks packs 8/n of its short
@@ -309,7 +318,11 @@ macro_rules! simd_kernels {
                             if K != 1 {
                                 // off * (sum of each block's codes), per lane.
                                 ys[j] = dp(ys[j], off, ylo[j]);
-                                ys[j] = dp(ys[j], off, yhi[j]);
+                                if split {
+                                    ys2[j] = dp(ys2[j], off, yhi[j]);
+                                } else {
+                                    ys[j] = dp(ys[j], off, yhi[j]);
+                                }
                             }
                         }
                         for i in 0..R {
@@ -334,6 +347,9 @@ macro_rules! simd_kernels {
                                         _mm256_maddubs_epi16(hi, yhi[j]),
                                     );
                                     acc16[i][j] = _mm256_add_epi16(acc16[i][j], p);
+                                } else if split {
+                                    acc[i][j] = dp(acc[i][j], lo, ylo[j]);
+                                    acc2[i][j] = dp(acc2[i][j], hi, yhi[j]);
                                 } else {
                                     acc[i][j] = dp(acc[i][j], lo, ylo[j]);
                                     acc[i][j] = dp(acc[i][j], hi, yhi[j]);
@@ -342,7 +358,21 @@ macro_rules! simd_kernels {
                         }
                     }
                 };
-                let widen = |acc: &mut [[__m256i; T]; R], acc16: &[[__m256i; T]; R]| {
+                let widen = |acc: &mut [[__m256i; T]; R],
+                             acc16: &[[__m256i; T]; R],
+                             acc2: &[[__m256i; T]; R],
+                             ys: &mut [__m256i; T],
+                             ys2: &[__m256i; T]| {
+                    if split {
+                        for i in 0..R {
+                            for j in 0..T {
+                                acc[i][j] = _mm256_add_epi32(acc[i][j], acc2[i][j]);
+                            }
+                        }
+                        for j in 0..T {
+                            ys[j] = _mm256_add_epi32(ys[j], ys2[j]);
+                        }
+                    }
                     if sum16 {
                         let ones = _mm256_set1_epi16(1);
                         for i in 0..R {
@@ -354,14 +384,14 @@ macro_rules! simd_kernels {
                 };
                 if n == 8 {
                     run(4, 32);
-                    widen(&mut acc, &acc16);
+                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
                 } else if n == 2 || n == 4 {
                     run(n / 2, 32);
-                    widen(&mut acc, &acc16);
+                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
                     fold_all(&mut acc, &mut ys, n);
                 } else {
                     run(4, 4 * n);
-                    widen(&mut acc, &acc16);
+                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
                 }
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];
@@ -950,7 +980,6 @@ macro_rules! simd_kernels {
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
-            let bias = _mm256_set1_epi8(-128);
             let mut facc = [[_mm256_setzero_ps(); T]; R];
             for g in 0..nb.div_ceil(8) {
                 let n = (nb - 8 * g).min(8);
@@ -959,7 +988,6 @@ macro_rules! simd_kernels {
                     prefetch(wp[i].wrapping_add(wg + PF_AHEAD), n * 34);
                 }
                 let mut acc = [[zero; T]; R];
-                let mut ys = [zero; T];
                 // As in `tile_q4`: a partial group of 2 or 4 blocks is read
                 // 32 bytes (8/n code vectors) at a time, then folded.
                 let mut run = |iters: usize, stride: usize| {
@@ -967,9 +995,6 @@ macro_rules! simd_kernels {
                         let mut y = [zero; T];
                         for j in 0..T {
                             y[j] = ld(ap[j].add(ag + 4 * n + stride * k));
-                            if Q8_BIAS {
-                                ys[j] = dp(ys[j], bias, y[j]);
-                            }
                         }
                         for i in 0..R {
                             let w = q8_prep(ld(wp[i].add(wg + 2 * n + stride * k)));
@@ -983,7 +1008,7 @@ macro_rules! simd_kernels {
                     run(8, 32);
                 } else if n == 2 || n == 4 {
                     run(n, 32);
-                    fold_all(&mut acc, &mut ys, n);
+                    fold_all(&mut acc, &mut [zero; T], n);
                 } else {
                     run(8, 4 * n);
                 }
@@ -995,13 +1020,8 @@ macro_rules! simd_kernels {
                 for i in 0..R {
                     let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg) as *const __m128i));
                     for j in 0..T {
-                        let isum = if Q8_BIAS {
-                            _mm256_sub_epi32(acc[i][j], ys[j])
-                        } else {
-                            acc[i][j]
-                        };
                         let mut term =
-                            _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(isum));
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(acc[i][j]));
                         if n < 8 {
                             term = _mm256_and_ps(term, mask);
                         }
