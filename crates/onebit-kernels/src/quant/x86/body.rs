@@ -866,6 +866,53 @@ macro_rules! simd_kernels {
                 };
                 let nk = if K == 4 { 8 } else { 4 };
                 for &(k0, sc_at) in phases {
+                    if !VNNI {
+                        // Without VNNI: `vpmaddubsw` pair sums added in i16
+                        // (Q4_K: all 8 code vectors, |sum| <= 8 * 2 * 15 *
+                        // 127 = 30,480; Q6_K: 2 at a time, <= 2 * 2 * 63 *
+                        // 127 = 32,004), then one `vpmaddwd` by the lane's
+                        // scale (as i16 in both halves of the lane): the
+                        // same exact integer as the VNNI path's sums times
+                        // the scale, in fewer instructions.
+                        let step = if K == 4 { 8 } else { 2 };
+                        let dup = _mm256_setr_epi8(
+                            0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5,
+                            4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+                        );
+                        let mut sc = [zero; R];
+                        for i in 0..R {
+                            sc[i] = _mm256_shuffle_epi8(ld(wp[i].add(wo + sc_at)), dup);
+                        }
+                        let mut k = k0;
+                        while k < k0 + nk {
+                            let mut acc = [[zero; T]; R];
+                            for kk in k..k + step {
+                                let mut y = [zero; T];
+                                for j in 0..T {
+                                    y[j] = ld(ap[j].add(ao + 32 * kk));
+                                }
+                                for i in 0..R {
+                                    let wv = ld(wp[i].add(wo + 32 * kk));
+                                    for j in 0..T {
+                                        acc[i][j] = _mm256_add_epi16(
+                                            acc[i][j],
+                                            _mm256_maddubs_epi16(wv, y[j]),
+                                        );
+                                    }
+                                }
+                            }
+                            for i in 0..R {
+                                for j in 0..T {
+                                    tot[i][j] = _mm256_add_epi32(
+                                        tot[i][j],
+                                        _mm256_madd_epi16(acc[i][j], sc[i]),
+                                    );
+                                }
+                            }
+                            k += step;
+                        }
+                        continue;
+                    }
                     let mut acc = [[zero; T]; R];
                     for k in k0..k0 + nk {
                         let mut y = [zero; T];
