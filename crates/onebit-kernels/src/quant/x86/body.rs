@@ -854,6 +854,7 @@ macro_rules! simd_kernels {
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
             let mut facc = [[0f32; T]; R];
+            let mut fv = [_mm256_setzero_ps(); 2];
             for s in 0..nsb {
                 let (wo, ao) = (s * super::WIDE_KW, s * super::WIDE_KA);
                 let mut tot = [[zero; T]; R];
@@ -940,32 +941,85 @@ macro_rules! simd_kernels {
                     dy[j] = (ap[j].add(ao + 288) as *const f32).read_unaligned();
                     bs[j] = ld(ap[j].add(ao + 256));
                 }
-                for i in 0..R {
-                    // Q4_K: mins x pair sums; Q6_K: 32 * scales x sums.
-                    let m16 = ld(wp[i].add(wo + 320));
-                    let mut corr = [zero; T];
-                    for j in 0..T {
-                        corr[j] = _mm256_madd_epi16(m16, bs[j]);
-                    }
-                    let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
-                    if K == 4 {
-                        let isum = hsums::<T>(&tot[i]);
-                        let summ = hsums::<T>(&corr);
+                if (R * T).is_multiple_of(8) {
+                    // Whole vectors of (row, token) pairs: eight lane sums
+                    // reduced at once (`hsum8`) and the float formula run
+                    // per lane, the scalar reference's operations in its
+                    // order, instead of one horizontal sum per pair.
+                    let mut ti = [zero; 16];
+                    let mut cr = [zero; 16];
+                    let (mut dxa, mut dma, mut dya) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+                    for i in 0..R {
+                        let m16 = ld(wp[i].add(wo + 320));
+                        let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
                         let dmx = (wp[i].add(wo + 356) as *const f32).read_unaligned();
                         for j in 0..T {
-                            let d = dx * dy[j];
-                            let dmin = dmx * dy[j];
-                            facc[i][j] += d * isum[j] as f32 - dmin * summ[j] as f32;
+                            let n = i * T + j;
+                            let c = _mm256_madd_epi16(m16, bs[j]);
+                            if K == 4 {
+                                ti[n] = tot[i][j];
+                                cr[n] = c;
+                            } else {
+                                ti[n] = _mm256_sub_epi32(tot[i][j], c);
+                            }
+                            dxa[n] = dx;
+                            dma[n] = dmx;
+                            dya[n] = dy[j];
                         }
-                    } else {
-                        let mut v = [zero; T];
+                    }
+                    for (g, f) in fv.iter_mut().enumerate().take(R * T / 8) {
+                        let at = 8 * g;
+                        let isum = _mm256_cvtepi32_ps(hsum8(&ti, at));
+                        let dyv = _mm256_loadu_ps(dya.as_ptr().add(at));
+                        let d = _mm256_mul_ps(_mm256_loadu_ps(dxa.as_ptr().add(at)), dyv);
+                        let term = if K == 4 {
+                            let summ = _mm256_cvtepi32_ps(hsum8(&cr, at));
+                            let dmin = _mm256_mul_ps(_mm256_loadu_ps(dma.as_ptr().add(at)), dyv);
+                            _mm256_sub_ps(_mm256_mul_ps(d, isum), _mm256_mul_ps(dmin, summ))
+                        } else {
+                            _mm256_mul_ps(d, isum)
+                        };
+                        *f = _mm256_add_ps(*f, term);
+                    }
+                } else {
+                    for i in 0..R {
+                        // Q4_K: mins x pair sums; Q6_K: 32 * scales x sums.
+                        let m16 = ld(wp[i].add(wo + 320));
+                        let mut corr = [zero; T];
                         for j in 0..T {
-                            v[j] = _mm256_sub_epi32(tot[i][j], corr[j]);
+                            corr[j] = _mm256_madd_epi16(m16, bs[j]);
                         }
-                        let isum = hsums::<T>(&v);
-                        for j in 0..T {
-                            facc[i][j] += (dx * dy[j]) * isum[j] as f32;
+                        let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
+                        if K == 4 {
+                            let isum = hsums::<T>(&tot[i]);
+                            let summ = hsums::<T>(&corr);
+                            let dmx = (wp[i].add(wo + 356) as *const f32).read_unaligned();
+                            for j in 0..T {
+                                let d = dx * dy[j];
+                                let dmin = dmx * dy[j];
+                                facc[i][j] += d * isum[j] as f32 - dmin * summ[j] as f32;
+                            }
+                        } else {
+                            let mut v = [zero; T];
+                            for j in 0..T {
+                                v[j] = _mm256_sub_epi32(tot[i][j], corr[j]);
+                            }
+                            let isum = hsums::<T>(&v);
+                            for j in 0..T {
+                                facc[i][j] += (dx * dy[j]) * isum[j] as f32;
+                            }
                         }
+                    }
+                }
+            }
+            if (R * T).is_multiple_of(8) {
+                let mut lanes = [0f32; 16];
+                for (g, f) in fv.iter().enumerate().take(R * T / 8) {
+                    _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * g), *f);
+                }
+                for i in 0..R {
+                    for j in 0..T {
+                        facc[i][j] = lanes[i * T + j];
                     }
                 }
             }
@@ -974,6 +1028,23 @@ macro_rules! simd_kernels {
                     *out.add((t0 + j) * os + r0 + i) = facc[i][j];
                 }
             }
+        }
+
+        /// Lane n = the sum of the eight i32 lanes of `v[at + n]`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn hsum8(v: &[__m256i; 16], at: usize) -> __m256i {
+            let a01 = _mm256_hadd_epi32(v[at], v[at + 1]);
+            let a23 = _mm256_hadd_epi32(v[at + 2], v[at + 3]);
+            let a45 = _mm256_hadd_epi32(v[at + 4], v[at + 5]);
+            let a67 = _mm256_hadd_epi32(v[at + 6], v[at + 7]);
+            // Per 128-bit half: v[at]..v[at + 3]'s partial sums (lanes 0..4,
+            // then 4..8 in the high half), and v[at + 4]..v[at + 7]'s.
+            let b0 = _mm256_hadd_epi32(a01, a23);
+            let b1 = _mm256_hadd_epi32(a45, a67);
+            let lo = _mm256_permute2x128_si256::<0x20>(b0, b1);
+            let hi = _mm256_permute2x128_si256::<0x31>(b0, b1);
+            _mm256_add_epi32(lo, hi)
         }
 
         // -------------------------------------------------------------------
