@@ -40,50 +40,73 @@ macro_rules! drive {
     }};
 }
 
-/// Runs a wide kernel: each tile of TR rows (then single rows at the edge)
-/// is expanded once by `$expand` into a buffer of `$ws` bytes per row, then
-/// `$tile::<R, T, K>` runs it against every TT-token tile and single tokens.
+/// Runs a wide kernel in cache blocks: a block of rows (a multiple of TR,
+/// about `WIDE_W_BYTES` once expanded) is expanded by `$expand` into a
+/// buffer of `$ws` bytes per row, each weight row once per call; then, a
+/// block of tokens at a time (a multiple of TT, about `WIDE_A_BYTES` of
+/// activations, so they stay in L2 while every row tile of the block reads
+/// them), `$tile::<R, T, K>` runs each TR-row tile (single rows at the edge)
+/// against every TT-token tile (single tokens at the edge). An output's
+/// value does not depend on the blocks: every tile computes each of its
+/// elements with the same operations.
 macro_rules! drive_wide {
     ($expand:ident, $tile:ident, $k:expr, $ops:expr, $nrows:expr, $ntok:expr, $out:expr, $os:expr, $ws:expr, $n:expr) => {{
         let (ops, nrows, ntok, out, os, ws, n) = ($ops, $nrows, $ntok, $out, $os, $ws, $n);
-        // The expanded rows of one row tile: a few KiB, reused by every
-        // token tile, so each weight row is decoded once per call.
-        let mut buf = vec![0u8; TR * ws];
+        let rb = (super::body::WIDE_W_BYTES / ws.max(1) / TR).max(1) * TR;
+        let tb = (super::body::WIDE_A_BYTES / ops.arb.max(1) / TT).max(1) * TT;
+        let mut buf = vec![0u8; rb.min(nrows) * ws];
         let bp = buf.as_mut_ptr();
-        let mut r = 0;
-        while r < nrows {
-            let rr = (nrows - r).min(TR);
-            for i in 0..rr {
-                $expand::<{ $k }>(ops, nrows, r + i, bp.add(i * ws));
+        let mut r_blk = 0;
+        while r_blk < nrows {
+            let r_end = (r_blk + rb).min(nrows);
+            for r in r_blk..r_end {
+                $expand::<{ $k }>(ops, nrows, r, bp.add((r - r_blk) * ws));
             }
-            if rr == TR {
-                let mut t = 0;
-                while t + TT <= ntok {
-                    $tile::<TR, TT, { $k }>(bp, ws, ops, n, r, t, out, os);
-                    t += TT;
-                }
-                while t < ntok {
-                    $tile::<TR, 1, { $k }>(bp, ws, ops, n, r, t, out, os);
-                    t += 1;
-                }
-            } else {
-                for i in 0..rr {
-                    let w = bp.add(i * ws);
-                    let mut t = 0;
-                    while t + TT <= ntok {
-                        $tile::<1, TT, { $k }>(w, ws, ops, n, r + i, t, out, os);
-                        t += TT;
+            let mut t_blk = 0;
+            while t_blk < ntok {
+                let t_end = (t_blk + tb).min(ntok);
+                let mut r = r_blk;
+                while r < r_end {
+                    let rr = (r_end - r).min(TR);
+                    let w0 = bp.add((r - r_blk) * ws);
+                    if rr == TR {
+                        let mut t = t_blk;
+                        while t + TT <= t_end {
+                            $tile::<TR, TT, { $k }>(w0, ws, ops, n, r, t, out, os);
+                            t += TT;
+                        }
+                        while t < t_end {
+                            $tile::<TR, 1, { $k }>(w0, ws, ops, n, r, t, out, os);
+                            t += 1;
+                        }
+                    } else {
+                        for i in 0..rr {
+                            let w = w0.add(i * ws);
+                            let mut t = t_blk;
+                            while t + TT <= t_end {
+                                $tile::<1, TT, { $k }>(w, ws, ops, n, r + i, t, out, os);
+                                t += TT;
+                            }
+                            while t < t_end {
+                                $tile::<1, 1, { $k }>(w, ws, ops, n, r + i, t, out, os);
+                                t += 1;
+                            }
+                        }
                     }
-                    while t < ntok {
-                        $tile::<1, 1, { $k }>(w, ws, ops, n, r + i, t, out, os);
-                        t += 1;
-                    }
+                    r += rr;
                 }
+                t_blk = t_end;
             }
-            r += rr;
+            r_blk = r_end;
         }
     }};
 }
+
+/// Expanded weight bytes per block of rows in the wide kernels (L2-sized,
+/// with the activation block beside it).
+pub(super) const WIDE_W_BYTES: usize = 192 * 1024;
+/// Activation bytes per block of tokens in the wide kernels.
+pub(super) const WIDE_A_BYTES: usize = 96 * 1024;
 
 /// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
 /// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
