@@ -659,15 +659,48 @@ macro_rules! simd_kernels {
                         }
                     }
                 }
-                for k in 0..8 {
-                    let mut y = [zero; T];
-                    for j in 0..T {
-                        y[j] = ld(ap[j].add(go + 64 + 32 * k));
+                if !VNNI && K != 3 {
+                    // Without VNNI: `vpmaddubsw` pair sums added in i16 over
+                    // as many code vectors as stay below 2^15 (Q4: 8, |sum|
+                    // <= 8 * 2 * 15 * 127 = 30,480; Q5_0: 4, <= 31,496),
+                    // then one `vpmaddwd` by ones into the i32 sums.
+                    let step = if K == 2 { 4 } else { 8 };
+                    let ones = _mm256_set1_epi16(1);
+                    let mut k = 0;
+                    while k < 8 {
+                        let mut a16 = [[zero; T]; R];
+                        for kk in k..k + step {
+                            let mut y = [zero; T];
+                            for j in 0..T {
+                                y[j] = ld(ap[j].add(go + 64 + 32 * kk));
+                            }
+                            for i in 0..R {
+                                let wv = ld(wp[i].add(go + 64 + 32 * kk));
+                                for j in 0..T {
+                                    a16[i][j] =
+                                        _mm256_add_epi16(a16[i][j], _mm256_maddubs_epi16(wv, y[j]));
+                                }
+                            }
+                        }
+                        for i in 0..R {
+                            for j in 0..T {
+                                acc[i][j] =
+                                    _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a16[i][j], ones));
+                            }
+                        }
+                        k += step;
                     }
-                    for i in 0..R {
-                        let wv = ld(wp[i].add(go + 64 + 32 * k));
+                } else {
+                    for k in 0..8 {
+                        let mut y = [zero; T];
                         for j in 0..T {
-                            acc[i][j] = dp(acc[i][j], wv, y[j]);
+                            y[j] = ld(ap[j].add(go + 64 + 32 * k));
+                        }
+                        for i in 0..R {
+                            let wv = ld(wp[i].add(go + 64 + 32 * k));
+                            for j in 0..T {
+                                acc[i][j] = dp(acc[i][j], wv, y[j]);
+                            }
                         }
                     }
                 }
