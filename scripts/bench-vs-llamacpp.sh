@@ -23,7 +23,8 @@
 # onebit is forced with ONEBIT_ISA; llama.cpp cannot be forced at run time,
 # so the avx2 rows use an AVX2-only llama-bench when one is built
 # (LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh, or LLAMA_BENCH_AVX2), and
-# otherwise llama.cpp at its native level, which the table says.
+# otherwise llama.cpp at its native level; the table's "llama.cpp build"
+# column names the build each row ran (its build-<isa> directory).
 #
 # Long contexts: DEPTH=4096 adds ppDEPTH and tgTG at depth DEPTH, with an f16
 # KV cache on both sides (onebit bench --depth/--kv-type, llama-bench -d -ctk
@@ -134,8 +135,17 @@ def ours(m, isa, args):
     o = json.loads(out)
     return o["prompt_tps"], o["decode_tps"]
 
+def llama_for(isa):
+    """The llama-bench an ISA level's rows compare against."""
+    return llama_avx2 if isa == "avx2" and llama_avx2 else llama
+
+def build_name(exe):
+    """The build directory's name (build-<isa> of scripts/build-llamacpp.sh), or the path."""
+    d = os.path.dirname(os.path.dirname(os.path.abspath(exe)))
+    return os.path.basename(d) if os.path.basename(os.path.dirname(exe)) == "bin" else exe
+
 def theirs(m, isa, args):
-    exe = llama_avx2 if isa == "avx2" and llama_avx2 else llama
+    exe = llama_for(isa)
     out = subprocess.run([exe, "-m", m, "-t", threads, "-r", "1", "-o", "json", *args],
                          capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)
@@ -159,8 +169,10 @@ print(f"threads {threads}, {rounds} alternating rounds (probe, onebit, llama.cpp
 if not llama_avx2 and "avx2" in isas.split():
     print("avx2 rows: llama.cpp runs at its native level (no AVX2-only build; "
           "LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh makes one)")
-print("| model | level | test | onebit | llama.cpp | ratio | of limit |")
-print("|---|---|---|---|---|---|---|")
+for isa in isas.split():
+    print(f"{isa} rows: llama.cpp is {llama_for(isa)}")
+print("| model | level | llama.cpp build | test | onebit | llama.cpp | ratio | of limit |")
+print("|---|---|---|---|---|---|---|---|")
 probes = []
 for m in models:
     wb = weight_bytes(m)
@@ -181,7 +193,7 @@ for m in models:
                 if field == 1 and "depth" not in label:
                     frac = f"{ma / (bw * 1e9 / wb):.0%}"
                 ratio = f"{ma / mb:.2f}x" if mb > 0 else "-"
-                print(f"| {name} | {isa} | {label} | {ma:.1f} ({min(a):.1f}..{max(a):.1f}) | "
+                print(f"| {name} | {isa} | {build_name(llama_for(isa))} | {label} | {ma:.1f} ({min(a):.1f}..{max(a):.1f}) | "
                       f"{mb:.1f} ({min(b):.1f}..{max(b):.1f}) | {ratio} | {frac} |", flush=True)
     print(f"{name}: {wb / 1e6:.1f} MB of weights read per token; limit {max(probes) * 1e9 / wb:.1f} tok/s "
           f"at the best probe bandwidth", flush=True)

@@ -40,50 +40,73 @@ macro_rules! drive {
     }};
 }
 
-/// Runs a wide kernel: each tile of TR rows (then single rows at the edge)
-/// is expanded once by `$expand` into a buffer of `$ws` bytes per row, then
-/// `$tile::<R, T, K>` runs it against every TT-token tile and single tokens.
+/// Runs a wide kernel in cache blocks: a block of rows (a multiple of TR,
+/// about `WIDE_W_BYTES` once expanded) is expanded by `$expand` into a
+/// buffer of `$ws` bytes per row, each weight row once per call; then, a
+/// block of tokens at a time (a multiple of TT, about `WIDE_A_BYTES` of
+/// activations, so they stay in L2 while every row tile of the block reads
+/// them), `$tile::<R, T, K>` runs each TR-row tile (single rows at the edge)
+/// against every TT-token tile (single tokens at the edge). An output's
+/// value does not depend on the blocks: every tile computes each of its
+/// elements with the same operations.
 macro_rules! drive_wide {
     ($expand:ident, $tile:ident, $k:expr, $ops:expr, $nrows:expr, $ntok:expr, $out:expr, $os:expr, $ws:expr, $n:expr) => {{
         let (ops, nrows, ntok, out, os, ws, n) = ($ops, $nrows, $ntok, $out, $os, $ws, $n);
-        // The expanded rows of one row tile: a few KiB, reused by every
-        // token tile, so each weight row is decoded once per call.
-        let mut buf = vec![0u8; TR * ws];
+        let rb = (super::body::WIDE_W_BYTES / ws.max(1) / TR).max(1) * TR;
+        let tb = (super::body::WIDE_A_BYTES / ops.arb.max(1) / TT).max(1) * TT;
+        let mut buf = vec![0u8; rb.min(nrows) * ws];
         let bp = buf.as_mut_ptr();
-        let mut r = 0;
-        while r < nrows {
-            let rr = (nrows - r).min(TR);
-            for i in 0..rr {
-                $expand::<{ $k }>(ops, nrows, r + i, bp.add(i * ws));
+        let mut r_blk = 0;
+        while r_blk < nrows {
+            let r_end = (r_blk + rb).min(nrows);
+            for r in r_blk..r_end {
+                $expand::<{ $k }>(ops, nrows, r, bp.add((r - r_blk) * ws));
             }
-            if rr == TR {
-                let mut t = 0;
-                while t + TT <= ntok {
-                    $tile::<TR, TT, { $k }>(bp, ws, ops, n, r, t, out, os);
-                    t += TT;
-                }
-                while t < ntok {
-                    $tile::<TR, 1, { $k }>(bp, ws, ops, n, r, t, out, os);
-                    t += 1;
-                }
-            } else {
-                for i in 0..rr {
-                    let w = bp.add(i * ws);
-                    let mut t = 0;
-                    while t + TT <= ntok {
-                        $tile::<1, TT, { $k }>(w, ws, ops, n, r + i, t, out, os);
-                        t += TT;
+            let mut t_blk = 0;
+            while t_blk < ntok {
+                let t_end = (t_blk + tb).min(ntok);
+                let mut r = r_blk;
+                while r < r_end {
+                    let rr = (r_end - r).min(TR);
+                    let w0 = bp.add((r - r_blk) * ws);
+                    if rr == TR {
+                        let mut t = t_blk;
+                        while t + TT <= t_end {
+                            $tile::<TR, TT, { $k }>(w0, ws, ops, n, r, t, out, os);
+                            t += TT;
+                        }
+                        while t < t_end {
+                            $tile::<TR, 1, { $k }>(w0, ws, ops, n, r, t, out, os);
+                            t += 1;
+                        }
+                    } else {
+                        for i in 0..rr {
+                            let w = w0.add(i * ws);
+                            let mut t = t_blk;
+                            while t + TT <= t_end {
+                                $tile::<1, TT, { $k }>(w, ws, ops, n, r + i, t, out, os);
+                                t += TT;
+                            }
+                            while t < t_end {
+                                $tile::<1, 1, { $k }>(w, ws, ops, n, r + i, t, out, os);
+                                t += 1;
+                            }
+                        }
                     }
-                    while t < ntok {
-                        $tile::<1, 1, { $k }>(w, ws, ops, n, r + i, t, out, os);
-                        t += 1;
-                    }
+                    r += rr;
                 }
+                t_blk = t_end;
             }
-            r += rr;
+            r_blk = r_end;
         }
     }};
 }
+
+/// Expanded weight bytes per block of rows in the wide kernels (L2-sized,
+/// with the activation block beside it).
+pub(super) const WIDE_W_BYTES: usize = 192 * 1024;
+/// Activation bytes per block of tokens in the wide kernels.
+pub(super) const WIDE_A_BYTES: usize = 96 * 1024;
 
 /// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
 /// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
@@ -666,15 +689,48 @@ macro_rules! simd_kernels {
                         }
                     }
                 }
-                for k in 0..8 {
-                    let mut y = [zero; T];
-                    for j in 0..T {
-                        y[j] = ld(ap[j].add(go + 64 + 32 * k));
+                if !VNNI && K != 3 {
+                    // Without VNNI: `vpmaddubsw` pair sums added in i16 over
+                    // as many code vectors as stay below 2^15 (Q4: 8, |sum|
+                    // <= 8 * 2 * 15 * 127 = 30,480; Q5_0: 4, <= 31,496),
+                    // then one `vpmaddwd` by ones into the i32 sums.
+                    let step = if K == 2 { 4 } else { 8 };
+                    let ones = _mm256_set1_epi16(1);
+                    let mut k = 0;
+                    while k < 8 {
+                        let mut a16 = [[zero; T]; R];
+                        for kk in k..k + step {
+                            let mut y = [zero; T];
+                            for j in 0..T {
+                                y[j] = ld(ap[j].add(go + 64 + 32 * kk));
+                            }
+                            for i in 0..R {
+                                let wv = ld(wp[i].add(go + 64 + 32 * kk));
+                                for j in 0..T {
+                                    a16[i][j] =
+                                        _mm256_add_epi16(a16[i][j], _mm256_maddubs_epi16(wv, y[j]));
+                                }
+                            }
+                        }
+                        for i in 0..R {
+                            for j in 0..T {
+                                acc[i][j] =
+                                    _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a16[i][j], ones));
+                            }
+                        }
+                        k += step;
                     }
-                    for i in 0..R {
-                        let wv = ld(wp[i].add(go + 64 + 32 * k));
+                } else {
+                    for k in 0..8 {
+                        let mut y = [zero; T];
                         for j in 0..T {
-                            acc[i][j] = dp(acc[i][j], wv, y[j]);
+                            y[j] = ld(ap[j].add(go + 64 + 32 * k));
+                        }
+                        for i in 0..R {
+                            let wv = ld(wp[i].add(go + 64 + 32 * k));
+                            for j in 0..T {
+                                acc[i][j] = dp(acc[i][j], wv, y[j]);
+                            }
                         }
                     }
                 }
@@ -884,6 +940,7 @@ macro_rules! simd_kernels {
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
             let mut facc = [[0f32; T]; R];
+            let mut fv = [_mm256_setzero_ps(); 2];
             for s in 0..nsb {
                 let (wo, ao) = (s * super::WIDE_KW, s * super::WIDE_KA);
                 let mut tot = [[zero; T]; R];
@@ -896,6 +953,53 @@ macro_rules! simd_kernels {
                 };
                 let nk = if K == 4 { 8 } else { 4 };
                 for &(k0, sc_at) in phases {
+                    if !VNNI {
+                        // Without VNNI: `vpmaddubsw` pair sums added in i16
+                        // (Q4_K: all 8 code vectors, |sum| <= 8 * 2 * 15 *
+                        // 127 = 30,480; Q6_K: 2 at a time, <= 2 * 2 * 63 *
+                        // 127 = 32,004), then one `vpmaddwd` by the lane's
+                        // scale (as i16 in both halves of the lane): the
+                        // same exact integer as the VNNI path's sums times
+                        // the scale, in fewer instructions.
+                        let step = if K == 4 { 8 } else { 2 };
+                        let dup = _mm256_setr_epi8(
+                            0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5,
+                            4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+                        );
+                        let mut sc = [zero; R];
+                        for i in 0..R {
+                            sc[i] = _mm256_shuffle_epi8(ld(wp[i].add(wo + sc_at)), dup);
+                        }
+                        let mut k = k0;
+                        while k < k0 + nk {
+                            let mut acc = [[zero; T]; R];
+                            for kk in k..k + step {
+                                let mut y = [zero; T];
+                                for j in 0..T {
+                                    y[j] = ld(ap[j].add(ao + 32 * kk));
+                                }
+                                for i in 0..R {
+                                    let wv = ld(wp[i].add(wo + 32 * kk));
+                                    for j in 0..T {
+                                        acc[i][j] = _mm256_add_epi16(
+                                            acc[i][j],
+                                            _mm256_maddubs_epi16(wv, y[j]),
+                                        );
+                                    }
+                                }
+                            }
+                            for i in 0..R {
+                                for j in 0..T {
+                                    tot[i][j] = _mm256_add_epi32(
+                                        tot[i][j],
+                                        _mm256_madd_epi16(acc[i][j], sc[i]),
+                                    );
+                                }
+                            }
+                            k += step;
+                        }
+                        continue;
+                    }
                     let mut acc = [[zero; T]; R];
                     for k in k0..k0 + nk {
                         let mut y = [zero; T];
@@ -923,32 +1027,85 @@ macro_rules! simd_kernels {
                     dy[j] = (ap[j].add(ao + 288) as *const f32).read_unaligned();
                     bs[j] = ld(ap[j].add(ao + 256));
                 }
-                for i in 0..R {
-                    // Q4_K: mins x pair sums; Q6_K: 32 * scales x sums.
-                    let m16 = ld(wp[i].add(wo + 320));
-                    let mut corr = [zero; T];
-                    for j in 0..T {
-                        corr[j] = _mm256_madd_epi16(m16, bs[j]);
-                    }
-                    let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
-                    if K == 4 {
-                        let isum = hsums::<T>(&tot[i]);
-                        let summ = hsums::<T>(&corr);
+                if (R * T).is_multiple_of(8) {
+                    // Whole vectors of (row, token) pairs: eight lane sums
+                    // reduced at once (`hsum8`) and the float formula run
+                    // per lane, the scalar reference's operations in its
+                    // order, instead of one horizontal sum per pair.
+                    let mut ti = [zero; 16];
+                    let mut cr = [zero; 16];
+                    let (mut dxa, mut dma, mut dya) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+                    for i in 0..R {
+                        let m16 = ld(wp[i].add(wo + 320));
+                        let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
                         let dmx = (wp[i].add(wo + 356) as *const f32).read_unaligned();
                         for j in 0..T {
-                            let d = dx * dy[j];
-                            let dmin = dmx * dy[j];
-                            facc[i][j] += d * isum[j] as f32 - dmin * summ[j] as f32;
+                            let n = i * T + j;
+                            let c = _mm256_madd_epi16(m16, bs[j]);
+                            if K == 4 {
+                                ti[n] = tot[i][j];
+                                cr[n] = c;
+                            } else {
+                                ti[n] = _mm256_sub_epi32(tot[i][j], c);
+                            }
+                            dxa[n] = dx;
+                            dma[n] = dmx;
+                            dya[n] = dy[j];
                         }
-                    } else {
-                        let mut v = [zero; T];
+                    }
+                    for (g, f) in fv.iter_mut().enumerate().take(R * T / 8) {
+                        let at = 8 * g;
+                        let isum = _mm256_cvtepi32_ps(hsum8(&ti, at));
+                        let dyv = _mm256_loadu_ps(dya.as_ptr().add(at));
+                        let d = _mm256_mul_ps(_mm256_loadu_ps(dxa.as_ptr().add(at)), dyv);
+                        let term = if K == 4 {
+                            let summ = _mm256_cvtepi32_ps(hsum8(&cr, at));
+                            let dmin = _mm256_mul_ps(_mm256_loadu_ps(dma.as_ptr().add(at)), dyv);
+                            _mm256_sub_ps(_mm256_mul_ps(d, isum), _mm256_mul_ps(dmin, summ))
+                        } else {
+                            _mm256_mul_ps(d, isum)
+                        };
+                        *f = _mm256_add_ps(*f, term);
+                    }
+                } else {
+                    for i in 0..R {
+                        // Q4_K: mins x pair sums; Q6_K: 32 * scales x sums.
+                        let m16 = ld(wp[i].add(wo + 320));
+                        let mut corr = [zero; T];
                         for j in 0..T {
-                            v[j] = _mm256_sub_epi32(tot[i][j], corr[j]);
+                            corr[j] = _mm256_madd_epi16(m16, bs[j]);
                         }
-                        let isum = hsums::<T>(&v);
-                        for j in 0..T {
-                            facc[i][j] += (dx * dy[j]) * isum[j] as f32;
+                        let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
+                        if K == 4 {
+                            let isum = hsums::<T>(&tot[i]);
+                            let summ = hsums::<T>(&corr);
+                            let dmx = (wp[i].add(wo + 356) as *const f32).read_unaligned();
+                            for j in 0..T {
+                                let d = dx * dy[j];
+                                let dmin = dmx * dy[j];
+                                facc[i][j] += d * isum[j] as f32 - dmin * summ[j] as f32;
+                            }
+                        } else {
+                            let mut v = [zero; T];
+                            for j in 0..T {
+                                v[j] = _mm256_sub_epi32(tot[i][j], corr[j]);
+                            }
+                            let isum = hsums::<T>(&v);
+                            for j in 0..T {
+                                facc[i][j] += (dx * dy[j]) * isum[j] as f32;
+                            }
                         }
+                    }
+                }
+            }
+            if (R * T).is_multiple_of(8) {
+                let mut lanes = [0f32; 16];
+                for (g, f) in fv.iter().enumerate().take(R * T / 8) {
+                    _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * g), *f);
+                }
+                for i in 0..R {
+                    for j in 0..T {
+                        facc[i][j] = lanes[i * T + j];
                     }
                 }
             }
@@ -957,6 +1114,23 @@ macro_rules! simd_kernels {
                     *out.add((t0 + j) * os + r0 + i) = facc[i][j];
                 }
             }
+        }
+
+        /// Lane n = the sum of the eight i32 lanes of `v[at + n]`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn hsum8(v: &[__m256i; 16], at: usize) -> __m256i {
+            let a01 = _mm256_hadd_epi32(v[at], v[at + 1]);
+            let a23 = _mm256_hadd_epi32(v[at + 2], v[at + 3]);
+            let a45 = _mm256_hadd_epi32(v[at + 4], v[at + 5]);
+            let a67 = _mm256_hadd_epi32(v[at + 6], v[at + 7]);
+            // Per 128-bit half: v[at]..v[at + 3]'s partial sums (lanes 0..4,
+            // then 4..8 in the high half), and v[at + 4]..v[at + 7]'s.
+            let b0 = _mm256_hadd_epi32(a01, a23);
+            let b1 = _mm256_hadd_epi32(a45, a67);
+            let lo = _mm256_permute2x128_si256::<0x20>(b0, b1);
+            let hi = _mm256_permute2x128_si256::<0x31>(b0, b1);
+            _mm256_add_epi32(lo, hi)
         }
 
         // -------------------------------------------------------------------

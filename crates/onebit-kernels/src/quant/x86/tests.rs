@@ -173,6 +173,33 @@ fn k_quants_equal_the_scalar_reference() {
     }
 }
 
+/// The wide kernels run in blocks of rows and of tokens (an L2-sized
+/// buffer of expanded rows, an L2-sized run of activation rows): a matrix
+/// of several row blocks, each ending in a partial row tile, times several
+/// token blocks, each ending in a partial token tile, gives the scalar
+/// reference's bits everywhere.
+#[test]
+fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
+    say_levels("wide_kernels_equal_the_scalar_reference_across_cache_blocks");
+    let cols = 2048;
+    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
+        let ws = match t {
+            GgmlType::Q4K | GgmlType::Q6K => cols / 256 * WIDE_KW,
+            _ => cols / 256 * WIDE_GROUP,
+        };
+        let arb = wide_act_row_bytes(act_format(t), cols);
+        // The block sizes as the kernels round them (TR and TT divide 4).
+        let rb = super::body::WIDE_W_BYTES / ws / 4 * 4;
+        let tb = super::body::WIDE_A_BYTES / arb / 4 * 4;
+        assert!(
+            rb >= 8 && tb >= 8,
+            "blocks too small to test: {rb} rows, {tb} tokens"
+        );
+        // Two and a bit row blocks, two and a bit token blocks, odd edges.
+        check(t, cols, 2 * rb + 5, 2 * tb + 3, 77);
+    }
+}
+
 /// The largest codes against the largest activations of either sign, so
 /// every partial integer sum a kernel keeps in 16 bits is at its bound.
 #[test]
