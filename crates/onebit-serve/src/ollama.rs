@@ -291,9 +291,11 @@ fn openai_calls(i: usize, calls: &Value) -> Result<Value, ApiError> {
                 None | Some(Value::Null) => "{}".to_string(),
                 Some(Value::String(s)) => s.clone(),
                 Some(v @ Value::Object(_)) => v.to_string(),
-                Some(v) => return Err(bad(format!(
+                Some(v) => {
+                    return Err(bad(format!(
                     "`messages[{i}].tool_calls[{k}].function.arguments` must be an object; got {v}"
-                ))),
+                )))
+                }
             };
             let id = c
                 .get("id")
