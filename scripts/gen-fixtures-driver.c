@@ -34,16 +34,20 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
     }
 }
 
-/* Mode "embed": one pooled embedding per "/"-separated token sequence. */
-static int embed(int argc, char **argv) {
+/* Loads `path` on the CPU and makes the context every mode uses: n_ctx =
+ * n_batch = n_ubatch = 128, 2 threads; `f32_kv` for an F32 KV cache with
+ * flash attention off (else llama.cpp's defaults), `embeddings` for pooled
+ * output. NULL (after saying why) when llama.cpp refuses. */
+static struct llama_context *open_context(const char *path, int f32_kv, int embeddings,
+                                          struct llama_model **model) {
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
-    struct llama_model *model = llama_model_load_from_file(argv[2], mp);
-    if (!model) {
-        fprintf(stderr, "error: llama.cpp could not load %s\n", argv[2]);
-        return 1;
+    *model = llama_model_load_from_file(path, mp);
+    if (!*model) {
+        fprintf(stderr, "error: llama.cpp could not load %s\n", path);
+        return NULL;
     }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 128;
@@ -52,13 +56,24 @@ static int embed(int argc, char **argv) {
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
     cp.no_perf = true;
-    cp.embeddings = true;
-    cp.type_k = GGML_TYPE_F32;
-    cp.type_v = GGML_TYPE_F32;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    struct llama_context *ctx = llama_init_from_model(model, cp);
+    cp.embeddings = embeddings;
+    if (f32_kv) {
+        cp.type_k = GGML_TYPE_F32;
+        cp.type_v = GGML_TYPE_F32;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
+    struct llama_context *ctx = llama_init_from_model(*model, cp);
     if (!ctx) {
-        fprintf(stderr, "error: llama.cpp could not make a context for %s\n", argv[2]);
+        fprintf(stderr, "error: llama.cpp could not make a context for %s\n", path);
+    }
+    return ctx;
+}
+
+/* Mode "embed": one pooled embedding per "/"-separated token sequence. */
+static int embed(int argc, char **argv) {
+    struct llama_model *model = NULL;
+    struct llama_context *ctx = open_context(argv[2], 1, 1, &model);
+    if (!ctx) {
         return 1;
     }
     int n_embd = llama_model_n_embd(model);
@@ -142,30 +157,9 @@ int main(int argc, char **argv) {
         tokens[i] = (llama_token)atoi(argv[4 + i]);
     }
 
-    llama_log_set(quiet, NULL);
-    llama_backend_init();
-    struct llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
-    struct llama_model *model = llama_model_load_from_file(argv[2], mp);
-    if (!model) {
-        fprintf(stderr, "error: llama.cpp could not load %s\n", argv[2]);
-        return 1;
-    }
-    struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 128;
-    cp.n_batch = 128;
-    cp.n_ubatch = 128;
-    cp.n_threads = 2;
-    cp.n_threads_batch = 2;
-    cp.no_perf = true;
-    if (!kvf16_mode) {
-        cp.type_k = GGML_TYPE_F32;
-        cp.type_v = GGML_TYPE_F32;
-        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    }
-    struct llama_context *ctx = llama_init_from_model(model, cp);
+    struct llama_model *model = NULL;
+    struct llama_context *ctx = open_context(argv[2], !kvf16_mode, 0, &model);
     if (!ctx) {
-        fprintf(stderr, "error: llama.cpp could not make a context for %s\n", argv[2]);
         return 1;
     }
     int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
