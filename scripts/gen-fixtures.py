@@ -157,24 +157,25 @@ def head_dim_keys(arch, hp):
     return [(f"{arch}.attention.key_length", hp["head_dim"], u32), (f"{arch}.attention.value_length", hp["head_dim"], u32)]
 
 
-def spec_qwen3(hp):
-    """q/k RMSNorm (weights 1 + N(0, 0.2^2)) before RoPE, head_dim != n_embd / n_head."""
-    keys = common_keys("qwen3", hp, head_dim_keys("qwen3", hp)) + [
-        ("qwen3.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
+def qk_norm_spec(arch, hp):
+    """A llama-like body with q/k RMSNorm weights (1 + N(0, 0.2^2)) and its own head_dim;
+    where the norms sit relative to RoPE is the loader's fact, not the file's."""
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
+        (f"{arch}.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
     t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
     for i in range(hp["n_layer"]):
         t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
     return keys, t + head(hp)
+
+
+def spec_qwen3(hp):
+    """q/k RMSNorm before RoPE, head_dim != n_embd / n_head."""
+    return qk_norm_spec("qwen3", hp)
 
 
 def spec_hunyuan_dense(hp):
-    """q/k RMSNorm after RoPE (a loader fact, not a tensor one); the NTK alpha pre-folded into rope.freq_base."""
-    keys = common_keys("hunyuan-dense", hp, head_dim_keys("hunyuan-dense", hp)) + [
-        ("hunyuan-dense.rope.dimension_count", hp["head_dim"], gguf.GGUFValueType.UINT32)]
-    t = [("token_embd.weight", ("normal", (hp["n_vocab"], hp["n_embd"]), hp["embd_std"], 0.0))]
-    for i in range(hp["n_layer"]):
-        t += llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))
-    return keys, t + head(hp)
+    """q/k RMSNorm after RoPE; the NTK alpha pre-folded into rope.freq_base."""
+    return qk_norm_spec("hunyuan-dense", hp)
 
 
 def spec_lfm2(hp):
