@@ -20,6 +20,8 @@ DELTA_NET = "crates/onebit-model/src/mixers/delta_net.rs"
 ATTENTION = "crates/onebit-model/src/mixers/attention.rs"
 FORWARD = "crates/onebit-model/src/forward.rs"
 MODEL_TESTS = ["-p", "onebit-model"]
+PACK_TESTS = ["-p", "onebit-model", "--test", "pack", "--lib"]
+NAMES = "crates/onebit-model/src/pack/names.rs"
 
 MUTANTS = [
     ("gemma3: every 6th layer full -> i % 6 == 0", G3,
@@ -72,6 +74,16 @@ MUTANTS = [
      "let at = At { layer: il, slot };", "let at = At { layer: il, slot: il };", MODEL_TESTS),
     ("longrope: the long table never selected", "crates/onebit-model/src/semantics.rs",
      "                    rope.value.freq_factors = Some(long.clone());\n", "", MODEL_TESTS),
+    ("gemma4 pack: proportional divisors off by one pair", "crates/onebit-model/src/semantics.rs",
+     "if i < rotated { 1.0 } else { 1e30 }", "if i <= rotated { 1.0 } else { 1e30 }", PACK_TESTS),
+    ("gemma4 pack: config.json partial_rotary_factor halved", G4,
+     '"partial_rotary_factor": (2 * pairs) as f64 / r.n_rot as f64,', '"partial_rotary_factor": pairs as f64 / r.n_rot as f64,', PACK_TESTS),
+    ("gemma4 pack: embedding not pre-scaled", G4,
+     "prescale_embedding: true,", "prescale_embedding: false,", PACK_TESTS),
+    ("gemma4 pack: head_dim taken as the full layers' head", G4,
+     "        s.dims.head_dim_k = full;\n        s.dims.head_dim_v = full;\n", "", PACK_TESTS),
+    ("gemma4 pack: per-layer projection width taken as the hidden size", NAMES,
+     '    ("blk.{i}.proj.weight", &["blk.{i}.inp_gate.weight"]),\n', "", PACK_TESTS),
     ("gemma4: shared-KV sliding layers read another sliding layer", G4,
      "let from = first - if kinds[i] == LayerKind::Sliding { 2 } else { 1 };", "let from = first - if kinds[i] == LayerKind::Sliding { 4 } else { 1 };", MODEL_TESTS),
     ("gemma4: proportional RoPE factors dropped on full layers", G4,

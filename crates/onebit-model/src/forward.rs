@@ -19,7 +19,7 @@ use std::cell::OnceCell;
 use crate::error::{ModelError, Result};
 use crate::mixers::{At, Run, Scratch, SeqRows};
 use crate::rows::{par_rows, sized};
-use crate::semantics::{Activation, Mask, RopeSpec, Semantics};
+use crate::semantics::{proportional_factors, Activation, Mask, RopeSpec, Semantics};
 use crate::state::{LayerState, SeqState};
 use crate::weights::Weights;
 
@@ -105,11 +105,15 @@ impl Model {
         // Table choices that depend on the context, resolved for this run.
         let sem = sem.at_context(max_context);
         let rope = |spec: &RopeSpec| {
+            let proportional = spec
+                .proportional
+                .map(|r| proportional_factors(spec.n_rot / 2, r));
             let factors = spec
                 .freq_factors
                 .as_ref()
                 .and_then(|n| weights.rope_factors.iter().find(|(m, _)| m == n))
-                .map(|(_, f)| &f[..]);
+                .map(|(_, f)| &f[..])
+                .or(proportional.as_deref());
             let mut r = Rope::new(
                 spec.style,
                 spec.n_rot,

@@ -76,6 +76,20 @@ pub struct RopeSpec {
     /// LongRoPE: this factor tensor replaces `freq_factors` when the run's
     /// context exceeds the original training context (the second field).
     pub long_factors: Option<(String, usize)>,
+    /// HF's "proportional" RoPE declared in config.json (Gemma 4's full
+    /// layers): angles over the whole rotary width, but only the first this
+    /// many pairs rotate; the others pass through. The same divisors llama.cpp's
+    /// converter writes as `rope_freqs.weight` (1 for a rotated pair, 1e30
+    /// for the others), so a pack without that tensor runs the same angles.
+    pub proportional: Option<usize>,
+}
+
+/// A proportional RoPE's per-pair divisors: `rotated` ones, then 1e30 (the
+/// f32 llama.cpp's converter stores: no rotation).
+pub fn proportional_factors(n_pairs: usize, rotated: usize) -> Vec<f32> {
+    (0..n_pairs)
+        .map(|i| if i < rotated { 1.0 } else { 1e30 })
+        .collect()
 }
 
 impl RopeSpec {
@@ -505,9 +519,13 @@ fn describe_rope(r: &RopeSpec) -> String {
         RopeScaling::None => "no scaling".to_string(),
         RopeScaling::Linear { factor } => format!("linear scaling factor {factor}"),
     };
-    let factors = match &r.freq_factors {
-        Some(t) => format!(" with factors from {t}"),
-        None => String::new(),
+    let factors = match (&r.freq_factors, r.proportional) {
+        (Some(t), _) => format!(" with factors from {t}"),
+        (None, Some(p)) => format!(
+            " proportional: the first {p} of {} pairs rotate",
+            r.n_rot / 2
+        ),
+        (None, None) => String::new(),
     };
     let attn = if r.attn_factor != 1.0 {
         format!(", cos/sin x {}", r.attn_factor)

@@ -130,6 +130,27 @@ fn min_cos(a: &[f32], b: &[f32], nv: usize) -> f32 {
         .fold(1.0, f32::min)
 }
 
+/// The per-pair RoPE divisors a spec applies: read from the container's
+/// tensor, or HF's proportional form (1 for each rotated pair, then 1e30).
+fn factors(path: &std::path::Path, r: &onebit_model::semantics::RopeSpec) -> Option<Vec<f32>> {
+    if let Some(name) = &r.freq_factors {
+        let t = load::open(path)
+            .unwrap()
+            .container
+            .tensors()
+            .tensor(name)
+            .unwrap();
+        let mut v = vec![0f32; r.n_rot / 2];
+        blocks::dequantize(t.dtype, &t.bytes, &mut v).unwrap();
+        return Some(v);
+    }
+    r.proportional.map(|p| {
+        (0..r.n_rot / 2)
+            .map(|i| if i < p { 1.0 } else { 1e30 })
+            .collect()
+    })
+}
+
 /// Every converter family's f32 fixture, imported (weights become BF16) and
 /// run: names, layouts and quirks (llama's un-permuted q/k with halves RoPE,
 /// gemma3's pre-scaled embedding, lfm2's conv taps) give the GGUF's logits
@@ -140,8 +161,18 @@ fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
         .iter()
         .filter(|f| f.import.is_some())
         .map(|f| f.arch);
-    for fam in importable {
-        let fx = Fixture::new(fam);
+    let fixtures: Vec<Fixture> = importable.clone().flat_map(Fixture::all_of).collect();
+    // Every converter family has a fixture; gemma4 has two configurations.
+    assert!(
+        fixtures.len() > importable.count(),
+        "fixtures: {:?}",
+        fixtures
+            .iter()
+            .map(|f| f.dir.display().to_string())
+            .collect::<Vec<_>>()
+    );
+    for fx in fixtures {
+        let fam = fx.dir.file_name().unwrap().to_string_lossy().into_owned();
         let gguf = fx.dir.join("f32.gguf");
         let tmp = TempDir::new(&format!("pack-fx-{fam}"));
         import_to(&gguf, tmp.path());
@@ -157,7 +188,11 @@ fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
             assert_eq!(a.value.base, b.value.base, "{fam}");
             assert_eq!(a.value.scaling, b.value.scaling, "{fam}");
             assert_eq!(a.value.n_rot, b.value.n_rot, "{fam}");
-            assert_eq!(a.value.freq_factors, b.value.freq_factors, "{fam}");
+            assert_eq!(
+                factors(&gguf, &a.value),
+                factors(tmp.path(), &b.value),
+                "{fam}"
+            );
         }
         assert_eq!(gs.attn_scale.value, ps.attn_scale.value, "{fam}");
         assert_eq!(gs.qk_norm.value, ps.qk_norm.value, "{fam}");
@@ -183,6 +218,51 @@ fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
             cos > 0.999 && agree >= 0.95,
             "{fam}: agreement {agree}, min cos {cos}"
         );
+    }
+}
+
+/// Gemma 4's per-layer projection reads the per-layer width (32 in the
+/// fixture), not the hidden size (64). Tiles do not state a matrix's input
+/// width: a quantized pack (Q4 quarter tiles, and Q8 tiles) gets it from the
+/// rows of the layer's per-layer gate. With Q8 tiles (values kept up to
+/// bf16 scales) the pack's logits follow the GGUF's.
+#[test]
+fn gemma4_quantized_pack_takes_the_per_layer_projection_width_from_its_gate() {
+    let fx = Fixture::new("gemma4");
+    let gguf = fx.dir.join("Q8_0.gguf");
+    let g = Gguf::open(&gguf).unwrap();
+    let n_layer = g.u64("gemma4.block_count").unwrap() as usize;
+    let width = g.u64("gemma4.embedding_length_per_layer_input").unwrap();
+    for keep_q8 in [false, true] {
+        let tmp = TempDir::new("pack-g4q");
+        let imp = import::import(
+            &g,
+            import::ImportOptions {
+                keep_q8,
+                tiles: import::Tiles::Auto,
+            },
+            &mut |_, _, _| {},
+        )
+        .unwrap();
+        import::write(tmp.path(), &imp).unwrap();
+        let pack = Pack::open(tmp.path()).unwrap();
+        // The per-layer token table is read by row like the embedding: BF16,
+        // not tiles.
+        let table = pack.by_gguf("per_layer_token_embd.weight").unwrap();
+        assert_eq!(table.form, pack::Form::Plain("BF16"));
+        for i in 0..n_layer {
+            let name = format!("blk.{i}.proj.weight");
+            let t = pack.by_gguf(&name).unwrap();
+            assert_eq!(t.raw.dims, vec![width, 64], "{name} (keep_q8 {keep_q8})");
+            assert_eq!(t.raw.dims, g.tensor(&name).unwrap().dims, "{name}");
+        }
+        if keep_q8 {
+            let ids = fx.tokens("tokens");
+            let (a, b) = (logits(&gguf, &ids), logits(tmp.path(), &ids));
+            let cos = min_cos(&a, &b, fx.n_vocab());
+            eprintln!("gemma4 Q8 tiles: min cosine {cos}");
+            assert!(cos > 0.995, "min cos {cos}");
+        }
     }
 }
 

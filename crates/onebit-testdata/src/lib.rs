@@ -57,6 +57,25 @@ pub struct Fixture {
 }
 
 impl Fixture {
+    /// Every fixture directory whose model is of GGUF architecture `arch`
+    /// (a family may have several configurations, e.g. `gemma4` and
+    /// `gemma4-nople`), sorted by name.
+    pub fn all_of(arch: &str) -> Vec<Fixture> {
+        let root = dir().join("llamacpp");
+        let mut names: Vec<String> = std::fs::read_dir(&root)
+            .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join("meta.json").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .map(|n| Fixture::new(n))
+            .filter(|f| f.meta["arch"] == arch)
+            .collect()
+    }
+
     pub fn new(family: &str) -> Fixture {
         let dir = fixture(family);
         let meta_path = dir.join("meta.json");

@@ -112,6 +112,7 @@ pub fn base(
         freq_factors,
         attn_factor: 1.0,
         long_factors: None,
+        proportional: None,
     };
     let rope_src = format!("{base_src}; style: {}", rope_style.source);
 

@@ -21,12 +21,26 @@
 //! - Embeddings times sqrt(n_embd); final logit soft-capping when stated;
 //!   tied output when there is no `output.weight`.
 //! - Mixture-of-experts layers are refused by name.
+//!
+//! A pack states the same rules in HF's config.json spellings: `layer_types`,
+//! `head_dim` (sliding layers) and `global_head_dim` (full layers),
+//! `rope_parameters` per layer kind (`rope_theta`, `rope_type` "default" or
+//! "proportional", `partial_rotary_factor`; HF's defaults when absent),
+//! `num_kv_shared_layers`, `hidden_size_per_layer_input`,
+//! `final_logit_softcapping`. It stores no `rope_freqs` tensor: proportional
+//! RoPE is restated as `rope_parameters`. Its embedding is pre-scaled by
+//! sqrt(hidden_size) as FastFlowLM stores Gemma's; the per-layer token table
+//! is kept as stored (scaled at run time, as in HF). HF config flags for what
+//! is not implemented (`enable_moe_block`, `use_double_wide_mlp`,
+//! `attention_k_eq_v`, a different `num_global_key_value_heads`) are refused
+//! by name.
 
-use serde_json::Value as Json;
+use onebit_formats::q4nx::Q4Kind;
+use serde_json::{json, Value as Json};
 
 use super::common::{base, qk_norm};
-use super::decls::{self as k, keys, ContainerKind, Decls};
-use super::Family;
+use super::decls::{self as k, keys, ContainerKind, Decls, Key};
+use super::{Family, ImportRules, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
 
@@ -39,20 +53,89 @@ pub const FAMILY: Family = Family {
         "Gemma4ForConditionalGeneration",
     ],
     semantics,
-    pack: None,
-    import: None,
+    pack: Some(PackNames {
+        rows: &[
+            (
+                "blk.{i}.post_attention_norm.weight",
+                "model.layers.{i}.post_attention_layernorm.weight",
+            ),
+            (
+                "blk.{i}.ffn_norm.weight",
+                "model.layers.{i}.pre_feedforward_layernorm.weight",
+            ),
+            (
+                "blk.{i}.post_ffw_norm.weight",
+                "model.layers.{i}.post_feedforward_layernorm.weight",
+            ),
+            (
+                "blk.{i}.layer_output_scale.weight",
+                "model.layers.{i}.layer_scalar",
+            ),
+            (
+                "per_layer_token_embd.weight",
+                "model.embed_tokens_per_layer.weight",
+            ),
+            (
+                "per_layer_model_proj.weight",
+                "model.per_layer_model_projection.weight",
+            ),
+            (
+                "per_layer_proj_norm.weight",
+                "model.per_layer_projection_norm.weight",
+            ),
+            (
+                "blk.{i}.inp_gate.weight",
+                "model.layers.{i}.per_layer_input_gate.weight",
+            ),
+            (
+                "blk.{i}.proj.weight",
+                "model.layers.{i}.per_layer_projection.weight",
+            ),
+            (
+                "blk.{i}.post_norm.weight",
+                "model.layers.{i}.post_per_layer_input_norm.weight",
+            ),
+            // Restated by config.json's rope_parameters.
+            ("rope_freqs.weight", ""),
+        ],
+    }),
+    import: Some(ImportRules {
+        model_type: "gemma4_text",
+        hf_arch: "Gemma4ForCausalLM",
+        q4_kind: Q4Kind::Asymmetric,
+        unpermute_qk: false,
+        prescale_embedding: true,
+        eps_key: "rms_norm_eps",
+        config: config_json,
+    }),
 };
 
 // gemma4's own keys (the shared ones are in decls.rs).
 keys! {
-    KEY_LENGTH_SWA = "attention.key_length_swa", [];
-    VALUE_LENGTH_SWA = "attention.value_length_swa", [];
+    HEAD_DIM_FULL = "attention.key_length", ["global_head_dim"];
+    KEY_LENGTH_SWA = "attention.key_length_swa", ["head_dim"];
+    VALUE_LENGTH_SWA = "attention.value_length_swa", ["head_dim"];
     ROPE_DIMS_SWA = "rope.dimension_count_swa", [];
-    ROPE_BASE_SWA = "rope.freq_base_swa", [];
+    ROPE_BASE_SWA = "rope.freq_base_swa", ["rope_parameters/sliding_attention/rope_theta"];
+    ROPE_BASE_FULL = "rope.freq_base", ["rope_parameters/full_attention/rope_theta"];
+    ROPE_TYPE_FULL = "", ["rope_parameters/full_attention/rope_type"];
+    ROPE_TYPE_SWA = "", ["rope_parameters/sliding_attention/rope_type"];
+    PARTIAL_FULL = "", ["rope_parameters/full_attention/partial_rotary_factor"];
+    PARTIAL_SWA = "", ["rope_parameters/sliding_attention/partial_rotary_factor"];
     PER_LAYER_INPUT = "embedding_length_per_layer_input", ["hidden_size_per_layer_input"];
     SHARED_KV_LAYERS = "attention.shared_kv_layers", ["num_kv_shared_layers"];
     EXPERT_COUNT = "expert_count", ["num_experts"];
+    ENABLE_MOE = "", ["enable_moe_block"];
+    DOUBLE_WIDE_MLP = "", ["use_double_wide_mlp"];
+    K_EQ_V = "", ["attention_k_eq_v"];
+    GLOBAL_KV_HEADS = "", ["num_global_key_value_heads"];
 }
+
+/// HF Gemma4TextConfig's RoPE when `rope_parameters` does not say: full
+/// layers proportional over a quarter of the head at base 1e6, sliding
+/// layers default at base 10000.
+const HF_FULL_DEFAULT: (&str, f64, f64) = ("proportional", 1_000_000.0, 0.25);
+const HF_SLIDING_DEFAULT: (&str, f64, f64) = ("default", 10_000.0, 1.0);
 
 const OUTPUT_SCALE: &str = "layer_output_scale.weight";
 
@@ -69,6 +152,44 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
             EXPERT_COUNT,
             "mixture-of-experts layers are not implemented for gemma4",
         ));
+    }
+
+    // HF config flags for what onebit does not run.
+    for (key, what) in [
+        (
+            ENABLE_MOE,
+            "mixture-of-experts layers are not implemented for gemma4",
+        ),
+        (
+            DOUBLE_WIDE_MLP,
+            "per-layer FFN widths (doubled on KV-shared layers) are not implemented for gemma4",
+        ),
+        (
+            K_EQ_V,
+            "values taken from the keys (no v_proj) are not implemented for gemma4",
+        ),
+    ] {
+        if d.bool_opt(key)? == Some(true) {
+            return Err(d.err(key, what));
+        }
+    }
+    if let Some(g) = d.usize_opt(GLOBAL_KV_HEADS)? {
+        if g != s.dims.n_head_kv {
+            return Err(d.err(
+                GLOBAL_KV_HEADS,
+                format!(
+                    "{g} KV heads on full layers and {} on sliding ones: per-kind KV head counts are not implemented for gemma4",
+                    s.dims.n_head_kv
+                ),
+            ));
+        }
+    }
+    // config.json's head_dim is the sliding layers'; the full layers' is
+    // global_head_dim (GGUF: attention.key_length, read by the base).
+    if d.container == ContainerKind::Pack {
+        let full = d.positive(HEAD_DIM_FULL)?;
+        s.dims.head_dim_k = full;
+        s.dims.head_dim_v = full;
     }
 
     // Layer kinds and the window.
@@ -103,9 +224,86 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         },
     ));
 
-    // RoPE: full layers keep the base's spec (rope.freq_base, rotary width,
-    // rope_freqs divisors); sliding layers their own base and width, no
-    // divisors, unscaled.
+    match d.container {
+        ContainerKind::Gguf => gguf_rope(d, &mut s, sk)?,
+        ContainerKind::Pack => {
+            let template = s.rope_full.value.clone();
+            s.rope_full = rope_parameters(
+                d,
+                &template,
+                dk,
+                [ROPE_TYPE_FULL, ROPE_BASE_FULL, PARTIAL_FULL],
+                HF_FULL_DEFAULT,
+            )?;
+            s.rope_sliding = rope_parameters(
+                d,
+                &template,
+                sk,
+                [ROPE_TYPE_SWA, ROPE_BASE_SWA, PARTIAL_SWA],
+                HF_SLIDING_DEFAULT,
+            )?;
+        }
+    }
+
+    s.attn_scale = Sourced::new(1.0, "gemma4: attention scale 1 (q/k are RMS-normed)");
+    s.qk_norm = qk_norm(
+        d,
+        true,
+        QkNorm::BeforeRope,
+        "gemma4: q/k RMSNorm before RoPE",
+    )?;
+    s.v_norm = Sourced::new(true, "gemma4: v RMSNorm without a weight");
+    s.norm_form = Sourced::new(
+        NormForm::Plain,
+        "gemma4: x/rms * w, w as stored (HF's Gemma 4 norm adds no 1; GGUF and pack keep w)",
+    );
+    s.embed_scale = match d.container {
+        ContainerKind::Gguf => Sourced::new(
+            Some((s.dims.n_embd as f32).sqrt()),
+            format!("gemma4: sqrt({} = {})", d.spelled(k::N_EMBD), s.dims.n_embd),
+        ),
+        ContainerKind::Pack => Sourced::new(
+            None,
+            "gemma4 pack: embedding stored pre-scaled by sqrt(hidden_size)",
+        ),
+    };
+    s.activation = Sourced::new(Activation::GeluTanhGate, "gemma4: gelu_pytorch_tanh gate");
+    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
+        s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
+    }
+
+    // The body: sandwich norms, per-layer embeddings, output scale.
+    // HF writes null for a model without per-layer embeddings.
+    let per_layer = d.usize_opt(PER_LAYER_INPUT)?.unwrap_or(0);
+    let per_layer = d.size_checked(PER_LAYER_INPUT, per_layer)?;
+    let output_scale = d.has_tensor(&format!("blk.0.{OUTPUT_SCALE}"));
+    s.body = Sourced::new(
+        Body {
+            post_mixer_norm: Some("post_attention_norm.weight"),
+            post_ffn_norm: Some("post_ffw_norm.weight"),
+            per_layer_input: per_layer,
+            output_scale: output_scale.then_some(OUTPUT_SCALE),
+            ..Body::default()
+        },
+        format!(
+            "gemma4: post-attention and post-FFN norms; per-layer input width from {}; output scale {}",
+            d.src(PER_LAYER_INPUT),
+            if output_scale {
+                "from blk.N.layer_output_scale.weight"
+            } else {
+                "absent (blk.0.layer_output_scale.weight not in the file)"
+            }
+        ),
+    );
+
+    s.kv_source = kv_source(d, &kinds)?;
+    Ok(s)
+}
+
+/// RoPE as a GGUF states it: full layers keep the base's spec
+/// (rope.freq_base, rotary width, rope_freqs divisors); sliding layers their
+/// own base and width, no divisors, unscaled.
+fn gguf_rope(d: &Decls, s: &mut Semantics, sk: usize) -> Result<()> {
     let mut sliding = s.rope_full.value.clone();
     sliding.freq_factors = None;
     sliding.scaling = RopeScaling::None;
@@ -140,55 +338,99 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         );
     }
 
-    s.attn_scale = Sourced::new(1.0, "gemma4: attention scale 1 (q/k are RMS-normed)");
-    s.qk_norm = qk_norm(
-        d,
-        true,
-        QkNorm::BeforeRope,
-        "gemma4: q/k RMSNorm before RoPE",
-    )?;
-    s.v_norm = Sourced::new(true, "gemma4: v RMSNorm without a weight");
-    s.norm_form = Sourced::new(NormForm::Plain, "gemma4 GGUF: norms as stored");
-    s.embed_scale = match d.container {
-        ContainerKind::Gguf => Sourced::new(
-            Some((s.dims.n_embd as f32).sqrt()),
-            format!("gemma4: sqrt({} = {})", d.spelled(k::N_EMBD), s.dims.n_embd),
-        ),
-        ContainerKind::Pack => Sourced::new(
-            None,
-            "gemma4 pack: embedding stored pre-scaled by sqrt(hidden_size)",
-        ),
-    };
-    s.activation = Sourced::new(Activation::GeluTanhGate, "gemma4: gelu_pytorch_tanh gate");
-    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
-        s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
-    }
+    Ok(())
+}
 
-    // The body: sandwich norms, per-layer embeddings, output scale.
-    let per_layer = d.usize(PER_LAYER_INPUT)?;
-    let per_layer = d.size_checked(PER_LAYER_INPUT, per_layer)?;
-    let output_scale = d.has_tensor(&format!("blk.0.{OUTPUT_SCALE}"));
-    s.body = Sourced::new(
-        Body {
-            post_mixer_norm: Some("post_attention_norm.weight"),
-            post_ffn_norm: Some("post_ffw_norm.weight"),
-            per_layer_input: per_layer,
-            output_scale: output_scale.then_some(OUTPUT_SCALE),
-            ..Body::default()
-        },
-        format!(
-            "gemma4: post-attention and post-FFN norms; per-layer input width from {}; output scale {}",
-            d.src(PER_LAYER_INPUT),
-            if output_scale {
-                "from blk.N.layer_output_scale.weight"
-            } else {
-                "absent (blk.0.layer_output_scale.weight not in the file)"
+/// RoPE of one layer kind from config.json's `rope_parameters`: "default"
+/// rotates `partial_rotary_factor` of the head; "proportional" computes the
+/// angles over the whole head and rotates only that share of the pairs.
+/// HF's defaults when the kind's entry is absent.
+fn rope_parameters(
+    d: &Decls,
+    template: &RopeSpec,
+    head: usize,
+    [ty_key, base_key, partial_key]: [Key; 3],
+    default: (&str, f64, f64),
+) -> Result<Sourced<RopeSpec>> {
+    let mut r = template.clone();
+    r.scaling = RopeScaling::None;
+    r.freq_factors = None;
+    r.long_factors = None;
+    let stated = [ty_key, base_key, partial_key]
+        .iter()
+        .any(|&k| d.get(k).is_some());
+    let (ty, base, partial, src) = if !stated {
+        (
+            default.0.to_string(),
+            default.1,
+            default.2,
+            format!(
+                "gemma4 HF default ({} absent): {} RoPE, base {}, partial_rotary_factor {}",
+                d.spelled(ty_key)
+                    .rsplit_once('.')
+                    .map_or(String::new(), |(p, _)| p.to_string()),
+                default.0,
+                default.1,
+                default.2
+            ),
+        )
+    } else {
+        let ty = d.str_opt(ty_key)?.ok_or_else(|| {
+            d.err(
+                ty_key,
+                "is required when the layer kind's rope_parameters are given",
+            )
+        })?;
+        let base = d.f64_opt(base_key)?.ok_or_else(|| {
+            d.err(
+                base_key,
+                "is required when the layer kind's rope_parameters are given",
+            )
+        })?;
+        let partial = d.f64_opt(partial_key)?.unwrap_or(1.0);
+        let src = format!(
+            "{}, {}, {}",
+            d.src(ty_key),
+            d.src(base_key),
+            match d.get(partial_key) {
+                Some(_) => d.src(partial_key),
+                None => format!("{} absent: 1", d.spelled(partial_key)),
             }
-        ),
-    );
-
-    s.kv_source = kv_source(d, &kinds)?;
-    Ok(s)
+        );
+        (ty, base, partial, src)
+    };
+    if !(base > 0.0 && base.is_finite()) {
+        return Err(d.err(base_key, format!("must be positive, found {base}")));
+    }
+    if !(partial > 0.0 && partial <= 1.0) {
+        return Err(d.err(partial_key, format!("must be in (0, 1], found {partial}")));
+    }
+    r.base = base;
+    let share = head as f64 * partial;
+    let whole = |n: f64| (n - n.round()).abs() < 1e-9;
+    match ty.as_str() {
+        "default" if whole(share) && (share.round() as usize).is_multiple_of(2) => {
+            r.n_rot = share.round() as usize;
+            r.proportional = None;
+        }
+        "proportional" if whole(share / 2.0) => {
+            r.n_rot = head;
+            r.proportional = Some((share / 2.0).round() as usize);
+        }
+        "default" | "proportional" => {
+            return Err(d.err(
+                partial_key,
+                format!("{partial} of a {head}-wide head is not a whole number of rotated pairs"),
+            ))
+        }
+        other => return Err(d.err(
+            ty_key,
+            format!(
+                "RoPE type `{other}` is not implemented for gemma4 (default and proportional are)"
+            ),
+        )),
+    }
+    Ok(Sourced::new(r, src))
 }
 
 /// Sliding flags per layer (GGUF), or HF `layer_types`.
@@ -263,4 +505,47 @@ fn kv_source(d: &Decls, kinds: &[LayerKind]) -> Result<Sourced<Vec<usize>>> {
             first - 1
         ),
     ))
+}
+
+/// config.json keys of a gemma4 pack, restating the semantics in HF's
+/// spellings (the importer has turned GGUF's rope_freqs into `proportional`).
+fn config_json(sem: &Semantics, c: &mut Json) {
+    c["layer_types"] = json!(sem
+        .layer_kinds
+        .value
+        .iter()
+        .map(|k| match k {
+            LayerKind::Sliding => "sliding_attention",
+            _ => "full_attention",
+        })
+        .collect::<Vec<_>>());
+    if let Some(w) = sem.sliding_window.value {
+        c["sliding_window"] = json!(w);
+    }
+    if let Some(h) = &sem.head_dims_sliding {
+        c["head_dim"] = json!(h.value.0);
+    }
+    c["global_head_dim"] = json!(sem.dims.head_dim_k);
+    let src = &sem.kv_source.value;
+    c["num_kv_shared_layers"] = json!(src.iter().enumerate().filter(|(i, s)| i != *s).count());
+    c["hidden_size_per_layer_input"] = json!(sem.body.value.per_layer_input);
+    if let Some(cap) = sem.final_softcap.value {
+        c["final_logit_softcapping"] = json!(cap);
+    }
+    c["hidden_activation"] = json!("gelu_pytorch_tanh");
+    let rope = |r: &RopeSpec| match r.proportional {
+        Some(pairs) => json!({
+            "rope_type": "proportional",
+            "rope_theta": r.base,
+            "partial_rotary_factor": (2 * pairs) as f64 / r.n_rot as f64,
+        }),
+        None => json!({"rope_type": "default", "rope_theta": r.base}),
+    };
+    c["rope_parameters"] = json!({
+        "full_attention": rope(&sem.rope_full.value),
+        "sliding_attention": rope(&sem.rope_sliding.value),
+    });
+    if let Some(o) = c.as_object_mut() {
+        o.remove("rope_theta");
+    }
 }

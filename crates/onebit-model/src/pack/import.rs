@@ -9,7 +9,10 @@
 //! - Every other quantized matrix is dequantized and quantized to the family
 //!   default (`ImportRules::q4_kind` in the family's row: Q4_1, asymmetric,
 //!   for llama, qwen2, qwen3, gemma3; Q4_0, symmetric, for lfm2).
-//! - F32 / F16 / BF16 tensors, the embedding, norms and conv taps become BF16.
+//! - F32 / F16 / BF16 tensors, the embedding tables (`names::LOOKUP_TABLES`),
+//!   norms and conv taps become BF16; RoPE divisor tables stay F32.
+//! - A tensor the family's name table drops (pack name "") is not written:
+//!   the family's config.json keys restate it (Gemma 4's `rope_freqs`).
 //! - `unpermute_qk` (llama): q_proj / k_proj rows un-permuted (llama.cpp's
 //!   converter permuted them for adjacent-pair RoPE), so the pack rotates halves.
 //! - `prescale_embedding` (gemma3): the embedding stored as BF16 already
@@ -145,7 +148,8 @@ pub fn import(
         path: path.clone(),
         what: format!("family {arch} has import rules but no pack tensor-name table"),
     })?;
-    let sem = families::semantics_from_gguf(g)?;
+    let mut sem = families::semantics_from_gguf(g)?;
+    restate_dropped_factors(g, family, &mut sem)?;
     let d = &sem.dims;
     let mut notes = Vec::new();
     let (form, why) = opts.tiles.resolve(d.n_embd);
@@ -174,6 +178,13 @@ pub fn import(
     // The tensors to write, in GGUF order, plus lm_head from the embedding.
     let mut plan: Vec<(String, String)> = Vec::new();
     for t in &g.tensors {
+        if names::dropped(family, &t.name) {
+            notes.push(format!(
+                "{}: not written; the {arch} pack's config.json restates it",
+                t.name
+            ));
+            continue;
+        }
         let pack = names::to_pack(&rows, &t.name).ok_or_else(|| {
             terr(
                 &t.name,
@@ -187,6 +198,14 @@ pub fn import(
         notes
             .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
     }
+    let rope_tables: Vec<&String> = [&sem.rope_full.value, &sem.rope_sliding.value]
+        .into_iter()
+        .flat_map(|r| {
+            r.freq_factors
+                .iter()
+                .chain(r.long_factors.iter().map(|(n, _)| n))
+        })
+        .collect();
     let kind_name = |k: Q4Kind| k.ggml().name();
     let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
     let mut q8_seen = 0usize;
@@ -196,9 +215,10 @@ pub fn import(
         progress(done, total, pname);
         let info = g.tensor(gname).expect("planned from the file");
         let bytes = g.tensor_bytes(info);
-        let is_embd_row_table = gname == "token_embd.weight" && pname != "lm_head.weight";
+        let is_row_table =
+            names::LOOKUP_TABLES.contains(&gname.as_str()) && pname != "lm_head.weight";
         let is_matrix =
-            info.dims.len() == 2 && !is_embd_row_table && !gname.ends_with("shortconv.conv.weight");
+            info.dims.len() == 2 && !is_row_table && !gname.ends_with("shortconv.conv.weight");
         // llama: q/k rows back in HF order.
         let permute_heads = if rules.unpermute_qk && gname.ends_with("attn_q.weight") {
             Some(d.n_head)
@@ -213,7 +233,7 @@ pub fn import(
             let mut v = vec![0f32; n];
             blocks::dequantize(info.dtype, &bytes, &mut v)
                 .map_err(|e| terr(gname, e.to_string()))?;
-            if is_embd_row_table && rules.prescale_embedding {
+            if gname == "token_embd.weight" && is_row_table && rules.prescale_embedding {
                 let s = (d.n_embd as f32).sqrt();
                 v.iter_mut().for_each(|x| *x *= s);
                 notes.push(format!(
@@ -221,11 +241,21 @@ pub fn import(
                     d.n_embd
                 ));
             }
+            // RoPE divisors stay F32: bf16 would move the angles (llama3's
+            // 1.5534146 becomes 1.5546875).
+            let (dtype, data) = if rope_tables.contains(&gname) {
+                (
+                    StDtype::F32,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            } else {
+                (StDtype::BF16, to_bf16_bytes(&v))
+            };
             tensors.push(StOut {
                 name: pname.clone(),
-                dtype: StDtype::BF16,
+                dtype,
                 shape: info.dims.iter().rev().copied().collect(),
-                data: to_bf16_bytes(&v),
+                data,
             });
             continue;
         }
@@ -359,6 +389,49 @@ pub fn import(
         sem,
         notes,
     })
+}
+
+/// RoPE divisors in a tensor the family's packs do not store (Gemma 4's
+/// `rope_freqs`, dropped by its name table) are restated as HF's
+/// "proportional" RoPE: the tensor must read 1 for the rotated pairs, then
+/// 1e30 (no rotation), as llama.cpp's converter writes it; other values
+/// cannot be restated and are refused by name.
+fn restate_dropped_factors(g: &Gguf, family: &families::Family, sem: &mut Semantics) -> Result<()> {
+    for rope in [&mut sem.rope_full, &mut sem.rope_sliding] {
+        let Some(name) = rope.value.freq_factors.clone() else {
+            continue;
+        };
+        if !names::dropped(family, &name) {
+            continue;
+        }
+        let terr = |what: String| ModelError::Tensor {
+            path: g.path().to_path_buf(),
+            tensor: name.clone(),
+            what,
+        };
+        let t = g
+            .tensor(&name)
+            .ok_or_else(|| terr("is named by the semantics but absent".into()))?;
+        let n = t.n_elements() as usize;
+        if n != rope.value.n_rot / 2 {
+            return Err(terr(format!(
+                "has {n} values for {} rotary pairs",
+                rope.value.n_rot / 2
+            )));
+        }
+        let mut v = vec![0f32; n];
+        blocks::dequantize(t.dtype, &g.tensor_bytes(t), &mut v).map_err(|e| terr(e.to_string()))?;
+        let rotated = v.iter().take_while(|&&x| x == 1.0).count();
+        if v[rotated..].iter().any(|&x| x != 1e30) {
+            return Err(terr(format!(
+                "the {} pack restates it as proportional RoPE (1 for each rotated pair, then 1e30), but it holds other divisors",
+                family.arch
+            )));
+        }
+        rope.value.freq_factors = None;
+        rope.value.proportional = Some(rotated);
+    }
+    Ok(())
 }
 
 /// config.json in HF form, restating the GGUF's semantics (the family's own

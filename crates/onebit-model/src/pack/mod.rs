@@ -170,15 +170,15 @@ impl Pack {
             }
         }
         // Tiled matrices do not state their logical shape. K is the hidden
-        // size for every matrix reading the residual stream; the attention
-        // output and the down projection read what q and gate produce.
+        // size for every matrix reading the residual stream; the others
+        // (`names::INPUT_FROM`: the attention output, the down projection,
+        // ...) read what a partner matrix produces, so they come second.
         let n_of = |done: &[PackTensor], g: &str| {
             done.iter()
                 .find(|t| t.gguf_name == g)
                 .map(|t| t.raw.dims[1] as usize)
         };
-        let second_pass =
-            |g: &str| g.ends_with("attn_output.weight") || g.ends_with("ffn_down.weight");
+        let second_pass = |g: &str| names::input_from(g).is_some();
         let mut tensors: Vec<PackTensor> = Vec::new();
         for pass in [false, true] {
             for (g, t) in by_gguf.iter().filter(|(g, _)| second_pass(g) == pass) {
@@ -186,20 +186,17 @@ impl Pack {
                 let (hint, k_cols) = if !tiled {
                     (KHint::None, None)
                 } else if pass {
-                    let partner = if g.ends_with("attn_output.weight") {
-                        g.replace("attn_output.weight", "attn_q.weight")
-                    } else {
-                        g.replace("ffn_down.weight", "ffn_gate.weight")
-                    };
-                    let up = partner.replace("ffn_gate", "ffn_up");
-                    let k = n_of(&tensors, &partner)
-                        .or(n_of(&tensors, &up))
+                    let partners = names::input_from(g).expect("second pass");
+                    let k = partners
+                        .iter()
+                        .find_map(|p| n_of(&tensors, p))
                         .ok_or_else(|| {
                             st.tensor_error(
                                 &t.name,
                                 format!(
                                     "its input width comes from `{}`, which the pack lacks",
-                                    names::to_pack(&rows, &partner).unwrap_or(partner)
+                                    names::to_pack(&rows, &partners[0])
+                                        .unwrap_or(partners[0].clone())
                                 ),
                             )
                         })?;

@@ -70,6 +70,41 @@ const COMMON: &[Row] = &[
     ),
 ];
 
+/// Tiled matrices whose input width is not the hidden size: (matrix, the
+/// matrices whose row count is its input width, first present wins). Tiles
+/// do not state a matrix's exact input width; the layer-body parts these
+/// belong to (attention, FFN, Gemma 4's per-layer input branch) do.
+pub const INPUT_FROM: &[(&str, &[&str])] = &[
+    ("blk.{i}.attn_output.weight", &["blk.{i}.attn_q.weight"]),
+    (
+        "blk.{i}.ffn_down.weight",
+        &["blk.{i}.ffn_gate.weight", "blk.{i}.ffn_up.weight"],
+    ),
+    ("blk.{i}.proj.weight", &["blk.{i}.inp_gate.weight"]),
+];
+
+/// 2-D tensors read one row per token (embedding tables), not multiplied:
+/// an import keeps them BF16 rather than tiling them.
+pub const LOOKUP_TABLES: &[&str] = &["token_embd.weight", "per_layer_token_embd.weight"];
+
+/// The matrices whose row count gives `gguf`'s input width, when its input
+/// is not the hidden size.
+pub fn input_from(gguf: &str) -> Option<Vec<String>> {
+    INPUT_FROM.iter().find_map(|(m, partners)| {
+        matches(m, gguf).map(|i| partners.iter().map(|p| fill(p, i)).collect())
+    })
+}
+
+/// Whether the family's own rows drop `gguf` from its packs (a pack name
+/// ""): config.json restates what it held.
+pub fn dropped(family: &Family, gguf: &str) -> bool {
+    family.pack.as_ref().is_some_and(|p| {
+        p.rows
+            .iter()
+            .any(|(g, h)| h.is_empty() && matches(g, gguf).is_some())
+    })
+}
+
 /// A family's table: the common rows with the family's own rows
 /// (`Family::pack`) replacing those of the same GGUF name; `None` when the
 /// family's packs are not read.

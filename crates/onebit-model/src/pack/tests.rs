@@ -418,3 +418,123 @@ fn conv_layers_are_exempt_from_the_q_norm_check() {
         "{e}"
     );
 }
+
+/// A Gemma 4 text config: 4 layers, sliding head 16, full head 32.
+fn gemma4(extra: Json) -> Json {
+    let mut c = cfg(
+        "gemma4_text",
+        json!({
+            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            "sliding_window": 8,
+            "global_head_dim": 32,
+            "num_kv_shared_layers": 0,
+            "hidden_size_per_layer_input": 0,
+        }),
+    );
+    c.as_object_mut().unwrap().remove("rope_theta");
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+/// config.json's `rope_parameters` per layer kind: proportional on full
+/// layers rotates partial_rotary_factor x head/2 pairs with angles over the
+/// whole head (32 x 0.25 / 2 = 4 of 16 pairs); default on sliding layers
+/// rotates partial_rotary_factor x head dims (16 x 0.5 = 8); head_dim is the
+/// sliding layers', global_head_dim the full layers'.
+#[test]
+fn gemma4_rope_parameters_and_head_sizes_per_layer_kind() {
+    let s = sem(gemma4(json!({"rope_parameters": {
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "partial_rotary_factor": 0.5, "rope_theta": 1e4},
+    }})));
+    assert_eq!((s.dims.head_dim_k, s.dims.head_dim_v), (32, 32));
+    assert_eq!(s.head_dims_sliding.as_ref().unwrap().value, (16, 16));
+    let (f, w) = (&s.rope_full.value, &s.rope_sliding.value);
+    assert_eq!((f.base, f.n_rot, f.proportional), (1e6, 32, Some(4)));
+    assert_eq!((w.base, w.n_rot, w.proportional), (1e4, 8, None));
+    assert!(s
+        .rope_full
+        .source
+        .contains("rope_parameters.full_attention.rope_type"));
+    // The divisors are llama.cpp's rope_freqs for the same model.
+    assert_eq!(
+        proportional_factors(16, 4),
+        [[1.0f32; 4].as_slice(), &[1e30; 12]].concat()
+    );
+
+    // Absent: HF Gemma4TextConfig's defaults (proportional 0.25 at 1e6 on
+    // full layers, default at 10000 on sliding ones), said so.
+    let s = sem(gemma4(json!({})));
+    let (f, w) = (&s.rope_full.value, &s.rope_sliding.value);
+    assert_eq!((f.base, f.n_rot, f.proportional), (1e6, 32, Some(4)));
+    assert_eq!((w.base, w.n_rot, w.proportional), (1e4, 16, None));
+    assert!(
+        s.rope_full.source.contains("HF default"),
+        "{}",
+        s.rope_full.source
+    );
+
+    // null per-layer width: no per-layer embeddings.
+    let s = sem(gemma4(json!({"hidden_size_per_layer_input": null})));
+    assert_eq!(s.body.value.per_layer_input, 0);
+}
+
+/// What a Gemma 4 config declares and onebit does not run is refused by
+/// the key's name.
+#[test]
+fn gemma4_config_refusals_name_the_key() {
+    let full = |p: Json| json!({"rope_parameters": {"full_attention": p, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}});
+    for (extra, key, what) in [
+        (
+            json!({"enable_moe_block": true}),
+            "enable_moe_block",
+            "mixture-of-experts",
+        ),
+        (
+            json!({"use_double_wide_mlp": true}),
+            "use_double_wide_mlp",
+            "per-layer FFN widths",
+        ),
+        (
+            json!({"attention_k_eq_v": true}),
+            "attention_k_eq_v",
+            "values taken from the keys",
+        ),
+        (
+            json!({"num_global_key_value_heads": 4}),
+            "num_global_key_value_heads",
+            "per-kind KV head counts",
+        ),
+        (
+            full(json!({"rope_type": "yarn", "rope_theta": 1e6})),
+            "rope_parameters.full_attention.rope_type",
+            "`yarn` is not implemented",
+        ),
+        (
+            full(
+                json!({"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.3}),
+            ),
+            "rope_parameters.full_attention.partial_rotary_factor",
+            "not a whole number of rotated pairs",
+        ),
+        (
+            full(json!({"rope_type": "proportional", "partial_rotary_factor": 0.25})),
+            "rope_parameters.full_attention.rope_theta",
+            "is required",
+        ),
+        (
+            json!({"global_head_dim": null}),
+            "global_head_dim",
+            "absent",
+        ),
+    ] {
+        let e = sem_with(gemma4(extra.clone()), &["output.weight"]).unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{extra}: {e}");
+    }
+    // Stated false, they are no obstacle.
+    sem(gemma4(
+        json!({"enable_moe_block": false, "use_double_wide_mlp": false, "attention_k_eq_v": false, "num_global_key_value_heads": 2}),
+    ));
+}
