@@ -266,6 +266,36 @@ fn gemma4_quantized_pack_takes_the_per_layer_projection_width_from_its_gate() {
     }
 }
 
+/// A Gemma 4 pack stores no `rope_freqs`: the importer restates it as
+/// proportional RoPE, which only divisors of 1 then 1e30 are. Any other
+/// table (a model whose full layers scale their angles) is refused by the
+/// tensor's name, not written as something else.
+#[test]
+fn gemma4_import_refuses_rope_divisors_it_cannot_restate() {
+    use onebit_formats::gguf::writer::GgufWriter;
+    let g = Gguf::open(Fixture::new("gemma4").dir.join("f32.gguf")).unwrap();
+    let pairs = g.tensor("rope_freqs.weight").unwrap().dims[0] as usize;
+    let mut w = GgufWriter::from_gguf(&g);
+    let odd: Vec<f32> = (0..pairs).map(|i| 1.0 + i as f32).collect();
+    w.set_tensor(
+        "rope_freqs.weight",
+        &[pairs as u64],
+        GgmlType::F32,
+        odd.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    );
+    let tmp = TempDir::new("pack-g4-freqs");
+    let path = tmp.file("v.gguf", &w.to_bytes());
+    let v = Gguf::open(&path).unwrap();
+    let e = import::import(&v, import::ImportOptions::default(), &mut |_, _, _| {})
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("rope_freqs.weight") && e.contains("proportional"),
+        "{e}"
+    );
+}
+
 /// A quantized fixture whose matrices are Q4_0 (qwen3) is repacked exactly
 /// as symmetric tiles and reads back as Q4_0 blocks.
 #[test]
