@@ -59,20 +59,29 @@ impl Pooling {
         Ok(Pooling { kind, source })
     }
 
-    /// Pools `rows` ([n][width]) into one L2-normalized vector.
+    /// Pools `rows` ([n][width]) into one L2-normalized vector; the mean is
+    /// kept in f64 up to the normalization.
     pub fn pool(&self, rows: &[f32], width: usize) -> Vec<f32> {
-        self.pool_through(rows, width, |v| v.to_vec())
+        normalize(&self.pooled(rows, width))
     }
 
-    /// Pools `rows` ([n][width]), passes the pooled vector through the
-    /// model's pooled head (`Model::pooled_head`: EmbeddingGemma's dense
-    /// layers), and L2-normalizes the result, in llama.cpp's order.
+    /// Pools `rows` ([n][width]), passes the pooled vector (rounded to f32,
+    /// what the head's matrices read) through the model's pooled head
+    /// (`Model::pooled_head`: EmbeddingGemma's dense layers), and
+    /// L2-normalizes the result, in llama.cpp's order.
     pub fn pool_through(
         &self,
         rows: &[f32],
         width: usize,
         head: impl Fn(&[f32]) -> Vec<f32>,
     ) -> Vec<f32> {
+        let pooled: Vec<f32> = self.pooled(rows, width).iter().map(|&a| a as f32).collect();
+        let out: Vec<f64> = head(&pooled).into_iter().map(f64::from).collect();
+        normalize(&out)
+    }
+
+    /// The pooled vector in f64: the mean, the first or the last row.
+    fn pooled(&self, rows: &[f32], width: usize) -> Vec<f64> {
         let n = rows.len() / width;
         let mut v = vec![0f64; width];
         let pick: Box<dyn Iterator<Item = &[f32]>> = match self.kind {
@@ -88,9 +97,8 @@ impl Pooling {
             count += 1;
         }
         let count = count.max(1) as f64;
-        let pooled: Vec<f32> = v.iter().map(|a| (a / count) as f32).collect();
-        let out: Vec<f64> = head(&pooled).into_iter().map(f64::from).collect();
-        normalize(&out)
+        v.iter_mut().for_each(|a| *a /= count);
+        v
     }
 }
 
@@ -373,5 +381,11 @@ mod tests {
         assert!((m[0] - h).abs() < 1e-7 && (m[1] - h).abs() < 1e-7, "{m:?}");
         assert_eq!(p(PoolKind::Cls).pool(&rows, 2), vec![1.0, 0.0]);
         assert_eq!(p(PoolKind::Last).pool(&rows, 2), vec![0.0, 1.0]);
+        // Rows (1,0), (0,5), (0,0): mean (1/3, 5/3), normalized (1,5)/sqrt26.
+        // Rounding the mean to f32 first would give 0.19611615 (1/3 and 5/3
+        // round differently); kept in f64 it is 1/sqrt26 to f32.
+        let m = p(PoolKind::Mean).pool(&[1.0, 0.0, 0.0, 5.0, 0.0, 0.0], 2);
+        let r = 26f64.sqrt();
+        assert_eq!(m, vec![(1.0 / r) as f32, (5.0 / r) as f32]);
     }
 }
