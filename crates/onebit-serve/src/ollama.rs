@@ -667,7 +667,7 @@ async fn run(
         // A call's text is held back while it is written and sent, parsed,
         // in one piece with `tool_calls` when the answer ends (as Ollama
         // streams calls).
-        let mut calls_stream = tool_format.map(ToolStream::new);
+        let mut calls_stream = tool_format.map(ToolStream::whole);
         let driving = drive(&tok, run, 1, |u| match u {
             Update::Delta { mut split, .. } => {
                 clock.first.get_or_insert_with(Instant::now);

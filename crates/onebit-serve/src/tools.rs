@@ -584,9 +584,14 @@ pub struct ToolStream {
     spoke: bool,
     /// For JSON formats, the scanner streaming calls' arguments.
     args: Option<ArgScanner>,
+    /// Whether calls' arguments are scanned as they are written (`new`), or
+    /// the calls only given whole at the end (`whole`: nothing recorded).
+    scan_args: bool,
 }
 
 impl ToolStream {
+    /// Holds calls back and records their arguments' fragments as they
+    /// are written ([`ToolStream::take_events`]).
     pub fn new(f: &'static CallFormat) -> ToolStream {
         ToolStream {
             f,
@@ -594,6 +599,16 @@ impl ToolStream {
             in_call: false,
             spoke: false,
             args: None,
+            scan_args: true,
+        }
+    }
+
+    /// Holds calls back and gives them whole at [`ToolStream::finish`], with
+    /// no fragment events (Ollama's stream sends a call in one piece).
+    pub fn whole(f: &'static CallFormat) -> ToolStream {
+        ToolStream {
+            scan_args: false,
+            ..ToolStream::new(f)
         }
     }
 
@@ -606,6 +621,9 @@ impl ToolStream {
     /// A call has begun: `text` is the held text from the call's start.
     fn begin_call(&mut self, text: &str) {
         self.in_call = true;
+        if !self.scan_args {
+            return;
+        }
         let depth = match self.f.body {
             Body::Object => 1,
             Body::Array => 2,
@@ -1040,6 +1058,28 @@ mod tests {
         assert_eq!(s.push(" Hi"), " Hi");
         assert_eq!(s.push(" {"), " {");
         assert_eq!(s.finish(), (String::new(), vec![]));
+    }
+
+    /// `whole` (Ollama's stream) gives the same text and calls as `new`,
+    /// and records no fragment events, which no one would take.
+    #[test]
+    fn a_whole_stream_records_no_argument_events() {
+        let pieces = [
+            "Ok <tool_call>",
+            "{\"name\": \"get_time\", ",
+            "\"arguments\": {\"tz\": \"UTC\"}}",
+            "</tool_call>",
+        ];
+        let (mut a, mut b) = (ToolStream::new(&HERMES), ToolStream::whole(&HERMES));
+        let (mut ta, mut tb) = (String::new(), String::new());
+        for p in pieces {
+            ta.push_str(&a.push(p));
+            tb.push_str(&b.push(p));
+        }
+        assert!(!a.take_events().is_empty());
+        assert!(b.take_events().is_empty());
+        let (fa, fb) = (a.finish(), b.finish());
+        assert_eq!((ta, fa), (tb, fb));
     }
 
     #[test]
