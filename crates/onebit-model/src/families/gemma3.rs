@@ -249,8 +249,9 @@ pub fn layer_types(d: &Decls, types: &Json, n_layer: usize) -> Result<Vec<LayerK
         .collect()
 }
 
-/// config.json keys of a gemma3 pack, restating the semantics.
-fn config_json(sem: &Semantics, c: &mut Json) {
+/// HF `layer_types` and `sliding_window`, as a pack's config.json states
+/// them (the writing side of [`layer_types`]).
+pub fn write_layer_types(sem: &Semantics, c: &mut Json) {
     c["layer_types"] = json!(sem
         .layer_kinds
         .value
@@ -263,6 +264,11 @@ fn config_json(sem: &Semantics, c: &mut Json) {
     if let Some(w) = sem.sliding_window.value {
         c["sliding_window"] = json!(w);
     }
+}
+
+/// config.json keys of a gemma3 pack, restating the semantics.
+fn config_json(sem: &Semantics, c: &mut Json) {
+    write_layer_types(sem, c);
     c["rope_local_base_freq"] = json!(sem.rope_sliding.value.base);
     let s = sem.attn_scale.value as f64;
     let q = 1.0 / (s * s);

@@ -423,12 +423,14 @@ fn rope_parameters(
                 format!("{partial} of a {head}-wide head is not a whole number of rotated pairs"),
             ))
         }
-        other => return Err(d.err(
-            ty_key,
-            format!(
+        other => {
+            return Err(d.err(
+                ty_key,
+                format!(
                 "RoPE type `{other}` is not implemented for gemma4 (default and proportional are)"
             ),
-        )),
+            ))
+        }
     }
     Ok(Sourced::new(r, src))
 }
@@ -510,18 +512,7 @@ fn kv_source(d: &Decls, kinds: &[LayerKind]) -> Result<Sourced<Vec<usize>>> {
 /// config.json keys of a gemma4 pack, restating the semantics in HF's
 /// spellings (the importer has turned GGUF's rope_freqs into `proportional`).
 fn config_json(sem: &Semantics, c: &mut Json) {
-    c["layer_types"] = json!(sem
-        .layer_kinds
-        .value
-        .iter()
-        .map(|k| match k {
-            LayerKind::Sliding => "sliding_attention",
-            _ => "full_attention",
-        })
-        .collect::<Vec<_>>());
-    if let Some(w) = sem.sliding_window.value {
-        c["sliding_window"] = json!(w);
-    }
+    super::gemma3::write_layer_types(sem, c);
     if let Some(h) = &sem.head_dims_sliding {
         c["head_dim"] = json!(h.value.0);
     }
