@@ -15,7 +15,10 @@
 # llama-bench. The limit of a model's decode is the best probe bandwidth over
 # the bytes of weights one token reads (every tensor but the token embedding,
 # of which a token reads one row; a tied embedding is read whole as the
-# output matrix); "of limit" is the median decode speed over that limit.
+# output matrix); "of limit" is the median decode speed over that limit,
+# "llama.cpp of limit" the same for llama.cpp, and "ratio at the limit" the
+# limit over llama.cpp's decode: the highest ratio any engine could reach
+# at that bandwidth (reading the weights once per token).
 # The CPU's flags line and the load average before and after are printed:
 # on a shared machine, repeat when the load is high.
 #
@@ -171,8 +174,8 @@ if not llama_avx2 and "avx2" in isas.split():
           "LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh makes one)")
 for isa in isas.split():
     print(f"{isa} rows: llama.cpp is {llama_for(isa)}")
-print("| model | level | llama.cpp build | test | onebit | llama.cpp | ratio | of limit |")
-print("|---|---|---|---|---|---|---|---|")
+print("| model | level | llama.cpp build | test | onebit | llama.cpp | ratio | of limit | llama.cpp of limit | ratio at the limit |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 probes = []
 for m in models:
     wb = weight_bytes(m)
@@ -189,12 +192,18 @@ for m in models:
                     continue
                 a = [x[field] for x in o]; b = [x[field] for x in th]
                 ma, mb = statistics.median(a), statistics.median(b)
-                frac = ""
+                frac = their_frac = ceiling = ""
                 if field == 1 and "depth" not in label:
-                    frac = f"{ma / (bw * 1e9 / wb):.0%}"
+                    limit = bw * 1e9 / wb
+                    frac = f"{ma / limit:.0%}"
+                    their_frac = f"{mb / limit:.0%}" if mb > 0 else "-"
+                    # The highest decode ratio the best probe allows: an
+                    # engine reading every weight once per token at that
+                    # bandwidth, against llama.cpp's speed.
+                    ceiling = f"{limit / mb:.2f}x" if mb > 0 else "-"
                 ratio = f"{ma / mb:.2f}x" if mb > 0 else "-"
                 print(f"| {name} | {isa} | {build_name(llama_for(isa))} | {label} | {ma:.1f} ({min(a):.1f}..{max(a):.1f}) | "
-                      f"{mb:.1f} ({min(b):.1f}..{max(b):.1f}) | {ratio} | {frac} |", flush=True)
+                      f"{mb:.1f} ({min(b):.1f}..{max(b):.1f}) | {ratio} | {frac} | {their_frac} | {ceiling} |", flush=True)
     print(f"{name}: {wb / 1e6:.1f} MB of weights read per token; limit {max(probes) * 1e9 / wb:.1f} tok/s "
           f"at the best probe bandwidth", flush=True)
 print(f"read bandwidth probe ({threads} threads): best {max(probes):.1f} GB/s, "
