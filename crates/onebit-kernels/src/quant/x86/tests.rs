@@ -197,12 +197,17 @@ fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
         );
         // Two and a bit row blocks, two and a bit token blocks, odd edges.
         check(t, cols, 2 * rb + 5, 2 * tb + 3, 77);
-        if t == GgmlType::Q4K {
-            // The interleaved Q4_K kernel blocks whole groups of 8 rows (an
-            // even number of them, its tiles being 2 groups): two blocks,
-            // then three groups (a 2-group tile and a 1-group edge), then 5
-            // standard rows.
-            let gb = super::body::WIDE_W_BYTES / (cols / 256 * super::body::WIDE_KX8) / 2 * 2;
+        if matches!(t, GgmlType::Q4K | GgmlType::Q6K) {
+            // The interleaved K-quant kernels block whole groups of 8 rows
+            // (an even number of them, their tiles being 2 groups): two
+            // blocks, then three groups (a 2-group tile and a 1-group
+            // edge), then 5 standard rows.
+            let gx = if t == GgmlType::Q4K {
+                super::body::WIDE_KX8
+            } else {
+                super::body::WIDE_Q6X8
+            };
+            let gb = super::body::WIDE_W_BYTES / (cols / 256 * gx) / 2 * 2;
             assert!(gb >= 4, "group blocks too small to test: {gb} groups");
             check(t, cols, 2 * 8 * gb + 3 * 8 + 5, 2 * tb + 3, 78);
         }
