@@ -53,7 +53,7 @@
 //! scales apply lane-wise; the float formula runs per lane in the scalar
 //! reference's order. One token (decode) streams each group once; the wide
 //! prefill kernels expand each group once per call into unsigned codes and
-//! decoded scales, still one row per lane, and run tiles of 2 groups times
+//! decoded scales, still one row per lane, and run tiles of 1 or 2 groups times
 //! several tokens over them. Rows past a matrix's last whole group stay
 //! standard and run the standard-layout kernels (the wide ones gather them
 //! into the [`WIDE_KW`] layout).

@@ -160,6 +160,9 @@ fn k_quants_equal_the_scalar_reference() {
                 (17, 2),
                 (24, 3),
                 (8, 5),
+                // Two whole groups over whole token tiles of the wide
+                // interleaved kernels (6 with VNNI, else 4) and an edge.
+                (16, 13),
             ] {
                 check(
                     t,
@@ -199,9 +202,9 @@ fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
         check(t, cols, 2 * rb + 5, 2 * tb + 3, 77);
         if matches!(t, GgmlType::Q4K | GgmlType::Q6K) {
             // The interleaved K-quant kernels block whole groups of 8 rows
-            // (an even number of them, their tiles being 2 groups): two
-            // blocks, then three groups (a 2-group tile and a 1-group
-            // edge), then 5 standard rows.
+            // (a multiple of their tile's groups: 2 with VNNI, else 1):
+            // two blocks, then three groups (with VNNI a 2-group tile and a
+            // 1-group edge), then 5 standard rows.
             let gx = if t == GgmlType::Q4K {
                 super::body::WIDE_KX8
             } else {
