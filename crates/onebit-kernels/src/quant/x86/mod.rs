@@ -52,9 +52,11 @@
 //! reduction), each activation word is broadcast to all lanes, and the
 //! scales apply lane-wise; the float formula runs per lane in the scalar
 //! reference's order. One token (decode) streams each group once; the wide
-//! prefill kernels gather a row's super-blocks back into standard blocks as
-//! they expand them. Rows past a matrix's last whole group stay standard
-//! and run the standard-layout kernels.
+//! prefill kernels expand each group once per call into unsigned codes and
+//! decoded scales, still one row per lane, and run tiles of 1 or 2 groups times
+//! several tokens over them. Rows past a matrix's last whole group stay
+//! standard and run the standard-layout kernels (the wide ones gather them
+//! into the [`WIDE_KW`] layout).
 
 use onebit_formats::GgmlType;
 

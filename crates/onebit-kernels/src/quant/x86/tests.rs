@@ -160,6 +160,9 @@ fn k_quants_equal_the_scalar_reference() {
                 (17, 2),
                 (24, 3),
                 (8, 5),
+                // Two whole groups over whole token tiles of the wide
+                // interleaved kernels (6 with VNNI, else 4) and an edge.
+                (16, 13),
             ] {
                 check(
                     t,
@@ -197,6 +200,20 @@ fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
         );
         // Two and a bit row blocks, two and a bit token blocks, odd edges.
         check(t, cols, 2 * rb + 5, 2 * tb + 3, 77);
+        if matches!(t, GgmlType::Q4K | GgmlType::Q6K) {
+            // The interleaved K-quant kernels block whole groups of 8 rows
+            // (a multiple of their tile's groups: 2 with VNNI, else 1):
+            // two blocks, then three groups (with VNNI a 2-group tile and a
+            // 1-group edge), then 5 standard rows.
+            let gx = if t == GgmlType::Q4K {
+                super::body::WIDE_KX8
+            } else {
+                super::body::WIDE_Q6X8
+            };
+            let gb = super::body::WIDE_W_BYTES / (cols / 256 * gx) / 2 * 2;
+            assert!(gb >= 4, "group blocks too small to test: {gb} groups");
+            check(t, cols, 2 * 8 * gb + 3 * 8 + 5, 2 * tb + 3, 78);
+        }
     }
 }
 
