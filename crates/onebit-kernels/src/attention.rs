@@ -18,10 +18,14 @@
 //! on one thread or spread over all of them. The AVX2 path computes the same
 //! fused operations in the same order as the scalar reference, so the two
 //! give the same bits; the query heads sharing a KV head run together there,
-//! so each K and V load serves all of them. At the AVX-512 level the weighted
-//! sums of values run on 512-bit registers (64 columns of every head in one
-//! pass over the block's V rows); each element is still its own chain of
-//! fused multiply-adds in position order, so the bits are the same.
+//! so each K and V load serves all of them. At the AVX-512 level the scores
+//! run eight positions at a time on 512-bit registers (two positions' eight
+//! lanes per register, the same per-lane chains; the eight positions'
+//! lanes are then reduced together by shuffles, in the pairing of the
+//! scalar reduction), and the weighted sums of values likewise (64 columns
+//! of every head in one pass over the block's V rows); each element is still
+//! its own chain of fused multiply-adds in position order, so the bits are
+//! the same.
 
 use crate::isa::Isa;
 use crate::kv::KvView;
@@ -67,9 +71,15 @@ fn axpy_scalar(o: &mut [f32], w: f32, v: &[f32]) {
 fn finish_score(dot: f32, scale: f32, softcap: Option<f32>) -> f32 {
     let s = dot * scale;
     match softcap {
-        Some(cap) => cap * (s / cap).tanh(),
+        Some(cap) => soft_cap(s, cap),
         None => s,
     }
+}
+
+/// The soft-cap of a scaled score: cap tanh(s / cap).
+#[inline]
+fn soft_cap(s: f32, cap: f32) -> f32 {
+    cap * (s / cap).tanh()
 }
 
 /// Per head of a block: the max of its scores, the scores replaced by their
@@ -157,7 +167,7 @@ fn finish(run: &[f32], out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{finish_score, weights, AttnShape, PART_HEAD};
+    use super::{finish_score, soft_cap, weights, AttnShape, PART_HEAD};
     use crate::kv::{KvView, Q8_0_BLOCK};
     use core::arch::x86_64::*;
 
@@ -178,6 +188,20 @@ mod avx2 {
         /// i + 16 <= len(); for q8_0, i is a multiple of 16 (so the sixteen
         /// share one block); AVX-512 F is available.
         unsafe fn load16(&self, i: usize) -> __m512;
+        /// Elements a..a + 8 in the low half and b..b + 8 in the high half,
+        /// widened to f32, the same values as `get`.
+        ///
+        /// # Safety
+        /// As `load8` for a and for b; AVX-512 F is available.
+        #[inline(always)]
+        unsafe fn load8x2(&self, a: usize, b: usize) -> __m512 {
+            // SAFETY: the caller's contract, for each half.
+            unsafe {
+                let lo = _mm512_castps_pd(_mm512_castps256_ps512(self.load8(a)));
+                let hi = _mm256_castps_pd(self.load8(b));
+                _mm512_castpd_ps(_mm512_insertf64x4::<1>(lo, hi))
+            }
+        }
     }
 
     #[derive(Clone, Copy)]
@@ -226,6 +250,17 @@ mod avx2 {
             // SAFETY: i + 16 <= len, 32 bytes; AVX-512 F is available (the
             // caller's contract). vcvtph2ps widens exactly, as `get` does.
             unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.as_ptr().add(i).cast())) }
+        }
+        #[inline(always)]
+        unsafe fn load8x2(&self, a: usize, b: usize) -> __m512 {
+            // SAFETY: a + 8 and b + 8 <= len, 16 bytes each; AVX-512 F is
+            // available (the caller's contract). One vcvtph2ps widens both
+            // halves exactly, as `get` does.
+            unsafe {
+                let lo = _mm256_castsi128_si256(_mm_loadu_si128(self.0.as_ptr().add(a).cast()));
+                let hi = _mm_loadu_si128(self.0.as_ptr().add(b).cast());
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, hi))
+            }
         }
     }
 
@@ -331,8 +366,23 @@ mod avx2 {
         scores.resize(G * len, 0.0);
         let k_at = |p: usize| p * krow + kvh * dk;
 
-        // Scores, two positions at a time.
+        // Scores: eight positions at a time on 512-bit registers, then the
+        // rest two at a time.
         let mut i = 0;
+        if wide && dk == dk8 {
+            // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
+            // every K row read, k_at(from + i) + dk <= to * krow, is within
+            // `k` (checked above); dk is a multiple of 8, and k_at(p) is for
+            // q8_0 (its head dims are multiples of 32).
+            i = unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, scores) };
+            if let Some(cap) = softcap {
+                for g in 0..G {
+                    for s in &mut scores[g * len..g * len + i] {
+                        *s = soft_cap(*s, cap);
+                    }
+                }
+            }
+        }
         while i < len {
             let pair = i + 1 < len;
             let k0 = k_at(from + i);
@@ -438,6 +488,97 @@ mod avx2 {
                 part[g * ph + PART_HEAD + c] = acc;
             }
         }
+    }
+
+    /// The scaled dot products q·k of `block` (before the soft-cap) for the
+    /// first len / 8 * 8 positions, eight at a time on 512-bit registers,
+    /// into `scores` ([G][len]); returns how many positions it did. Each
+    /// register holds the eight lanes of two positions, every lane the same
+    /// chain of fused multiply-adds as in `dot_scalar`; the eight positions'
+    /// lanes are then reduced together by shuffles in reduce8's pairing
+    /// (((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))), so each score is
+    /// the same bits as `finish_score(dot_scalar(..), scale, None)`. `k0`
+    /// is the first position's K head, `krow` the cache row width.
+    ///
+    /// # Safety
+    /// AVX-512 F is available; dk is a multiple of 8 and q.len() == G * dk;
+    /// every row k0 + p * krow + dk, p < len, is within `k`; for q8_0, k0
+    /// and krow are multiples of 32; scores.len() >= G * len.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn scores512<E: Elems, const G: usize>(
+        k: E,
+        q: &[f32],
+        k0: usize,
+        krow: usize,
+        dk: usize,
+        len: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) -> usize {
+        let n = len / 8 * 8;
+        let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+        // After the last reduction step, 128-bit lane c holds [position c,
+        // position c + 4, ...]: lanes 0, 4, 8, 12, 1, 5, 9, 13 are
+        // positions 0..8.
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+        let scale = _mm256_set1_ps(scale);
+        let mut i = 0;
+        while i < n {
+            let row = |p: usize| k0 + (i + p) * krow;
+            // acc[g][t]: positions i + 2t (low half) and i + 2t + 1 (high).
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            let mut j = 0;
+            while j < dk {
+                // SAFETY: row(p) + j + 8 <= row(p) + dk, within `k` (the
+                // caller's contract), j a multiple of 8; g * dk + j + 8 <=
+                // q.len().
+                unsafe {
+                    let x = [
+                        k.load8x2(row(0) + j, row(1) + j),
+                        k.load8x2(row(2) + j, row(3) + j),
+                        k.load8x2(row(4) + j, row(5) + j),
+                        k.load8x2(row(6) + j, row(7) + j),
+                    ];
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        let q8 = _mm256_loadu_ps(qp.add(g * dk + j));
+                        let qv = _mm512_broadcast_f64x4(_mm256_castps_pd(q8));
+                        let qv = _mm512_castpd_ps(qv);
+                        for (a, x) in acc.iter_mut().zip(x) {
+                            *a = _mm512_fmadd_ps(qv, x, *a);
+                        }
+                    }
+                }
+                j += 8;
+            }
+            for (g, &[a, b, c, d]) in acc.iter().enumerate() {
+                // l + (l + 4) per position: 128-bit lane c of u is position
+                // c's [l0 + l4, l1 + l5, l2 + l6, l3 + l7] (v: position 4 + c).
+                let u = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+                    _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+                );
+                let v = _mm512_add_ps(
+                    _mm512_shuffle_f32x4::<0b10_00_10_00>(c, d),
+                    _mm512_shuffle_f32x4::<0b11_01_11_01>(c, d),
+                );
+                // Lane c: [(04) + (26), (15) + (37)] of position c, then of c + 4.
+                let w = _mm512_add_ps(
+                    _mm512_shuffle_ps::<0b01_00_01_00>(u, v),
+                    _mm512_shuffle_ps::<0b11_10_11_10>(u, v),
+                );
+                // Lane c: the sums of position c and c + 4 (twice).
+                let s = _mm512_add_ps(
+                    _mm512_shuffle_ps::<0b10_00_10_00>(w, w),
+                    _mm512_shuffle_ps::<0b11_01_11_01>(w, w),
+                );
+                let s = _mm512_castps512_ps256(_mm512_permutexvar_ps(order, s));
+                // SAFETY: g * len + i + 8 <= G * len <= scores.len().
+                unsafe { _mm256_storeu_ps(sp.add(g * len + i), _mm256_mul_ps(s, scale)) };
+            }
+            i += 8;
+        }
+        n
     }
 
     /// The weighted sums of values of `block` on 512-bit registers: 64, then
@@ -1081,8 +1222,10 @@ mod tests {
         }
     }
 
-    /// The AVX2 block kernel and the scalar reference give the same bits, for
-    /// every type and head group; the AVX-512 level runs the AVX2 kernel.
+    /// The AVX2 and AVX-512 block kernels and the scalar reference give the
+    /// same bits, for every type and head group, over spans whose lengths
+    /// take the eight-position AVX-512 score tiles with and without a
+    /// remainder.
     #[test]
     fn simd_block_equals_scalar_reference() {
         #[cfg(target_arch = "x86_64")]
