@@ -86,6 +86,7 @@ fn soft_cap(s: f32, cap: f32) -> f32 {
 /// weights e^(s - max), and the weights' sum; writes max and sum to `part`.
 /// (Used by the x86 kernels only.)
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
 fn weights(scores: &mut [f32], part: &mut [f32]) {
     let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     exp_sub(scores, m);
@@ -147,6 +148,7 @@ fn block_scalar(
 }
 
 /// Folds a later block's partial `b` into the running partial `run` (one head).
+#[inline(always)]
 fn combine(run: &mut [f32], b: &[f32]) {
     let m = run[0].max(b[0]);
     let (sa, sb) = (exp_fast(run[0] - m), exp_fast(b[0] - m));
@@ -158,10 +160,61 @@ fn combine(run: &mut [f32], b: &[f32]) {
 }
 
 /// The output of a head from its folded partial.
+#[inline(always)]
 fn finish(run: &[f32], out: &mut [f32]) {
     let inv = 1.0 / run[1];
     for (o, x) in out.iter_mut().zip(&run[PART_HEAD..]) {
         *o = *x * inv;
+    }
+}
+
+/// [`combine`] and [`finish`] compiled with the FMA instruction, so that
+/// `exp_fast`'s fused multiply-adds are single instructions rather than
+/// library calls (the same operations, so the same bits).
+#[cfg(target_arch = "x86_64")]
+mod fold_fma {
+    /// # Safety
+    /// AVX2 and FMA are available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn combine(run: &mut [f32], b: &[f32]) {
+        super::combine(run, b)
+    }
+
+    /// # Safety
+    /// AVX2 and FMA are available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn finish(run: &[f32], out: &mut [f32]) {
+        super::finish(run, out)
+    }
+}
+
+/// [`combine`] or [`finish`] on the chosen path.
+#[derive(Clone, Copy)]
+struct Fold {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    simd: bool,
+}
+
+impl Fold {
+    #[inline]
+    fn combine(self, run: &mut [f32], b: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.simd {
+            // SAFETY: `simd` is set only when level() >= Avx2 (AVX2 and FMA
+            // detected).
+            return unsafe { fold_fma::combine(run, b) };
+        }
+        combine(run, b)
+    }
+
+    #[inline]
+    fn finish(self, run: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.simd {
+            // SAFETY: as in `combine`.
+            return unsafe { fold_fma::finish(run, out) };
+        }
+        finish(run, out)
     }
 }
 
@@ -188,6 +241,9 @@ mod avx2 {
         /// i + 16 <= len(); for q8_0, i is a multiple of 16 (so the sixteen
         /// share one block); AVX-512 F is available.
         unsafe fn load16(&self, i: usize) -> __m512;
+        /// Asks the cache for the lines of elements i..i + n (a hint: any
+        /// i, in bounds or not, is safe).
+        fn prefetch(&self, i: usize, n: usize);
         /// Elements a..a + 8 in the low half and b..b + 8 in the high half,
         /// widened to f32, the same values as `get`.
         ///
@@ -216,6 +272,16 @@ mod avx2 {
             self.0.len()
         }
         #[inline(always)]
+        fn prefetch(&self, i: usize, n: usize) {
+            let mut e = 0;
+            while e < n {
+                // SAFETY: a prefetch never faults, whatever the address;
+                // wrapping_add computes it without claiming it is in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+                e += 16;
+            }
+        }
+        #[inline(always)]
         fn get(&self, i: usize) -> f32 {
             self.0[i]
         }
@@ -234,6 +300,16 @@ mod avx2 {
     impl Elems for F16s<'_> {
         fn len(&self) -> usize {
             self.0.len()
+        }
+        #[inline(always)]
+        fn prefetch(&self, i: usize, n: usize) {
+            let mut e = 0;
+            while e < n {
+                // SAFETY: a prefetch never faults, whatever the address;
+                // wrapping_add computes it without claiming it is in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+                e += 32;
+            }
         }
         #[inline(always)]
         fn get(&self, i: usize) -> f32 {
@@ -267,6 +343,16 @@ mod avx2 {
     impl Elems for Q8s<'_> {
         fn len(&self) -> usize {
             self.0.len().min(self.1.len() * Q8_0_BLOCK)
+        }
+        #[inline(always)]
+        fn prefetch(&self, i: usize, n: usize) {
+            let mut e = 0;
+            while e < n {
+                // SAFETY: a prefetch never faults, whatever the address;
+                // wrapping_add computes it without claiming it is in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+                e += 64;
+            }
         }
         #[inline(always)]
         fn get(&self, i: usize) -> f32 {
@@ -490,6 +576,9 @@ mod avx2 {
         }
     }
 
+    /// How many positions ahead of its tile `scores512` asks for K rows.
+    const AHEAD: usize = 32;
+
     /// The scaled dot products q·k of `block` (before the soft-cap) for the
     /// first len / 8 * 8 positions, eight at a time on 512-bit registers,
     /// into `scores` ([G][len]); returns how many positions it did. Each
@@ -527,6 +616,9 @@ mod avx2 {
         while i < n {
             let row = |p: usize| k0 + (i + p) * krow;
             // acc[g][t]: positions i + 2t (low half) and i + 2t + 1 (high).
+            for p in AHEAD..AHEAD + 8 {
+                k.prefetch(row(p), dk);
+            }
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             let mut j = 0;
             while j < dk {
@@ -607,6 +699,7 @@ mod avx2 {
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             for i in 0..len {
                 let at = v0 + i * vrow + c;
+                v.prefetch(at + AHEAD * vrow, 64);
                 // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
                 // caller's contract); at is a multiple of 16 for q8_0; g *
                 // len + i < G * len = scores.len().
@@ -822,6 +915,7 @@ pub fn attend_rows(
     #[cfg(not(target_arch = "x86_64"))]
     let (simd, wide) = (false, false);
     let ph = PART_HEAD + dv;
+    let fold = Fold { simd };
     let threads = pool.threads();
     let dst = SharedMut(out.as_mut_ptr());
     let n_blocks = |(from, to): (usize, usize)| to.saturating_sub(from).div_ceil(BLOCK);
@@ -871,12 +965,12 @@ pub fn attend_rows(
                         );
                         if b > 0 {
                             for (rh, bh) in run.chunks_exact_mut(ph).zip(part.chunks_exact(ph)) {
-                                combine(rh, bh);
+                                fold.combine(rh, bh);
                             }
                         }
                     }
                     for (rh, oh) in run.chunks_exact(ph).zip(os.chunks_exact_mut(dv)) {
-                        finish(rh, oh);
+                        fold.finish(rh, oh);
                     }
                 }
             }
@@ -967,7 +1061,7 @@ pub fn attend_rows(
                     .chunks_exact_mut(ph)
                     .zip(parts[o..o + gp].chunks_exact(ph))
                 {
-                    combine(rh, bh);
+                    fold.combine(rh, bh);
                 }
             }
             let at = r * nh + h;
@@ -975,7 +1069,7 @@ pub fn attend_rows(
                 .chunks_exact(ph)
                 .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
             {
-                finish(rh, oh);
+                fold.finish(rh, oh);
             }
         }
     }
