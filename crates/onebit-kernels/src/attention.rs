@@ -452,6 +452,10 @@ mod avx2 {
         scores.resize(G * len, 0.0);
         let k_at = |p: usize| p * krow + kvh * dk;
 
+        // What the AVX-512 passes ask the cache for ahead of each row: the
+        // whole cache row for the first KV head (the next KV heads of the
+        // block, read next, find their part there), else the head's part.
+        let (ahead, ahead_v) = if kvh == 0 { (krow, vrow) } else { (dk, dv) };
         // Scores: eight positions at a time on 512-bit registers, then the
         // rest two at a time.
         let mut i = 0;
@@ -460,7 +464,7 @@ mod avx2 {
             // every K row read, k_at(from + i) + dk <= to * krow, is within
             // `k` (checked above); dk is a multiple of 8, and k_at(p) is for
             // q8_0 (its head dims are multiples of 32).
-            i = unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, scores) };
+            i = unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) };
             if let Some(cap) = softcap {
                 for g in 0..G {
                     for s in &mut scores[g * len..g * len + i] {
@@ -517,7 +521,16 @@ mod avx2 {
             // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
             // the cache rows were checked above.
             c = unsafe {
-                values512::<E, G>(v, &scores[..G * len], len, v_at(from, 0), vrow, dv, part)
+                values512::<E, G>(
+                    v,
+                    &scores[..G * len],
+                    len,
+                    v_at(from, 0),
+                    vrow,
+                    dv,
+                    ahead_v,
+                    part,
+                )
             };
         }
         while c + 16 <= dv {
@@ -587,7 +600,9 @@ mod avx2 {
     /// lanes are then reduced together by shuffles in reduce8's pairing
     /// (((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))), so each score is
     /// the same bits as `finish_score(dot_scalar(..), scale, None)`. `k0`
-    /// is the first position's K head, `krow` the cache row width.
+    /// is the first position's K head, `krow` the cache row width; the
+    /// cache is asked for `ahead` elements from the K head of the position
+    /// [`AHEAD`] on.
     ///
     /// # Safety
     /// AVX-512 F is available; dk is a multiple of 8 and q.len() == G * dk;
@@ -603,6 +618,7 @@ mod avx2 {
         dk: usize,
         len: usize,
         scale: f32,
+        ahead: usize,
         scores: &mut [f32],
     ) -> usize {
         let n = len / 8 * 8;
@@ -617,7 +633,7 @@ mod avx2 {
             let row = |p: usize| k0 + (i + p) * krow;
             // acc[g][t]: positions i + 2t (low half) and i + 2t + 1 (high).
             for p in AHEAD..AHEAD + 8 {
-                k.prefetch(row(p), dk);
+                k.prefetch(row(p), ahead);
             }
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             let mut j = 0;
@@ -677,11 +693,13 @@ mod avx2 {
     /// 16 columns of all G heads at a time, each element the same fused
     /// multiply-adds in the same position order; returns the first column
     /// left for the narrower loops. `v0` is the first position's column 0,
-    /// `vrow` the cache row width.
+    /// `vrow` the cache row width; the cache is asked for `ahead` elements
+    /// from column 0 of the position [`AHEAD`] on.
     ///
     /// # Safety
     /// AVX-512 F is available; every row v0 + i * vrow + dv, i < len, is
     /// within `v`; for q8_0, v0 and vrow are multiples of 32.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
     unsafe fn values512<E: Elems, const G: usize>(
         v: E,
@@ -690,6 +708,7 @@ mod avx2 {
         v0: usize,
         vrow: usize,
         dv: usize,
+        ahead: usize,
         part: &mut [f32],
     ) -> usize {
         let ph = PART_HEAD + dv;
@@ -699,7 +718,9 @@ mod avx2 {
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             for i in 0..len {
                 let at = v0 + i * vrow + c;
-                v.prefetch(at + AHEAD * vrow, 64);
+                if c == 0 {
+                    v.prefetch(at + AHEAD * vrow, ahead);
+                }
                 // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
                 // caller's contract); at is a multiple of 16 for q8_0; g *
                 // len + i < G * len = scores.len().
