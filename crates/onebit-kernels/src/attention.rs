@@ -456,15 +456,20 @@ mod avx2 {
         // whole cache row for the first KV head (the next KV heads of the
         // block, read next, find their part there), else the head's part.
         let (ahead, ahead_v) = if kvh == 0 { (krow, vrow) } else { (dk, dv) };
-        // Scores: eight positions at a time on 512-bit registers, then the
-        // rest two at a time.
+        // Scores: eight positions at a time on 512-bit registers (four on
+        // 256-bit ones at the AVX2 level), then the rest two at a time.
         let mut i = 0;
-        if wide && dk == dk8 {
-            // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
-            // every K row read, k_at(from + i) + dk <= to * krow, is within
-            // `k` (checked above); dk is a multiple of 8, and k_at(p) is for
-            // q8_0 (its head dims are multiples of 32).
-            i = unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) };
+        if dk == dk8 {
+            i = if wide {
+                // SAFETY: `wide` is set only when AVX-512 F/BW/VL was
+                // detected; every K row read, k_at(from + i) + dk <= to *
+                // krow, is within `k` (checked above); dk is a multiple of 8,
+                // and k_at(p) is for q8_0 (its head dims are multiples of 32).
+                unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) }
+            } else {
+                // SAFETY: as above; AVX2, FMA and F16C are enabled here.
+                unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, scores) }
+            };
             if let Some(cap) = softcap {
                 for g in 0..G {
                     for s in &mut scores[g * len..g * len + i] {
@@ -587,6 +592,81 @@ mod avx2 {
                 part[g * ph + PART_HEAD + c] = acc;
             }
         }
+    }
+
+    /// `scores512` at the AVX2 level: four positions at a time, one 256-bit
+    /// register of eight lanes each, the four positions' lanes reduced
+    /// together by shuffles in reduce8's pairing; returns how many positions
+    /// it did (len / 4 * 4).
+    ///
+    /// # Safety
+    /// As `scores512`, with AVX2, FMA and F16C in place of AVX-512 F.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores4<E: Elems, const G: usize>(
+        k: E,
+        q: &[f32],
+        k0: usize,
+        krow: usize,
+        dk: usize,
+        len: usize,
+        scale: f32,
+        scores: &mut [f32],
+    ) -> usize {
+        let n = len / 4 * 4;
+        let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+        // After the last step, 128-bit lane 0 holds [p0, p2, ..] and lane 1
+        // [p1, p3, ..]: lanes 0, 4, 1, 5 are positions 0..4.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+        let scale = _mm_set1_ps(scale);
+        let mut i = 0;
+        while i < n {
+            let row = |p: usize| k0 + (i + p) * krow;
+            let mut acc = [[_mm256_setzero_ps(); 4]; G];
+            let mut j = 0;
+            while j < dk {
+                for t in 0..4 {
+                    // SAFETY: row(t) + j + 8 <= row(t) + dk, within `k` (the
+                    // caller's contract), j a multiple of 8; g * dk + j + 8
+                    // <= q.len().
+                    unsafe {
+                        let x = k.load8(row(t) + j);
+                        for (g, acc) in acc.iter_mut().enumerate() {
+                            let qv = _mm256_loadu_ps(qp.add(g * dk + j));
+                            acc[t] = _mm256_fmadd_ps(qv, x, acc[t]);
+                        }
+                    }
+                }
+                j += 8;
+            }
+            for (g, &[a, b, c, d]) in acc.iter().enumerate() {
+                // Lane 0 of u: position 0's [l0 + l4, l1 + l5, l2 + l6, l3 +
+                // l7], lane 1: position 1's (v: positions 2 and 3).
+                let u = _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                );
+                let v = _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(c, d),
+                    _mm256_permute2f128_ps::<0x31>(c, d),
+                );
+                // Lane 0: [(04) + (26), (15) + (37)] of position 0, then of
+                // 2; lane 1: of positions 1 and 3.
+                let w = _mm256_add_ps(
+                    _mm256_shuffle_ps::<0b01_00_01_00>(u, v),
+                    _mm256_shuffle_ps::<0b11_10_11_10>(u, v),
+                );
+                let s = _mm256_add_ps(
+                    _mm256_shuffle_ps::<0b10_00_10_00>(w, w),
+                    _mm256_shuffle_ps::<0b11_01_11_01>(w, w),
+                );
+                let s = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(s, order));
+                // SAFETY: g * len + i + 4 <= G * len <= scores.len().
+                unsafe { _mm_storeu_ps(sp.add(g * len + i), _mm_mul_ps(s, scale)) };
+            }
+            i += 4;
+        }
+        n
     }
 
     /// How many positions ahead of its tile `scores512` asks for K rows.
