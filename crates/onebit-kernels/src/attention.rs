@@ -468,7 +468,7 @@ mod avx2 {
                 unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) }
             } else {
                 // SAFETY: as above; AVX2, FMA and F16C are enabled here.
-                unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, scores) }
+                unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) }
             };
             if let Some(cap) = softcap {
                 for g in 0..G {
@@ -542,6 +542,9 @@ mod avx2 {
             let mut acc = [[_mm256_setzero_ps(); 2]; G];
             for i in 0..len {
                 let at = v_at(from + i, c);
+                if c == 0 {
+                    v.prefetch(at + AHEAD * vrow, ahead_v);
+                }
                 // SAFETY: at + 16 <= (from + i) * vrow + kvh * dv + dv <= to
                 // * vrow <= v.len(); at is a multiple of 8 for q8_0 (head
                 // dims multiples of 32); g * len + i < G * len = scores.len().
@@ -611,6 +614,7 @@ mod avx2 {
         dk: usize,
         len: usize,
         scale: f32,
+        ahead: usize,
         scores: &mut [f32],
     ) -> usize {
         let n = len / 4 * 4;
@@ -622,6 +626,9 @@ mod avx2 {
         let mut i = 0;
         while i < n {
             let row = |p: usize| k0 + (i + p) * krow;
+            for p in AHEAD..AHEAD + 4 {
+                k.prefetch(row(p), ahead);
+            }
             let mut acc = [[_mm256_setzero_ps(); 4]; G];
             let mut j = 0;
             while j < dk {
