@@ -18,14 +18,17 @@
 //! on one thread or spread over all of them. The AVX2 path computes the same
 //! fused operations in the same order as the scalar reference, so the two
 //! give the same bits; the query heads sharing a KV head run together there,
-//! so each K and V load serves all of them. At the AVX-512 level the scores
-//! run eight positions at a time on 512-bit registers (two positions' eight
-//! lanes per register, the same per-lane chains; the eight positions'
-//! lanes are then reduced together by shuffles, in the pairing of the
-//! scalar reduction), and the weighted sums of values likewise (64 columns
-//! of every head in one pass over the block's V rows); each element is still
-//! its own chain of fused multiply-adds in position order, so the bits are
-//! the same.
+//! so each K and V load serves all of them. The scores run four positions
+//! at a time, one 256-bit register of eight lanes per position (the same
+//! per-lane chains as the reference), the four positions' lanes then reduced
+//! together by shuffles in the pairing of the scalar reduction. At the
+//! AVX-512 level the weighted sums of values run on 512-bit registers (64
+//! columns of every head in one pass over the block's V rows); each element
+//! is still its own chain of fused multiply-adds in position order, so the
+//! bits are the same. (Scores eight positions at a time on 512-bit
+//! registers, two positions per register, measured a fifth slower than the
+//! four 256-bit ones on Zen 4, so both levels run the latter.) Both passes
+//! ask the cache for the rows 32 positions ahead.
 
 use crate::isa::Isa;
 use crate::kv::KvView;
@@ -244,20 +247,6 @@ mod avx2 {
         /// Asks the cache for the lines of elements i..i + n (a hint: any
         /// i, in bounds or not, is safe).
         fn prefetch(&self, i: usize, n: usize);
-        /// Elements a..a + 8 in the low half and b..b + 8 in the high half,
-        /// widened to f32, the same values as `get`.
-        ///
-        /// # Safety
-        /// As `load8` for a and for b; AVX-512 F is available.
-        #[inline(always)]
-        unsafe fn load8x2(&self, a: usize, b: usize) -> __m512 {
-            // SAFETY: the caller's contract, for each half.
-            unsafe {
-                let lo = _mm512_castps_pd(_mm512_castps256_ps512(self.load8(a)));
-                let hi = _mm256_castps_pd(self.load8(b));
-                _mm512_castpd_ps(_mm512_insertf64x4::<1>(lo, hi))
-            }
-        }
     }
 
     #[derive(Clone, Copy)]
@@ -326,17 +315,6 @@ mod avx2 {
             // SAFETY: i + 16 <= len, 32 bytes; AVX-512 F is available (the
             // caller's contract). vcvtph2ps widens exactly, as `get` does.
             unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.as_ptr().add(i).cast())) }
-        }
-        #[inline(always)]
-        unsafe fn load8x2(&self, a: usize, b: usize) -> __m512 {
-            // SAFETY: a + 8 and b + 8 <= len, 16 bytes each; AVX-512 F is
-            // available (the caller's contract). One vcvtph2ps widens both
-            // halves exactly, as `get` does.
-            unsafe {
-                let lo = _mm256_castsi128_si256(_mm_loadu_si128(self.0.as_ptr().add(a).cast()));
-                let hi = _mm_loadu_si128(self.0.as_ptr().add(b).cast());
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, hi))
-            }
         }
     }
 
@@ -452,24 +430,20 @@ mod avx2 {
         scores.resize(G * len, 0.0);
         let k_at = |p: usize| p * krow + kvh * dk;
 
-        // What the AVX-512 passes ask the cache for ahead of each row: the
-        // whole cache row for the first KV head (the next KV heads of the
-        // block, read next, find their part there), else the head's part.
+        // What the passes ask the cache for ahead of each row: the whole
+        // cache row for the first KV head (the next KV heads of the block,
+        // read next, find their part there), else the head's part.
         let (ahead, ahead_v) = if kvh == 0 { (krow, vrow) } else { (dk, dv) };
-        // Scores: eight positions at a time on 512-bit registers (four on
-        // 256-bit ones at the AVX2 level), then the rest two at a time.
+        // Scores: four positions at a time (at the AVX-512 level too: eight
+        // at a time on 512-bit registers measured slower on Zen 4), then the
+        // rest two at a time.
         let mut i = 0;
         if dk == dk8 {
-            i = if wide {
-                // SAFETY: `wide` is set only when AVX-512 F/BW/VL was
-                // detected; every K row read, k_at(from + i) + dk <= to *
-                // krow, is within `k` (checked above); dk is a multiple of 8,
-                // and k_at(p) is for q8_0 (its head dims are multiples of 32).
-                unsafe { scores512::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) }
-            } else {
-                // SAFETY: as above; AVX2, FMA and F16C are enabled here.
-                unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) }
-            };
+            // SAFETY: every K row read, k_at(from + i) + dk <= to * krow, is
+            // within `k` (checked above); dk is a multiple of 8, and k_at(p)
+            // is for q8_0 (its head dims are multiples of 32); AVX2, FMA and
+            // F16C are enabled here.
+            i = unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) };
             if let Some(cap) = softcap {
                 for g in 0..G {
                     for s in &mut scores[g * len..g * len + i] {
@@ -597,16 +571,24 @@ mod avx2 {
         }
     }
 
-    /// `scores512` at the AVX2 level: four positions at a time, one 256-bit
-    /// register of eight lanes each, the four positions' lanes reduced
-    /// together by shuffles in reduce8's pairing; returns how many positions
-    /// it did (len / 4 * 4).
+    /// The scaled dot products q·k of `block` (before the soft-cap) for the
+    /// first len / 4 * 4 positions, four at a time, into `scores` ([G][len]);
+    /// returns how many positions it did. Each position's eight lanes are
+    /// one register, every lane the same chain of fused multiply-adds as in
+    /// `dot_scalar`; the four positions' lanes are then reduced together by
+    /// shuffles in reduce8's pairing (((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+    /// (l3 + l7))), so each score is the same bits as
+    /// `finish_score(dot_scalar(..), scale, None)`. `k0` is the first
+    /// position's K head, `krow` the cache row width; the cache is asked for
+    /// `ahead` elements from the K head of the position [`AHEAD`] on.
     ///
     /// # Safety
-    /// As `scores512`, with AVX2, FMA and F16C in place of AVX-512 F.
+    /// AVX2, FMA and F16C are available; dk is a multiple of 8 and q.len()
+    /// == G * dk; every row k0 + p * krow + dk, p < len, is within `k`; for
+    /// q8_0, k0 and krow are multiples of 32; scores.len() >= G * len.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn scores4<E: Elems, const G: usize>(
+    unsafe fn scores4<E: Elems, const G: usize>(
         k: E,
         q: &[f32],
         k0: usize,
@@ -676,105 +658,9 @@ mod avx2 {
         n
     }
 
-    /// How many positions ahead of its tile `scores512` asks for K rows.
+    /// How many positions ahead the passes ask the cache for K and V rows
+    /// (16 to 128 measured alike at depth 4096).
     const AHEAD: usize = 32;
-
-    /// The scaled dot products q·k of `block` (before the soft-cap) for the
-    /// first len / 8 * 8 positions, eight at a time on 512-bit registers,
-    /// into `scores` ([G][len]); returns how many positions it did. Each
-    /// register holds the eight lanes of two positions, every lane the same
-    /// chain of fused multiply-adds as in `dot_scalar`; the eight positions'
-    /// lanes are then reduced together by shuffles in reduce8's pairing
-    /// (((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))), so each score is
-    /// the same bits as `finish_score(dot_scalar(..), scale, None)`. `k0`
-    /// is the first position's K head, `krow` the cache row width; the
-    /// cache is asked for `ahead` elements from the K head of the position
-    /// [`AHEAD`] on.
-    ///
-    /// # Safety
-    /// AVX-512 F is available; dk is a multiple of 8 and q.len() == G * dk;
-    /// every row k0 + p * krow + dk, p < len, is within `k`; for q8_0, k0
-    /// and krow are multiples of 32; scores.len() >= G * len.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn scores512<E: Elems, const G: usize>(
-        k: E,
-        q: &[f32],
-        k0: usize,
-        krow: usize,
-        dk: usize,
-        len: usize,
-        scale: f32,
-        ahead: usize,
-        scores: &mut [f32],
-    ) -> usize {
-        let n = len / 8 * 8;
-        let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
-        // After the last reduction step, 128-bit lane c holds [position c,
-        // position c + 4, ...]: lanes 0, 4, 8, 12, 1, 5, 9, 13 are
-        // positions 0..8.
-        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-        let scale = _mm256_set1_ps(scale);
-        let mut i = 0;
-        while i < n {
-            let row = |p: usize| k0 + (i + p) * krow;
-            // acc[g][t]: positions i + 2t (low half) and i + 2t + 1 (high).
-            for p in AHEAD..AHEAD + 8 {
-                k.prefetch(row(p), ahead);
-            }
-            let mut acc = [[_mm512_setzero_ps(); 4]; G];
-            let mut j = 0;
-            while j < dk {
-                // SAFETY: row(p) + j + 8 <= row(p) + dk, within `k` (the
-                // caller's contract), j a multiple of 8; g * dk + j + 8 <=
-                // q.len().
-                unsafe {
-                    let x = [
-                        k.load8x2(row(0) + j, row(1) + j),
-                        k.load8x2(row(2) + j, row(3) + j),
-                        k.load8x2(row(4) + j, row(5) + j),
-                        k.load8x2(row(6) + j, row(7) + j),
-                    ];
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        let q8 = _mm256_loadu_ps(qp.add(g * dk + j));
-                        let qv = _mm512_broadcast_f64x4(_mm256_castps_pd(q8));
-                        let qv = _mm512_castpd_ps(qv);
-                        for (a, x) in acc.iter_mut().zip(x) {
-                            *a = _mm512_fmadd_ps(qv, x, *a);
-                        }
-                    }
-                }
-                j += 8;
-            }
-            for (g, &[a, b, c, d]) in acc.iter().enumerate() {
-                // l + (l + 4) per position: 128-bit lane c of u is position
-                // c's [l0 + l4, l1 + l5, l2 + l6, l3 + l7] (v: position 4 + c).
-                let u = _mm512_add_ps(
-                    _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
-                    _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
-                );
-                let v = _mm512_add_ps(
-                    _mm512_shuffle_f32x4::<0b10_00_10_00>(c, d),
-                    _mm512_shuffle_f32x4::<0b11_01_11_01>(c, d),
-                );
-                // Lane c: [(04) + (26), (15) + (37)] of position c, then of c + 4.
-                let w = _mm512_add_ps(
-                    _mm512_shuffle_ps::<0b01_00_01_00>(u, v),
-                    _mm512_shuffle_ps::<0b11_10_11_10>(u, v),
-                );
-                // Lane c: the sums of position c and c + 4 (twice).
-                let s = _mm512_add_ps(
-                    _mm512_shuffle_ps::<0b10_00_10_00>(w, w),
-                    _mm512_shuffle_ps::<0b11_01_11_01>(w, w),
-                );
-                let s = _mm512_castps512_ps256(_mm512_permutexvar_ps(order, s));
-                // SAFETY: g * len + i + 8 <= G * len <= scores.len().
-                unsafe { _mm256_storeu_ps(sp.add(g * len + i), _mm256_mul_ps(s, scale)) };
-            }
-            i += 8;
-        }
-        n
-    }
 
     /// The weighted sums of values of `block` on 512-bit registers: 64, then
     /// 16 columns of all G heads at a time, each element the same fused
@@ -1426,8 +1312,7 @@ mod tests {
 
     /// The AVX2 and AVX-512 block kernels and the scalar reference give the
     /// same bits, for every type and head group, over spans whose lengths
-    /// take the eight-position AVX-512 score tiles with and without a
-    /// remainder.
+    /// take the four-position score tiles with and without a remainder.
     #[test]
     fn simd_block_equals_scalar_reference() {
         #[cfg(target_arch = "x86_64")]
