@@ -18,10 +18,17 @@
 //! on one thread or spread over all of them. The AVX2 path computes the same
 //! fused operations in the same order as the scalar reference, so the two
 //! give the same bits; the query heads sharing a KV head run together there,
-//! so each K and V load serves all of them. At the AVX-512 level the weighted
-//! sums of values run on 512-bit registers (64 columns of every head in one
-//! pass over the block's V rows); each element is still its own chain of
-//! fused multiply-adds in position order, so the bits are the same.
+//! so each K and V load serves all of them. The scores run four positions
+//! at a time, one 256-bit register of eight lanes per position (the same
+//! per-lane chains as the reference), the four positions' lanes then reduced
+//! together by shuffles in the pairing of the scalar reduction. At the
+//! AVX-512 level the weighted sums of values run on 512-bit registers (64
+//! columns of every head in one pass over the block's V rows); each element
+//! is still its own chain of fused multiply-adds in position order, so the
+//! bits are the same. (Scores eight positions at a time on 512-bit
+//! registers, two positions per register, measured a fifth slower than the
+//! four 256-bit ones on Zen 4, so both levels run the latter.) Both passes
+//! ask the cache for the rows 32 positions ahead.
 
 use crate::isa::Isa;
 use crate::kv::KvView;
@@ -67,15 +74,22 @@ fn axpy_scalar(o: &mut [f32], w: f32, v: &[f32]) {
 fn finish_score(dot: f32, scale: f32, softcap: Option<f32>) -> f32 {
     let s = dot * scale;
     match softcap {
-        Some(cap) => cap * (s / cap).tanh(),
+        Some(cap) => soft_cap(s, cap),
         None => s,
     }
+}
+
+/// The soft-cap of a scaled score: cap tanh(s / cap).
+#[inline]
+fn soft_cap(s: f32, cap: f32) -> f32 {
+    cap * (s / cap).tanh()
 }
 
 /// Per head of a block: the max of its scores, the scores replaced by their
 /// weights e^(s - max), and the weights' sum; writes max and sum to `part`.
 /// (Used by the x86 kernels only.)
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
 fn weights(scores: &mut [f32], part: &mut [f32]) {
     let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     exp_sub(scores, m);
@@ -137,6 +151,7 @@ fn block_scalar(
 }
 
 /// Folds a later block's partial `b` into the running partial `run` (one head).
+#[inline(always)]
 fn combine(run: &mut [f32], b: &[f32]) {
     let m = run[0].max(b[0]);
     let (sa, sb) = (exp_fast(run[0] - m), exp_fast(b[0] - m));
@@ -148,6 +163,7 @@ fn combine(run: &mut [f32], b: &[f32]) {
 }
 
 /// The output of a head from its folded partial.
+#[inline(always)]
 fn finish(run: &[f32], out: &mut [f32]) {
     let inv = 1.0 / run[1];
     for (o, x) in out.iter_mut().zip(&run[PART_HEAD..]) {
@@ -155,9 +171,59 @@ fn finish(run: &[f32], out: &mut [f32]) {
     }
 }
 
+/// [`combine`] and [`finish`] compiled with the FMA instruction, so that
+/// `exp_fast`'s fused multiply-adds are single instructions rather than
+/// library calls (the same operations, so the same bits).
+#[cfg(target_arch = "x86_64")]
+mod fold_fma {
+    /// # Safety
+    /// AVX2 and FMA are available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn combine(run: &mut [f32], b: &[f32]) {
+        super::combine(run, b)
+    }
+
+    /// # Safety
+    /// AVX2 and FMA are available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn finish(run: &[f32], out: &mut [f32]) {
+        super::finish(run, out)
+    }
+}
+
+/// [`combine`] or [`finish`] on the chosen path.
+#[derive(Clone, Copy)]
+struct Fold {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    simd: bool,
+}
+
+impl Fold {
+    #[inline]
+    fn combine(self, run: &mut [f32], b: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.simd {
+            // SAFETY: `simd` is set only when level() >= Avx2 (AVX2 and FMA
+            // detected).
+            return unsafe { fold_fma::combine(run, b) };
+        }
+        combine(run, b)
+    }
+
+    #[inline]
+    fn finish(self, run: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.simd {
+            // SAFETY: as in `combine`.
+            return unsafe { fold_fma::finish(run, out) };
+        }
+        finish(run, out)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{finish_score, weights, AttnShape, PART_HEAD};
+    use super::{finish_score, soft_cap, weights, AttnShape, PART_HEAD};
     use crate::kv::{KvView, Q8_0_BLOCK};
     use core::arch::x86_64::*;
 
@@ -178,6 +244,9 @@ mod avx2 {
         /// i + 16 <= len(); for q8_0, i is a multiple of 16 (so the sixteen
         /// share one block); AVX-512 F is available.
         unsafe fn load16(&self, i: usize) -> __m512;
+        /// Asks the cache for the lines of elements i..i + n (a hint: any
+        /// i, in bounds or not, is safe).
+        fn prefetch(&self, i: usize, n: usize);
     }
 
     #[derive(Clone, Copy)]
@@ -190,6 +259,16 @@ mod avx2 {
     impl Elems for F32s<'_> {
         fn len(&self) -> usize {
             self.0.len()
+        }
+        #[inline(always)]
+        fn prefetch(&self, i: usize, n: usize) {
+            let mut e = 0;
+            while e < n {
+                // SAFETY: a prefetch never faults, whatever the address;
+                // wrapping_add computes it without claiming it is in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+                e += 16;
+            }
         }
         #[inline(always)]
         fn get(&self, i: usize) -> f32 {
@@ -212,6 +291,16 @@ mod avx2 {
             self.0.len()
         }
         #[inline(always)]
+        fn prefetch(&self, i: usize, n: usize) {
+            let mut e = 0;
+            while e < n {
+                // SAFETY: a prefetch never faults, whatever the address;
+                // wrapping_add computes it without claiming it is in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+                e += 32;
+            }
+        }
+        #[inline(always)]
         fn get(&self, i: usize) -> f32 {
             KvView::F16(self.0).get(i)
         }
@@ -232,6 +321,16 @@ mod avx2 {
     impl Elems for Q8s<'_> {
         fn len(&self) -> usize {
             self.0.len().min(self.1.len() * Q8_0_BLOCK)
+        }
+        #[inline(always)]
+        fn prefetch(&self, i: usize, n: usize) {
+            let mut e = 0;
+            while e < n {
+                // SAFETY: a prefetch never faults, whatever the address;
+                // wrapping_add computes it without claiming it is in bounds.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+                e += 64;
+            }
         }
         #[inline(always)]
         fn get(&self, i: usize) -> f32 {
@@ -331,8 +430,28 @@ mod avx2 {
         scores.resize(G * len, 0.0);
         let k_at = |p: usize| p * krow + kvh * dk;
 
-        // Scores, two positions at a time.
+        // What the passes ask the cache for ahead of each row: the whole
+        // cache row for the first KV head (the next KV heads of the block,
+        // read next, find their part there), else the head's part.
+        let (ahead, ahead_v) = if kvh == 0 { (krow, vrow) } else { (dk, dv) };
+        // Scores: four positions at a time (at the AVX-512 level too: eight
+        // at a time on 512-bit registers measured slower on Zen 4), then the
+        // rest two at a time.
         let mut i = 0;
+        if dk == dk8 {
+            // SAFETY: every K row read, k_at(from + i) + dk <= to * krow, is
+            // within `k` (checked above); dk is a multiple of 8, and k_at(p)
+            // is for q8_0 (its head dims are multiples of 32); AVX2, FMA and
+            // F16C are enabled here.
+            i = unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) };
+            if let Some(cap) = softcap {
+                for g in 0..G {
+                    for s in &mut scores[g * len..g * len + i] {
+                        *s = soft_cap(*s, cap);
+                    }
+                }
+            }
+        }
         while i < len {
             let pair = i + 1 < len;
             let k0 = k_at(from + i);
@@ -381,13 +500,25 @@ mod avx2 {
             // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
             // the cache rows were checked above.
             c = unsafe {
-                values512::<E, G>(v, &scores[..G * len], len, v_at(from, 0), vrow, dv, part)
+                values512::<E, G>(
+                    v,
+                    &scores[..G * len],
+                    len,
+                    v_at(from, 0),
+                    vrow,
+                    dv,
+                    ahead_v,
+                    part,
+                )
             };
         }
         while c + 16 <= dv {
             let mut acc = [[_mm256_setzero_ps(); 2]; G];
             for i in 0..len {
                 let at = v_at(from + i, c);
+                if c == 0 {
+                    v.prefetch(at + AHEAD * vrow, ahead_v);
+                }
                 // SAFETY: at + 16 <= (from + i) * vrow + kvh * dv + dv <= to
                 // * vrow <= v.len(); at is a multiple of 8 for q8_0 (head
                 // dims multiples of 32); g * len + i < G * len = scores.len().
@@ -440,15 +571,108 @@ mod avx2 {
         }
     }
 
+    /// The scaled dot products q·k of `block` (before the soft-cap) for the
+    /// first len / 4 * 4 positions, four at a time, into `scores` ([G][len]);
+    /// returns how many positions it did. Each position's eight lanes are
+    /// one register, every lane the same chain of fused multiply-adds as in
+    /// `dot_scalar`; the four positions' lanes are then reduced together by
+    /// shuffles in reduce8's pairing (((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+    /// (l3 + l7))), so each score is the same bits as
+    /// `finish_score(dot_scalar(..), scale, None)`. `k0` is the first
+    /// position's K head, `krow` the cache row width; the cache is asked for
+    /// `ahead` elements from the K head of the position [`AHEAD`] on.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available; dk is a multiple of 8 and q.len()
+    /// == G * dk; every row k0 + p * krow + dk, p < len, is within `k`; for
+    /// q8_0, k0 and krow are multiples of 32; scores.len() >= G * len.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores4<E: Elems, const G: usize>(
+        k: E,
+        q: &[f32],
+        k0: usize,
+        krow: usize,
+        dk: usize,
+        len: usize,
+        scale: f32,
+        ahead: usize,
+        scores: &mut [f32],
+    ) -> usize {
+        let n = len / 4 * 4;
+        let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+        // After the last step, 128-bit lane 0 holds [p0, p2, ..] and lane 1
+        // [p1, p3, ..]: lanes 0, 4, 1, 5 are positions 0..4.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+        let scale = _mm_set1_ps(scale);
+        let mut i = 0;
+        while i < n {
+            let row = |p: usize| k0 + (i + p) * krow;
+            for p in AHEAD..AHEAD + 4 {
+                k.prefetch(row(p), ahead);
+            }
+            let mut acc = [[_mm256_setzero_ps(); 4]; G];
+            let mut j = 0;
+            while j < dk {
+                for t in 0..4 {
+                    // SAFETY: row(t) + j + 8 <= row(t) + dk, within `k` (the
+                    // caller's contract), j a multiple of 8; g * dk + j + 8
+                    // <= q.len().
+                    unsafe {
+                        let x = k.load8(row(t) + j);
+                        for (g, acc) in acc.iter_mut().enumerate() {
+                            let qv = _mm256_loadu_ps(qp.add(g * dk + j));
+                            acc[t] = _mm256_fmadd_ps(qv, x, acc[t]);
+                        }
+                    }
+                }
+                j += 8;
+            }
+            for (g, &[a, b, c, d]) in acc.iter().enumerate() {
+                // Lane 0 of u: position 0's [l0 + l4, l1 + l5, l2 + l6, l3 +
+                // l7], lane 1: position 1's (v: positions 2 and 3).
+                let u = _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                );
+                let v = _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(c, d),
+                    _mm256_permute2f128_ps::<0x31>(c, d),
+                );
+                // Lane 0: [(04) + (26), (15) + (37)] of position 0, then of
+                // 2; lane 1: of positions 1 and 3.
+                let w = _mm256_add_ps(
+                    _mm256_shuffle_ps::<0b01_00_01_00>(u, v),
+                    _mm256_shuffle_ps::<0b11_10_11_10>(u, v),
+                );
+                let s = _mm256_add_ps(
+                    _mm256_shuffle_ps::<0b10_00_10_00>(w, w),
+                    _mm256_shuffle_ps::<0b11_01_11_01>(w, w),
+                );
+                let s = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(s, order));
+                // SAFETY: g * len + i + 4 <= G * len <= scores.len().
+                unsafe { _mm_storeu_ps(sp.add(g * len + i), _mm_mul_ps(s, scale)) };
+            }
+            i += 4;
+        }
+        n
+    }
+
+    /// How many positions ahead the passes ask the cache for K and V rows
+    /// (16 to 128 measured alike at depth 4096).
+    const AHEAD: usize = 32;
+
     /// The weighted sums of values of `block` on 512-bit registers: 64, then
     /// 16 columns of all G heads at a time, each element the same fused
     /// multiply-adds in the same position order; returns the first column
     /// left for the narrower loops. `v0` is the first position's column 0,
-    /// `vrow` the cache row width.
+    /// `vrow` the cache row width; the cache is asked for `ahead` elements
+    /// from column 0 of the position [`AHEAD`] on.
     ///
     /// # Safety
     /// AVX-512 F is available; every row v0 + i * vrow + dv, i < len, is
     /// within `v`; for q8_0, v0 and vrow are multiples of 32.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
     unsafe fn values512<E: Elems, const G: usize>(
         v: E,
@@ -457,6 +681,7 @@ mod avx2 {
         v0: usize,
         vrow: usize,
         dv: usize,
+        ahead: usize,
         part: &mut [f32],
     ) -> usize {
         let ph = PART_HEAD + dv;
@@ -466,6 +691,9 @@ mod avx2 {
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             for i in 0..len {
                 let at = v0 + i * vrow + c;
+                if c == 0 {
+                    v.prefetch(at + AHEAD * vrow, ahead);
+                }
                 // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
                 // caller's contract); at is a multiple of 16 for q8_0; g *
                 // len + i < G * len = scores.len().
@@ -681,6 +909,7 @@ pub fn attend_rows(
     #[cfg(not(target_arch = "x86_64"))]
     let (simd, wide) = (false, false);
     let ph = PART_HEAD + dv;
+    let fold = Fold { simd };
     let threads = pool.threads();
     let dst = SharedMut(out.as_mut_ptr());
     let n_blocks = |(from, to): (usize, usize)| to.saturating_sub(from).div_ceil(BLOCK);
@@ -730,12 +959,12 @@ pub fn attend_rows(
                         );
                         if b > 0 {
                             for (rh, bh) in run.chunks_exact_mut(ph).zip(part.chunks_exact(ph)) {
-                                combine(rh, bh);
+                                fold.combine(rh, bh);
                             }
                         }
                     }
                     for (rh, oh) in run.chunks_exact(ph).zip(os.chunks_exact_mut(dv)) {
-                        finish(rh, oh);
+                        fold.finish(rh, oh);
                     }
                 }
             }
@@ -826,7 +1055,7 @@ pub fn attend_rows(
                     .chunks_exact_mut(ph)
                     .zip(parts[o..o + gp].chunks_exact(ph))
                 {
-                    combine(rh, bh);
+                    fold.combine(rh, bh);
                 }
             }
             let at = r * nh + h;
@@ -834,7 +1063,7 @@ pub fn attend_rows(
                 .chunks_exact(ph)
                 .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
             {
-                finish(rh, oh);
+                fold.finish(rh, oh);
             }
         }
     }
@@ -1081,8 +1310,9 @@ mod tests {
         }
     }
 
-    /// The AVX2 block kernel and the scalar reference give the same bits, for
-    /// every type and head group; the AVX-512 level runs the AVX2 kernel.
+    /// The AVX2 and AVX-512 block kernels and the scalar reference give the
+    /// same bits, for every type and head group, over spans whose lengths
+    /// take the four-position score tiles with and without a remainder.
     #[test]
     fn simd_block_equals_scalar_reference() {
         #[cfg(target_arch = "x86_64")]
