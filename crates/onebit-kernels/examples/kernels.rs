@@ -40,6 +40,8 @@ fn main() {
         (GgmlType::Q6K, 1536, 8960, "Qwen1.5B ffn down"),
         (GgmlType::Q6K, 151936, 1536, "Qwen1.5B output"),
         (GgmlType::Q4_0, 8192, 3072, "Llama3B ffn up"),
+        (GgmlType::Q4_0, 196608, 3072, "Llama3B 24 x ffn up (DRAM)"),
+        (GgmlType::Q6K, 128256, 3072, "Llama3B output"),
     ];
     let tokens: Vec<usize> = args.get(3).map_or(vec![1, 64, 512], |s| {
         s.split(',').map(|t| t.parse().unwrap()).collect()
