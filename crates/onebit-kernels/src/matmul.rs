@@ -18,9 +18,9 @@
 //! tokens with AVX-512), so a decoded weight block serves several tokens and a
 //! loaded activation block several rows.
 //!
-//! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0 per
-//! row; Q4_K, Q6_K by groups of 8 rows, so work chunks start on a multiple
-//! of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
+//! Weights of the types the SIMD kernels repack (Q4_1, Q5_0, Q8_0 per row;
+//! Q4_0, Q4_K, Q6_K by groups of 8 rows, Q4_0's rows past the last group per
+//! row, so work chunks start on a multiple of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
 //! original's mapped pages, into a copy the size of the original; clones of a
 //! `QMatrix` share it.
 // The repacked and wide layouts are x86's; the aarch64 kernels read standard rows.
@@ -638,7 +638,7 @@ mod tests {
     #[test]
     fn repacked_rows_decode_as_the_original() {
         let pool = Pool::new(2);
-        for (t, rows, cols) in [(GgmlType::Q4K, 21, 512), (GgmlType::Q4_0, 5, 640)] {
+        for (t, rows, cols) in [(GgmlType::Q4K, 21, 512), (GgmlType::Q4_0, 13, 640)] {
             let w = matrix(t, rows, cols, 9);
             let mut want = vec![vec![0f32; cols]; rows];
             for (r, o) in want.iter_mut().enumerate() {

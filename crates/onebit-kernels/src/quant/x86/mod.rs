@@ -40,21 +40,28 @@
 //! the integer lanes of the same block are added before the float terms.
 //!
 //! Activations for those kernels are quantized as usual (Q8_0/Q8_1) and then
-//! rearranged per row the same way: per group, d[n] as f32, for Q8_1 s[n] as
-//! f32, then the code vectors.
+//! rearranged per row the same way: per group, d[n] as f32, then s[n] as f32
+//! for Q8_1 or, for Q8_0, each block's code sum as i32 (so a kernel need not
+//! sum the codes for Q4_0's and Q5_0's offsets once per row), then the code
+//! vectors.
 //!
-//! # Interleaved layout (K-quants)
+//! # Interleaved layout (Q4_0, K-quants)
 //!
-//! Q4_K and Q6_K matrices are repacked by groups of 8 rows ([`Q4K_X8`],
-//! [`Q6K_X8`]): per super-block, each row's block cut in 4-byte units, unit
-//! u of the 8 rows side by side, so a 256-bit vector holds one row per
-//! 32-bit lane. A row's integer sums then stay in its lane (no horizontal
+//! Q4_0, Q4_K and Q6_K matrices are repacked by groups of 8 rows
+//! ([`Q4_0_X8`], [`Q4K_X8`], [`Q6K_X8`]): per block (super-block), each
+//! row's block cut in 4-byte units, unit u of the 8 rows side by side, so a
+//! 256-bit vector holds one row per 32-bit lane. A row's integer sums then stay in its lane (no horizontal
 //! reduction), each activation word is broadcast to all lanes, and the
 //! scales apply lane-wise; the float formula runs per lane in the scalar
 //! reference's order. One token (decode) streams each group once; the wide
 //! prefill kernels gather a row's super-blocks back into standard blocks as
 //! they expand them. Rows past a matrix's last whole group stay standard
-//! and run the standard-layout kernels.
+//! (Q4_0: packed per row as above) and run the per-row kernels.
+//!
+//! For Q4_0 the blocks of 32 keep the per-row kernels' float order: a
+//! row's block b adds into its accumulator b % 8, so the one-token kernel
+//! keeps eight float vectors (lane = row), block b into vector b % 8, and
+//! transposes them at the end into each row's eight lanes for `reduce8`.
 
 use onebit_formats::GgmlType;
 
@@ -113,10 +120,20 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
 }
 
 /// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
-/// the SIMD kernels (Q4_K, Q6_K; see [`Q4K_X8`], [`Q6K_X8`]).
+/// the SIMD kernels (Q4_0, Q4_K, Q6_K; see [`Q4_0_X8`], [`Q4K_X8`],
+/// [`Q6K_X8`]). Q4_0 also [`packs`]: its rows past the last whole group
+/// are packed per row.
 pub fn interleaves(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4K | GgmlType::Q6K)
+    matches!(t, GgmlType::Q4_0 | GgmlType::Q4K | GgmlType::Q6K)
 }
+
+/// Bytes of one interleaved Q4_0 block group: eight rows' 18-byte blocks,
+/// d[8] as f16 at 0 (row r at 2r), then unit u (0..4) of row r at
+/// 16 + 32u + 4r, where unit u is the code bytes 4u..4u + 4 (block bytes
+/// 2 + 4u..6 + 4u): their low nibbles are elements 4u.., their high nibbles
+/// elements 16 + 4u... A matrix's block b of rows 8g..8g + 8 is at
+/// 8g * row bytes + b * Q4_0_X8.
+pub const Q4_0_X8: usize = 8 * 18;
 
 /// Rows per interleaved group: one row per 32-bit lane of a 256-bit vector.
 pub const ROW_GROUP: usize = 8;
@@ -150,6 +167,14 @@ fn q4k_x8_at(b: usize, r: usize) -> usize {
     }
 }
 
+/// Where byte `b` of row `r`'s Q4_0 block lands in an interleaved group.
+fn q4_0_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        0..=1 => 2 * r + b,
+        _ => 16 + 32 * ((b - 2) / 4) + 4 * r + (b - 2) % 4,
+    }
+}
+
 /// Where byte `b` of row `r`'s Q6_K block lands in an interleaved group.
 fn q6k_x8_at(b: usize, r: usize) -> usize {
     match b {
@@ -164,7 +189,13 @@ type X8At = fn(usize, usize) -> usize;
 /// The runs (start, length) of a block of `t` that move together in its
 /// interleaved group, and where run `b` of row `r` goes.
 fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
-    if t == GgmlType::Q4K {
+    if t == GgmlType::Q4_0 {
+        let runs = [(0, 2)]
+            .into_iter()
+            .chain((2..18).step_by(4).map(|b| (b, 4)))
+            .collect();
+        (runs, q4_0_x8_at)
+    } else if t == GgmlType::Q4K {
         let runs = [(0, 2), (2, 2)]
             .into_iter()
             .chain((4..144).step_by(4).map(|b| (b, 4)))
@@ -187,7 +218,7 @@ fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
 pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
     assert_eq!(rows.len(), out.len());
     assert_eq!(rows.len() % wrb, 0);
-    if packs(t) {
+    if packs(t) && !interleaves(t) {
         for (s, o) in rows.chunks_exact(wrb).zip(out.chunks_exact_mut(wrb)) {
             pack_weight_row(t, s, o);
         }
@@ -210,19 +241,28 @@ pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
             }
         }
     }
-    out[whole..].copy_from_slice(&rows[whole..]);
+    if packs(t) {
+        for (s, o) in rows[whole..]
+            .chunks_exact(wrb)
+            .zip(out[whole..].chunks_exact_mut(wrb))
+        {
+            pack_weight_row(t, s, o);
+        }
+    } else {
+        out[whole..].copy_from_slice(&rows[whole..]);
+    }
 }
 
 /// Undoes [`pack_weight_rows`] for row `r` of a repacked matrix of `nrows`
 /// rows of `wrb` bytes (`packed` from its first row on).
 pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize, out: &mut [u8]) {
     assert_eq!(out.len(), wrb);
-    if packs(t) {
+    let g0 = r / ROW_GROUP * ROW_GROUP;
+    if packs(t) && (!interleaves(t) || g0 + ROW_GROUP > nrows) {
         unpack_weight_row(t, &packed[r * wrb..(r + 1) * wrb], out);
         return;
     }
     assert!(interleaves(t), "{t} rows are not repacked");
-    let g0 = r / ROW_GROUP * ROW_GROUP;
     if g0 + ROW_GROUP > nrows {
         out.copy_from_slice(&packed[r * wrb..(r + 1) * wrb]);
         return;
@@ -318,12 +358,10 @@ pub fn unpack_weight_row(t: GgmlType, packed: &[u8], out: &mut [u8]) {
     });
 }
 
-/// Bytes one block takes in a packed activation row: d as f32, (s as f32), codes.
-const fn act_block(fmt: ActFormat) -> usize {
-    match fmt {
-        ActFormat::Q8_1 => 40,
-        _ => 36,
-    }
+/// Bytes one block takes in a packed activation row: d as f32, s as f32
+/// (Q8_1) or the code sum as i32 (Q8_0), codes.
+const fn act_block(_fmt: ActFormat) -> usize {
+    40
 }
 
 /// Bytes of one packed activation row of `n` elements (Q8_0 or Q8_1).
@@ -332,8 +370,9 @@ pub fn packed_act_row_bytes(fmt: ActFormat, n: usize) -> usize {
 }
 
 /// Rearranges one standard Q8_0/Q8_1 activation row into the packed layout:
-/// per group of n <= 8 blocks, d[n] as f32, for Q8_1 s[n] as f32, then code
-/// vector k (k = 0..8) at 4n * k holding bytes 4k..4k+4 of each block's codes.
+/// per group of n <= 8 blocks, d[n] as f32, then s[n] as f32 (Q8_1) or each
+/// block's code sum as i32 (Q8_0), then code vector k (k = 0..8) at
+/// 8n + 4n * k holding bytes 4k..4k+4 of each block's codes.
 pub fn pack_act_row(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
     let bb = fmt.block_bytes();
     let nb = row.len() / bb;
@@ -344,15 +383,18 @@ pub fn pack_act_row(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
         let n = (nb - 8 * g).min(8);
         let src = &row[g * 8 * bb..(g * 8 + n) * bb];
         let dst = &mut out[g * 8 * pb..(g * 8 + n) * pb];
-        let codes = if fmt == ActFormat::Q8_1 { 8 * n } else { 4 * n };
+        let codes = 8 * n;
         for l in 0..n {
             let b = &src[l * bb..(l + 1) * bb];
             let d = onebit_formats::blocks::f16_at(b, 0);
             dst[4 * l..4 * l + 4].copy_from_slice(&d.to_le_bytes());
-            if fmt == ActFormat::Q8_1 {
-                let s = onebit_formats::blocks::f16_at(b, 2);
-                dst[4 * n + 4 * l..4 * n + 4 * l + 4].copy_from_slice(&s.to_le_bytes());
-            }
+            let second = if fmt == ActFormat::Q8_1 {
+                onebit_formats::blocks::f16_at(b, 2).to_le_bytes()
+            } else {
+                let sum: i32 = b[qs..qs + 32].iter().map(|&c| c as i8 as i32).sum();
+                sum.to_le_bytes()
+            };
+            dst[4 * n + 4 * l..4 * n + 4 * l + 4].copy_from_slice(&second);
             for k in 0..8 {
                 let at = codes + 4 * n * k + 4 * l;
                 dst[at..at + 4].copy_from_slice(&b[qs + 4 * k..qs + 4 * k + 4]);
