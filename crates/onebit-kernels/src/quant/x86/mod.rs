@@ -47,8 +47,8 @@
 //!
 //! # Interleaved layout (Q4_0, K-quants)
 //!
-//! Q4_0, Q4_K and Q6_K matrices are repacked by groups of 8 rows
-//! ([`Q4_0_X8`], [`Q4K_X8`], [`Q6K_X8`]): per block (super-block), each
+//! Q4_0, Q5_0, Q4_K and Q6_K matrices are repacked by groups of 8 rows
+//! ([`Q4_0_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q6K_X8`]): per block (super-block), each
 //! row's block cut in 4-byte units, unit u of the 8 rows side by side, so a
 //! 256-bit vector holds one row per 32-bit lane. A row's integer sums then stay in its lane (no horizontal
 //! reduction), each activation word is broadcast to all lanes, and the
@@ -56,9 +56,9 @@
 //! reference's order. One token (decode) streams each group once; the wide
 //! prefill kernels gather a row's super-blocks back into standard blocks as
 //! they expand them. Rows past a matrix's last whole group stay standard
-//! (Q4_0: packed per row as above) and run the per-row kernels.
+//! (Q4_0, Q5_0: packed per row as above) and run the per-row kernels.
 //!
-//! For Q4_0 the blocks of 32 keep the per-row kernels' float order: a
+//! For Q4_0 and Q5_0 the blocks of 32 keep the per-row kernels' float order: a
 //! row's block b adds into its accumulator b % 8, so the one-token kernel
 //! keeps eight float vectors (lane = row), block b into vector b % 8, and
 //! transposes them at the end into each row's eight lanes for `reduce8`.
@@ -120,11 +120,14 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
 }
 
 /// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
-/// the SIMD kernels (Q4_0, Q4_K, Q6_K; see [`Q4_0_X8`], [`Q4K_X8`],
-/// [`Q6K_X8`]). Q4_0 also [`packs`]: its rows past the last whole group
-/// are packed per row.
+/// the SIMD kernels (Q4_0, Q5_0, Q4_K, Q6_K; see [`Q4_0_X8`], [`Q5_0_X8`],
+/// [`Q4K_X8`], [`Q6K_X8`]). Q4_0 and Q5_0 also [`packs`]: their rows past
+/// the last whole group are packed per row.
 pub fn interleaves(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4_0 | GgmlType::Q4K | GgmlType::Q6K)
+    matches!(
+        t,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4K | GgmlType::Q6K
+    )
 }
 
 /// Bytes of one interleaved Q4_0 block group: eight rows' 18-byte blocks,
@@ -134,6 +137,42 @@ pub fn interleaves(t: GgmlType) -> bool {
 /// elements 16 + 4u... A matrix's block b of rows 8g..8g + 8 is at
 /// 8g * row bytes + b * Q4_0_X8.
 pub const Q4_0_X8: usize = 8 * 18;
+
+/// Bytes of one interleaved Q5_0 block group: eight rows' 22-byte blocks,
+/// d[8] as f16 at 0 (row r at 2r), row r's fifth bits at 16 + 4r as four
+/// bytes, byte u holding in bits 0..4 the fifth bits of elements
+/// 4u..4u + 4 (qh bits 4u..) and in bits 4..8 those of elements
+/// 16 + 4u..16 + 4u + 4 (qh bits 16 + 4u..), see [`q5_qh_x8`]; then unit u
+/// (0..4) of row r at 48 + 32u + 4r, the code bytes 4u..4u + 4 (block bytes
+/// 6 + 4u..10 + 4u), low nibbles elements 4u.., high nibbles 16 + 4u...
+pub const Q5_0_X8: usize = 8 * 22;
+
+/// A Q5_0 block's qh (bit j = fifth bit of element j) as the interleaved
+/// layout stores it: bit 8u + i = qh bit 4u + i, bit 8u + 4 + i = qh bit
+/// 16 + 4u + i (u, i < 4), so one byte holds the fifth bits of one code
+/// unit's low and high nibbles.
+pub fn q5_qh_x8(qh: u32) -> u32 {
+    let mut out = 0;
+    for u in 0..4 {
+        for i in 0..4 {
+            out |= ((qh >> (4 * u + i)) & 1) << (8 * u + i);
+            out |= ((qh >> (16 + 4 * u + i)) & 1) << (8 * u + 4 + i);
+        }
+    }
+    out
+}
+
+/// The inverse of [`q5_qh_x8`].
+pub fn q5_qh_std(x: u32) -> u32 {
+    let mut qh = 0;
+    for u in 0..4 {
+        for i in 0..4 {
+            qh |= ((x >> (8 * u + i)) & 1) << (4 * u + i);
+            qh |= ((x >> (8 * u + 4 + i)) & 1) << (16 + 4 * u + i);
+        }
+    }
+    qh
+}
 
 /// Rows per interleaved group: one row per 32-bit lane of a 256-bit vector.
 pub const ROW_GROUP: usize = 8;
@@ -175,6 +214,17 @@ fn q4_0_x8_at(b: usize, r: usize) -> usize {
     }
 }
 
+/// Where byte `b` of row `r`'s Q5_0 block lands in an interleaved group
+/// (its qh bytes 2..6 land whole at 16 + 4r and are then permuted by
+/// [`q5_qh_x8`]).
+fn q5_0_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        0..=1 => 2 * r + b,
+        2..=5 => 16 + 4 * r + (b - 2),
+        _ => 48 + 32 * ((b - 6) / 4) + 4 * r + (b - 6) % 4,
+    }
+}
+
 /// Where byte `b` of row `r`'s Q6_K block lands in an interleaved group.
 fn q6k_x8_at(b: usize, r: usize) -> usize {
     match b {
@@ -195,6 +245,12 @@ fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
             .chain((2..18).step_by(4).map(|b| (b, 4)))
             .collect();
         (runs, q4_0_x8_at)
+    } else if t == GgmlType::Q5_0 {
+        let runs = [(0, 2)]
+            .into_iter()
+            .chain((2..22).step_by(4).map(|b| (b, 4)))
+            .collect();
+        (runs, q5_0_x8_at)
     } else if t == GgmlType::Q4K {
         let runs = [(0, 2), (2, 2)]
             .into_iter()
@@ -238,6 +294,11 @@ pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
                     let to = at(b, r);
                     grp[to..to + n].copy_from_slice(&blk[b..b + n]);
                 }
+                if t == GgmlType::Q5_0 {
+                    let q = &mut grp[16 + 4 * r..20 + 4 * r];
+                    let x = q5_qh_x8(u32::from_le_bytes(q[..].try_into().unwrap()));
+                    q.copy_from_slice(&x.to_le_bytes());
+                }
             }
         }
     }
@@ -275,6 +336,10 @@ pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize
         for &(b, n) in &runs {
             let from = at(b, r % ROW_GROUP);
             blk[b..b + n].copy_from_slice(&src[from..from + n]);
+        }
+        if t == GgmlType::Q5_0 {
+            let qh = q5_qh_std(u32::from_le_bytes(blk[2..6].try_into().unwrap()));
+            blk[2..6].copy_from_slice(&qh.to_le_bytes());
         }
     }
 }

@@ -313,6 +313,8 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
     for (t, nrows, cols) in [
         (GgmlType::Q4_0, 8, 256),
         (GgmlType::Q4_0, 19, 640),
+        (GgmlType::Q5_0, 8, 256),
+        (GgmlType::Q5_0, 19, 640),
         (GgmlType::Q4K, 8, 256),
         (GgmlType::Q4K, 13, 512),
         (GgmlType::Q4K, 16, 256),
@@ -343,6 +345,24 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
                 w[5 * wrb + 6..5 * wrb + 10]
             );
             assert_eq!(packed[144 + 16..144 + 20], w[20..24]);
+        }
+        if nrows >= 8 && t == GgmlType::Q5_0 {
+            // Q5_0_X8: row 5's d at 10..12, its fifth bits at 16 + 20 in
+            // the unit-byte order, its code bytes 4..8 (block bytes 10..14,
+            // unit 1) at 48 + 32 + 4 * 5.
+            assert_eq!(packed[10..12], w[5 * wrb..5 * wrb + 2]);
+            let qh = u32::from_le_bytes(w[5 * wrb + 2..5 * wrb + 6].try_into().unwrap());
+            let x = u32::from_le_bytes(packed[36..40].try_into().unwrap());
+            for u in 0..4 {
+                for i in 0..4 {
+                    assert_eq!((x >> (8 * u + i)) & 1, (qh >> (4 * u + i)) & 1);
+                    assert_eq!((x >> (8 * u + 4 + i)) & 1, (qh >> (16 + 4 * u + i)) & 1);
+                }
+            }
+            assert_eq!(
+                packed[48 + 32 + 20..48 + 32 + 24],
+                w[5 * wrb + 10..5 * wrb + 14]
+            );
         }
         if nrows >= 8 && t == GgmlType::Q4K {
             // The layout itself (Q4K_X8): row 5's d at bytes 10..12, its
