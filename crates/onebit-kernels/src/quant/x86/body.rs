@@ -614,21 +614,24 @@ macro_rules! simd_kernels {
                     let dy = _mm256_set1_ps((ag.add(4 * l) as *const f32).read_unaligned());
                     _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum))
                 };
-                if n == 8 {
-                    // Constant indices: the accumulators stay in registers.
-                    for (l, f) in facc.iter_mut().enumerate() {
-                        *f = _mm256_add_ps(*f, term(l));
-                    }
-                } else {
-                    for l in 0..n {
-                        let v = term(l);
-                        for (k, f) in facc.iter_mut().enumerate() {
-                            if k == l {
-                                *f = _mm256_add_ps(*f, v);
-                            }
+                // Constant indices only (written out: the compiler does not
+                // unroll a loop this size), so the eight accumulators can
+                // live in registers rather than on the stack.
+                macro_rules! add_block {
+                    ($l:literal) => {
+                        if $l < n {
+                            facc[$l] = _mm256_add_ps(facc[$l], term($l));
                         }
-                    }
+                    };
                 }
+                add_block!(0);
+                add_block!(1);
+                add_block!(2);
+                add_block!(3);
+                add_block!(4);
+                add_block!(5);
+                add_block!(6);
+                add_block!(7);
             }
             // facc[l] lane r = row r's lane l: transpose, reduce per row.
             let mut lanes = [[0f32; 8]; 8];
