@@ -18,9 +18,9 @@
 //! tokens with AVX-512), so a decoded weight block serves several tokens and a
 //! loaded activation block several rows.
 //!
-//! Weights of the types the SIMD kernels repack (Q4_1, Q5_0, Q8_0 per row;
-//! Q4_0, Q4_K, Q6_K by groups of 8 rows, Q4_0's rows past the last group per
-//! row, so work chunks start on a multiple of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
+//! Weights of the types the SIMD kernels repack (Q4_1, Q8_0 per row; Q4_0,
+//! Q5_0, Q4_K, Q6_K by groups of 8 rows, Q4_0's and Q5_0's rows past the
+//! last group per row, so work chunks start on a multiple of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
 //! original's mapped pages, into a copy the size of the original; clones of a
 //! `QMatrix` share it.
 // The repacked and wide layouts are x86's; the aarch64 kernels read standard rows.
