@@ -18,14 +18,15 @@
 //! tokens with AVX-512), so a decoded weight block serves several tokens and a
 //! loaded activation block several rows.
 //!
-//! Weights of the types the SIMD kernels repack (Q4_0, Q4_1, Q5_0, Q8_0 per
-//! row; Q4_K, Q6_K by groups of 8 rows, so work chunks start on a multiple
-//! of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
+//! Weights of the types the SIMD kernels repack (Q4_1, Q8_0 per row; Q4_0,
+//! Q5_0, Q4_K, Q6_K by groups of 8 rows, Q4_0's and Q5_0's rows past the
+//! last group per row, so work chunks start on a multiple of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
 //! original's mapped pages, into a copy the size of the original; clones of a
 //! `QMatrix` share it.
 // The repacked and wide layouts are x86's; the aarch64 kernels read standard rows.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
+use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 use onebit_formats::{blocks, ByteView, GgmlType};
@@ -252,6 +253,31 @@ struct BytePtr(*mut u8);
 unsafe impl Send for BytePtr {}
 unsafe impl Sync for BytePtr {}
 
+/// Buffers a matmul reuses from the previous call on the same thread, so
+/// decode (a few hundred small matmuls a token) does not allocate: the
+/// quantized activation rows, a staging row, and the output pointers of
+/// [`matmul_many`]. Only the calling thread touches them; the pool's
+/// workers read `acts` through the borrowed closure during the call.
+#[derive(Default)]
+struct Scratch {
+    acts: Vec<u8>,
+    tmp: Vec<u8>,
+    dsts: Vec<OutPtr>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// Runs `f` with this thread's [`Scratch`] (a fresh one if a call on this
+/// thread already holds it).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
 /// Rows per work chunk: about 8 chunks per thread, a multiple of 8 rows
 /// (the kernels' row tiles, and the interleaved layouts' row groups, which
 /// a chunk must start on).
@@ -317,25 +343,28 @@ fn matmul_arm(
 ) {
     let isa = Isa::best();
     let fmt = w.act_format(precision);
-    let (acts, arb) = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok);
-    let wrb = w.row_bytes();
-    let chunk = chunk_rows(w.rows, pool.threads());
-    let dst = OutPtr(out.as_mut_ptr());
-    let rows = w.rows;
-    pool.for_each_chunk(rows.div_ceil(chunk), |c| {
-        let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(rows));
-        let ops = arm::Operands {
-            w: &w.data[r0 * wrb..r1 * wrb],
-            wrb,
-            a: &acts,
-            arb,
-            cols: w.cols,
-        };
-        let d = dst;
-        // SAFETY: `out` has n_tok * rows elements and this chunk writes
-        // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
-        // no other chunk touches them; `out` is borrowed for the whole call.
-        unsafe { arm::gemm(isa, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
+    with_scratch(|sc| {
+        let arb = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok, sc);
+        let acts = &sc.acts;
+        let wrb = w.row_bytes();
+        let chunk = chunk_rows(w.rows, pool.threads());
+        let dst = OutPtr(out.as_mut_ptr());
+        let rows = w.rows;
+        pool.for_each_chunk(rows.div_ceil(chunk), |c| {
+            let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(rows));
+            let ops = arm::Operands {
+                w: &w.data[r0 * wrb..r1 * wrb],
+                wrb,
+                a: acts,
+                arb,
+                cols: w.cols,
+            };
+            let d = dst;
+            // SAFETY: `out` has n_tok * rows elements and this chunk writes
+            // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
+            // no other chunk touches them; `out` is borrowed for the whole call.
+            unsafe { arm::gemm(isa, kernel, &ops, r1 - r0, n_tok, d.0.add(r0), rows) };
+        });
     });
 }
 
@@ -375,45 +404,59 @@ pub fn matmul_many(
                     && act_layout(w, precision, n_tok) == layout
             });
         if shared {
-            let (acts, arb) = quantize_rows(pool, fmt, layout, x, cols, n_tok);
-            let wdata: Vec<&[u8]> = ws.iter().map(|w| kernel_rows(w, pool, layout)).collect();
-            // (matrix, first row, end row) for every chunk of every matrix.
-            let mut chunks = Vec::new();
-            for (m, w) in ws.iter().enumerate() {
-                let per = chunk_rows(w.rows, pool.threads());
-                for r0 in (0..w.rows).step_by(per) {
-                    chunks.push((m, r0, (r0 + per).min(w.rows)));
+            with_scratch(|sc| {
+                let arb = quantize_rows(pool, fmt, layout, x, cols, n_tok, sc);
+                // Repacked copies made now, not inside the dispatch below.
+                for w in ws {
+                    kernel_rows(w, pool, layout);
                 }
-            }
-            let dsts: Vec<OutPtr> = outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())).collect();
-            pool.for_each_chunk(chunks.len(), |c| {
-                let (m, r0, r1) = chunks[c];
-                let w = ws[m];
-                let wrb = w.row_bytes();
-                let ops = Operands {
-                    w: &wdata[m][r0 * wrb..],
-                    wrb,
-                    a: &acts,
-                    arb,
-                    cols,
-                };
-                let d = dsts[m];
-                // SAFETY: outs[m] has n_tok * rows elements (checked above);
-                // this chunk writes exactly outs[m][t * rows + r] for r in
-                // r0..r1, t < n_tok, which no other chunk touches; the outputs
-                // are borrowed for the whole call.
-                unsafe {
-                    x86::gemm(
-                        isa,
-                        w.dtype,
-                        layout == ActLayout::Wide,
-                        &ops,
-                        r1 - r0,
-                        n_tok,
-                        d.0.add(r0),
-                        w.rows,
-                    )
-                };
+                let threads = pool.threads();
+                let n_chunks: usize = ws
+                    .iter()
+                    .map(|w| w.rows.div_ceil(chunk_rows(w.rows, threads)))
+                    .sum();
+                sc.dsts.clear();
+                sc.dsts
+                    .extend(outs.iter_mut().map(|o| OutPtr(o.as_mut_ptr())));
+                let (acts, dsts) = (&sc.acts, &sc.dsts);
+                pool.for_each_chunk(n_chunks, |c| {
+                    // Chunk c: (matrix, first row, end row), the chunks of
+                    // each matrix in turn.
+                    let (mut m, mut c) = (0, c);
+                    let mut per = chunk_rows(ws[0].rows, threads);
+                    while c >= ws[m].rows.div_ceil(per) {
+                        c -= ws[m].rows.div_ceil(per);
+                        m += 1;
+                        per = chunk_rows(ws[m].rows, threads);
+                    }
+                    let w = ws[m];
+                    let (r0, r1) = (c * per, ((c + 1) * per).min(w.rows));
+                    let wrb = w.row_bytes();
+                    let ops = Operands {
+                        w: &kernel_rows(w, pool, layout)[r0 * wrb..],
+                        wrb,
+                        a: acts,
+                        arb,
+                        cols,
+                    };
+                    let d = dsts[m];
+                    // SAFETY: outs[m] has n_tok * rows elements (checked above);
+                    // this chunk writes exactly outs[m][t * rows + r] for r in
+                    // r0..r1, t < n_tok, which no other chunk touches; the outputs
+                    // are borrowed for the whole call.
+                    unsafe {
+                        x86::gemm(
+                            isa,
+                            w.dtype,
+                            layout == ActLayout::Wide,
+                            &ops,
+                            r1 - r0,
+                            n_tok,
+                            d.0.add(r0),
+                            w.rows,
+                        )
+                    };
+                });
             });
             return;
         }
@@ -424,7 +467,8 @@ pub fn matmul_many(
 }
 
 /// Quantizes `n_tok` activation rows into the format `fmt` (standard blocks),
-/// rearranged for the packed kernels when `packed`.
+/// rearranged for the kernels that read `layout`, into `sc.acts` (its
+/// capacity kept from call to call); returns the bytes per row there.
 fn quantize_rows(
     pool: &Pool,
     fmt: ActFormat,
@@ -432,7 +476,8 @@ fn quantize_rows(
     x: &[f32],
     cols: usize,
     n_tok: usize,
-) -> (Vec<u8>, usize) {
+    sc: &mut Scratch,
+) -> usize {
     let arb = quant::act_row_bytes(fmt, cols);
     #[cfg(target_arch = "x86_64")]
     let parb = match layout {
@@ -458,11 +503,12 @@ fn quantize_rows(
     };
     // Packed rows are read in whole vectors, past the last row's end.
     let pad = if layout == ActLayout::Packed { 64 } else { 0 };
-    let mut acts = vec![0u8; parb * n_tok + pad];
+    let acts = &mut sc.acts;
+    acts.clear();
+    acts.resize(parb * n_tok + pad, 0);
     if n_tok < 8 {
-        let mut tmp = Vec::new();
         for (t, dst) in acts.chunks_exact_mut(parb).take(n_tok).enumerate() {
-            one(t, dst, &mut tmp);
+            one(t, dst, &mut sc.tmp);
         }
     } else {
         let parts = pool.map_ranges(n_tok, 4, |range| {
@@ -479,7 +525,7 @@ fn quantize_rows(
             at += p.len();
         }
     }
-    (acts, parb)
+    parb
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -494,45 +540,48 @@ fn matmul_simd(
 ) {
     let fmt = w.act_format(precision);
     let layout = act_layout(w, precision, n_tok);
-    let (acts, arb) = quantize_rows(pool, fmt, layout, x, w.cols, n_tok);
-    let wdata = kernel_rows(w, pool, layout);
-    let wrb = w.row_bytes();
-    let kernel = if precision == Precision::Quantized {
-        w.dtype
-    } else {
-        GgmlType::F32
-    };
-    let chunk = chunk_rows(w.rows, pool.threads());
-    let n_chunks = w.rows.div_ceil(chunk);
-    let dst = OutPtr(out.as_mut_ptr());
-    let rows = w.rows;
-    pool.for_each_chunk(n_chunks, |c| {
-        let r0 = c * chunk;
-        let r1 = (r0 + chunk).min(rows);
-        let ops = Operands {
-            // To the end: packed kernels read up to PAD bytes past row r1.
-            w: &wdata[r0 * wrb..],
-            wrb,
-            a: &acts,
-            arb,
-            cols: w.cols,
+    with_scratch(|sc| {
+        let arb = quantize_rows(pool, fmt, layout, x, w.cols, n_tok, sc);
+        let acts = &sc.acts;
+        let wdata = kernel_rows(w, pool, layout);
+        let wrb = w.row_bytes();
+        let kernel = if precision == Precision::Quantized {
+            w.dtype
+        } else {
+            GgmlType::F32
         };
-        let d = dst;
-        // SAFETY: `out` has n_tok * rows elements and this chunk writes
-        // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
-        // no other chunk touches them; `out` is borrowed for the whole call.
-        unsafe {
-            x86::gemm(
-                isa,
-                kernel,
-                layout == ActLayout::Wide,
-                &ops,
-                r1 - r0,
-                n_tok,
-                d.0.add(r0),
-                rows,
-            )
-        };
+        let chunk = chunk_rows(w.rows, pool.threads());
+        let n_chunks = w.rows.div_ceil(chunk);
+        let dst = OutPtr(out.as_mut_ptr());
+        let rows = w.rows;
+        pool.for_each_chunk(n_chunks, |c| {
+            let r0 = c * chunk;
+            let r1 = (r0 + chunk).min(rows);
+            let ops = Operands {
+                // To the end: packed kernels read up to PAD bytes past row r1.
+                w: &wdata[r0 * wrb..],
+                wrb,
+                a: acts,
+                arb,
+                cols: w.cols,
+            };
+            let d = dst;
+            // SAFETY: `out` has n_tok * rows elements and this chunk writes
+            // exactly out[t * rows + r] for r in r0..r1, t < n_tok: in bounds, and
+            // no other chunk touches them; `out` is borrowed for the whole call.
+            unsafe {
+                x86::gemm(
+                    isa,
+                    kernel,
+                    layout == ActLayout::Wide,
+                    &ops,
+                    r1 - r0,
+                    n_tok,
+                    d.0.add(r0),
+                    rows,
+                )
+            };
+        });
     });
 }
 
@@ -546,35 +595,38 @@ fn matmul_scalar(
     out: &mut [f32],
 ) {
     let fmt = w.act_format(precision);
-    let (acts, arb) = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok);
-    let dequant = precision == Precision::Float && w.dtype != GgmlType::F32;
-    let chunk = chunk_rows(w.rows, pool.threads());
-    let n_chunks = w.rows.div_ceil(chunk);
-    let dst = OutPtr(out.as_mut_ptr());
-    let rows = w.rows;
-    pool.for_each_chunk(n_chunks, |c| {
-        let range = c * chunk..((c + 1) * chunk).min(rows);
-        let mut wrow = vec![0f32; if dequant { w.cols } else { 0 }];
-        let mut wbytes = vec![0u8; if dequant { w.cols * 4 } else { 0 }];
-        for r in range {
-            let row: &[u8] = if dequant {
-                w.dequantize_row(r, &mut wrow);
-                for (b, v) in wbytes.chunks_exact_mut(4).zip(&wrow) {
-                    b.copy_from_slice(&v.to_le_bytes());
+    with_scratch(|sc| {
+        let arb = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok, sc);
+        let acts = &sc.acts;
+        let dequant = precision == Precision::Float && w.dtype != GgmlType::F32;
+        let chunk = chunk_rows(w.rows, pool.threads());
+        let n_chunks = w.rows.div_ceil(chunk);
+        let dst = OutPtr(out.as_mut_ptr());
+        let rows = w.rows;
+        pool.for_each_chunk(n_chunks, |c| {
+            let range = c * chunk..((c + 1) * chunk).min(rows);
+            let mut wrow = vec![0f32; if dequant { w.cols } else { 0 }];
+            let mut wbytes = vec![0u8; if dequant { w.cols * 4 } else { 0 }];
+            for r in range {
+                let row: &[u8] = if dequant {
+                    w.dequantize_row(r, &mut wrow);
+                    for (b, v) in wbytes.chunks_exact_mut(4).zip(&wrow) {
+                        b.copy_from_slice(&v.to_le_bytes());
+                    }
+                    &wbytes
+                } else {
+                    w.row(r)
+                };
+                let wt = if dequant { GgmlType::F32 } else { w.dtype };
+                for t in 0..n_tok {
+                    let v = quant::dot(wt, row, &acts[t * arb..(t + 1) * arb], w.cols);
+                    let d = dst;
+                    // SAFETY: t * rows + r < n_tok * rows = out.len(); row r
+                    // belongs to this chunk only; `out` outlives the call.
+                    unsafe { *d.0.add(t * rows + r) = v };
                 }
-                &wbytes
-            } else {
-                w.row(r)
-            };
-            let wt = if dequant { GgmlType::F32 } else { w.dtype };
-            for t in 0..n_tok {
-                let v = quant::dot(wt, row, &acts[t * arb..(t + 1) * arb], w.cols);
-                let d = dst;
-                // SAFETY: t * rows + r < n_tok * rows = out.len(); row r
-                // belongs to this chunk only; `out` outlives the call.
-                unsafe { *d.0.add(t * rows + r) = v };
             }
-        }
+        });
     });
 }
 
@@ -638,7 +690,7 @@ mod tests {
     #[test]
     fn repacked_rows_decode_as_the_original() {
         let pool = Pool::new(2);
-        for (t, rows, cols) in [(GgmlType::Q4K, 21, 512), (GgmlType::Q4_0, 5, 640)] {
+        for (t, rows, cols) in [(GgmlType::Q4K, 21, 512), (GgmlType::Q4_0, 13, 640)] {
             let w = matrix(t, rows, cols, 9);
             let mut want = vec![vec![0f32; cols]; rows];
             for (r, o) in want.iter_mut().enumerate() {

@@ -59,4 +59,12 @@ fn expand_bits(m: u32) -> __m256i {
     _mm256_and_si256(set, _mm256_set1_epi8(0x10))
 }
 
+/// Byte j = 0x10 where `x & sel` has every bit of `sel` in byte j, else 0.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn sel_bits(x: __m256i, sel: __m256i) -> __m256i {
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(x, sel), sel);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
 simd_kernels!("avx2,fma,f16c");

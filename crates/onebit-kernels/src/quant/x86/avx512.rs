@@ -52,4 +52,12 @@ fn expand_bits(m: u32) -> __m256i {
     _mm256_maskz_mov_epi8(m, _mm256_set1_epi8(0x10))
 }
 
+/// Byte j = 0x10 where `x & sel` is not zero in byte j, else 0 (`sel`
+/// has one bit per byte).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn sel_bits(x: __m256i, sel: __m256i) -> __m256i {
+    _mm256_maskz_mov_epi8(_mm256_test_epi8_mask(x, sel), _mm256_set1_epi8(0x10))
+}
+
 simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");

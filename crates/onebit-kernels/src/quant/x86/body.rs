@@ -119,6 +119,7 @@ pub(super) const WIDE_Q6X8: usize = 3360;
 /// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
 /// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
 /// `q8_pair(acc, prepped, y)` (the exact i8 x i8 dot product), `expand_bits(u32)`,
+/// `sel_bits(x, sel)` (0x10 in the bytes where `x` has `sel`'s one bit),
 /// the constant `Q8_BIAS` (whether the wide Q8_0 kernel may sum (w + 128) * y
 /// in i32), and the tile shape `TR` x `TT`.
 macro_rules! simd_kernels {
@@ -131,9 +132,9 @@ macro_rules! simd_kernels {
         /// This level's kernel for weight type `t`, if it has one.
         pub fn gemm_fn(t: GgmlType) -> Option<GemmFn> {
             let f: GemmFn = match t {
-                GgmlType::Q4_0 => gemm_q4::<0>,
+                GgmlType::Q4_0 => gemm_qx8::<0>,
                 GgmlType::Q4_1 => gemm_q4::<1>,
-                GgmlType::Q5_0 => gemm_q4::<2>,
+                GgmlType::Q5_0 => gemm_qx8::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
                 GgmlType::Q4K => gemm_q4_kx8,
                 GgmlType::Q6K => gemm_q6_kx8,
@@ -298,11 +299,10 @@ macro_rules! simd_kernels {
                 1 => 20,
                 _ => 22,
             };
-            let abb = if K == 1 { 40 } else { 36 };
+            let abb = 40;
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let m4 = _mm256_set1_epi8(0x0F);
-            let off = _mm256_set1_epi8(if K == 2 { 16 } else { 8 });
             let zero = _mm256_setzero_si256();
             let mut facc = [[_mm256_setzero_ps(); T]; R];
             for g in 0..nb.div_ceil(8) {
@@ -313,7 +313,7 @@ macro_rules! simd_kernels {
                     1 => 4 * n,
                     _ => 6 * n,
                 };
-                let aqo = if K == 1 { 8 * n } else { 4 * n };
+                let aqo = 8 * n;
                 let (wg, ag) = (g * 8 * wbb, g * 8 * abb);
                 for i in 0..R {
                     prefetch(wp[i].wrapping_add(wg + PF_AHEAD), n * wbb);
@@ -324,15 +324,13 @@ macro_rules! simd_kernels {
                 // most 8 of them: 30,720) and widened once, not per vector.
                 let sum16 = !VNNI && K != 2;
                 let mut acc16 = [[zero; T]; R];
-                let mut ys = [zero; T];
                 // With VNNI and one token, each accumulator would be a chain
-                // of 2 dependent `vpdpbusd` per code vector (4 rows + the
-                // code sum: too few chains to hide the latency), so the high
-                // nibbles go to a second set, added once per group (integer
-                // sums: exact in any order).
+                // of 2 dependent `vpdpbusd` per code vector (4 rows: too few
+                // chains to hide the latency), so the high nibbles go to a
+                // second set, added once per group (integer sums: exact in
+                // any order).
                 let split = VNNI && T == 1;
                 let mut acc2 = [[zero; T]; R];
-                let mut ys2 = [zero; T];
                 // Code vector k of the group sits at `stride * k` (low
                 // nibbles' activations; the high nibbles' 16n bytes later).
                 // A partial group of 2 or 4 blocks packs 8/n of its short
@@ -346,15 +344,6 @@ macro_rules! simd_kernels {
                         for j in 0..T {
                             ylo[j] = ld(ap[j].add(ag + aqo + stride * k));
                             yhi[j] = ld(ap[j].add(ag + aqo + 16 * n + stride * k));
-                            if K != 1 {
-                                // off * (sum of each block's codes), per lane.
-                                ys[j] = dp(ys[j], off, ylo[j]);
-                                if split {
-                                    ys2[j] = dp(ys2[j], off, yhi[j]);
-                                } else {
-                                    ys[j] = dp(ys[j], off, yhi[j]);
-                                }
-                            }
                         }
                         for i in 0..R {
                             let v = ld(wp[i].add(wg + wqo + stride * k));
@@ -391,17 +380,12 @@ macro_rules! simd_kernels {
                 };
                 let widen = |acc: &mut [[__m256i; T]; R],
                              acc16: &[[__m256i; T]; R],
-                             acc2: &[[__m256i; T]; R],
-                             ys: &mut [__m256i; T],
-                             ys2: &[__m256i; T]| {
+                             acc2: &[[__m256i; T]; R]| {
                     if split {
                         for i in 0..R {
                             for j in 0..T {
                                 acc[i][j] = _mm256_add_epi32(acc[i][j], acc2[i][j]);
                             }
-                        }
-                        for j in 0..T {
-                            ys[j] = _mm256_add_epi32(ys[j], ys2[j]);
                         }
                     }
                     if sum16 {
@@ -415,21 +399,31 @@ macro_rules! simd_kernels {
                 };
                 if n == 8 {
                     run(4, 32);
-                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
+                    widen(&mut acc, &acc16, &acc2);
                 } else if n == 2 || n == 4 {
                     run(n / 2, 32);
-                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
-                    fold_all(&mut acc, &mut ys, n);
+                    widen(&mut acc, &acc16, &acc2);
+                    fold_all(&mut acc, &mut [zero; T], n);
                 } else {
                     run(4, 4 * n);
-                    widen(&mut acc, &acc16, &acc2, &mut ys, &ys2);
+                    widen(&mut acc, &acc16, &acc2);
                 }
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];
+                // Q4_0, Q5_0: offset x each block's code sum (stored with
+                // the activations), taken off the code products per lane.
+                let mut ys = [zero; T];
                 for j in 0..T {
                     dy[j] = _mm256_loadu_ps(ap[j].add(ag) as *const f32);
                     if K == 1 {
                         sy[j] = _mm256_loadu_ps(ap[j].add(ag + 4 * n) as *const f32);
+                    } else {
+                        let sums = ld(ap[j].add(ag + 4 * n));
+                        ys[j] = if K == 2 {
+                            _mm256_slli_epi32::<4>(sums)
+                        } else {
+                            _mm256_slli_epi32::<3>(sums)
+                        };
                     }
                 }
                 let mask = lane_mask(n);
@@ -460,6 +454,202 @@ macro_rules! simd_kernels {
                 }
             }
             write_facc(&facc, r0, t0, out, os);
+        }
+
+        // -------------------------------------------------------------------
+        // Q4_0 (K = 0), Q5_0 (K = 2) · Q8_0, rows interleaved by 8
+        // (`super::Q4_0_X8`, `super::Q5_0_X8`), one row per 32-bit lane: one
+        // sequential stream per group of rows, every activation word
+        // broadcast to all lanes, no horizontal sums.
+
+        /// Whole groups of 8 rows run [`tile_qx8`], one token at a time
+        /// (a group's few KiB stay in L1 for the next token; several tokens
+        /// are the wide kernel's job); the rows past the last whole group
+        /// are packed per row and run [`tile_q4`].
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_qx8<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let groups = nrows / 8;
+            for g in 0..groups {
+                for t in 0..ntok {
+                    tile_qx8::<K>(ops, g, t, out, os);
+                }
+            }
+            let r0 = groups * 8;
+            if r0 < nrows {
+                let tail = Operands {
+                    w: &ops.w[r0 * ops.wrb..],
+                    ..*ops
+                };
+                drive!(tile_q4, &tail, nrows - r0, ntok, out.add(r0), os, K);
+            }
+        }
+
+        /// Rows 8g..8g + 8 times token `t`. Per block and row (lane): the
+        /// exact integer sum of codes times activation codes, less the
+        /// offset (Q4_0 8, Q5_0 16) x the activations' code sum; then (dx * dy) * sumi added into float
+        /// vector b % 8, as the scalar reference adds block b into lane
+        /// b % 8 of each row; the eight vectors are transposed at the end so
+        /// each row's eight lanes reduce as `reduce8`.
+        ///
+        /// Code sums: Q4_0 with VNNI, `vpdpbusd` of the low nibbles and of
+        /// the high nibbles left in place (16 x the code: the sum is
+        /// shifted back exactly). Otherwise `vpmaddubsw` pairs (at most
+        /// 2 x 31 x 128), the low and the high nibbles' added in two i16
+        /// sums over the block's 4 units (at most 31,744), widened by
+        /// `vpmaddwd` (VNNI: `vpdpbusd` into i32). Q5_0's fifth bits: byte
+        /// u of a row's word (`super::q5_qh_x8`) spread over the unit's four
+        /// bytes, then bit i (low nibbles) or 4 + i (high) of byte i picked.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn tile_qx8<const K: u8>(
+            ops: &Operands,
+            g: usize,
+            t: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let (gb, qo) = if K == 2 {
+                (super::Q5_0_X8, 48)
+            } else {
+                (super::Q4_0_X8, 16)
+            };
+            let nb = ops.cols / 32;
+            let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+            let ap = ops.a.as_ptr().add(t * ops.arb);
+            let zero = _mm256_setzero_si256();
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mf0 = _mm256_set1_epi8(0xF0u8 as i8);
+            let ones = _mm256_set1_epi16(1);
+            // Q5_0: byte u of each 32-bit lane to all four of its bytes;
+            // bit i (low nibbles) and bit 4 + i (high) of byte i.
+            let spread = |u: i8| {
+                let l = |k: i8| 4 * k + u;
+                _mm256_setr_epi8(
+                    l(0),
+                    l(0),
+                    l(0),
+                    l(0),
+                    l(1),
+                    l(1),
+                    l(1),
+                    l(1),
+                    l(2),
+                    l(2),
+                    l(2),
+                    l(2),
+                    l(3),
+                    l(3),
+                    l(3),
+                    l(3),
+                    l(0),
+                    l(0),
+                    l(0),
+                    l(0),
+                    l(1),
+                    l(1),
+                    l(1),
+                    l(1),
+                    l(2),
+                    l(2),
+                    l(2),
+                    l(2),
+                    l(3),
+                    l(3),
+                    l(3),
+                    l(3),
+                )
+            };
+            let spreads = [spread(0), spread(1), spread(2), spread(3)];
+            let sel_lo = _mm256_set1_epi32(0x0804_0201);
+            let sel_hi = _mm256_set1_epi32(0x8040_2010u32 as i32);
+            let mut facc = [_mm256_setzero_ps(); 8];
+            for bg in 0..nb.div_ceil(8) {
+                let n = (nb - 8 * bg).min(8);
+                let gx = gw.add(bg * 8 * gb);
+                prefetch(gx.wrapping_add(PF_AHEAD), n * gb);
+                // This group's activations: d[n] f32, code sums[n] i32,
+                // code word k of block l at 8n + 4n * k + 4l.
+                let ag = ap.add(bg * 8 * 40);
+                let term = |l: usize| {
+                    let bx = gx.add(l * gb);
+                    let yw = ag.add(8 * n + 4 * l);
+                    let word = |k: usize| {
+                        _mm256_set1_epi32((yw.add(4 * n * k) as *const i32).read_unaligned())
+                    };
+                    let qh = if K == 2 { ld(bx.add(16)) } else { zero };
+                    let mut s = zero;
+                    let mut s2 = zero;
+                    for u in 0..4 {
+                        let v = ld(bx.add(qo + 32 * u));
+                        let (ylo, yhi) = (word(u), word(u + 4));
+                        if VNNI && K == 0 {
+                            s = dp(s, _mm256_and_si256(v, m4), ylo);
+                            s2 = dp(s2, _mm256_and_si256(v, mf0), yhi);
+                            continue;
+                        }
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                        if K == 2 {
+                            let x = _mm256_shuffle_epi8(qh, spreads[u]);
+                            lo = _mm256_or_si256(lo, sel_bits(x, sel_lo));
+                            hi = _mm256_or_si256(hi, sel_bits(x, sel_hi));
+                        }
+                        if VNNI {
+                            s = dp(s, lo, ylo);
+                            s2 = dp(s2, hi, yhi);
+                        } else {
+                            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, ylo));
+                            s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(hi, yhi));
+                        }
+                    }
+                    let isum = if VNNI && K == 0 {
+                        _mm256_add_epi32(s, _mm256_srai_epi32::<4>(s2))
+                    } else if VNNI {
+                        _mm256_add_epi32(s, s2)
+                    } else {
+                        _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_madd_epi16(s2, ones))
+                    };
+                    let sy = (ag.add(4 * n + 4 * l) as *const i32).read_unaligned();
+                    let off = if K == 2 { sy << 4 } else { sy << 3 };
+                    let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
+                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
+                    let dy = _mm256_set1_ps((ag.add(4 * l) as *const f32).read_unaligned());
+                    _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum))
+                };
+                // Constant indices only (written out: the compiler does not
+                // unroll a loop this size), so the eight accumulators can
+                // live in registers rather than on the stack.
+                macro_rules! add_block {
+                    ($l:literal) => {
+                        if $l < n {
+                            facc[$l] = _mm256_add_ps(facc[$l], term($l));
+                        }
+                    };
+                }
+                add_block!(0);
+                add_block!(1);
+                add_block!(2);
+                add_block!(3);
+                add_block!(4);
+                add_block!(5);
+                add_block!(6);
+                add_block!(7);
+            }
+            // facc[l] lane r = row r's lane l: transpose, reduce per row.
+            let mut lanes = [[0f32; 8]; 8];
+            for (l, f) in facc.iter().enumerate() {
+                _mm256_storeu_ps(lanes[l].as_mut_ptr(), *f);
+            }
+            for r in 0..8 {
+                let row: [f32; 8] = core::array::from_fn(|l| lanes[l][r]);
+                *out.add(t * os + 8 * g + r) = reduce8(&row);
+            }
         }
 
         /// Reduces each accumulator's 8 lanes (as `reduce8`) into its output.
@@ -503,12 +693,64 @@ macro_rules! simd_kernels {
         /// [`expand_row`] of row `r` of the operands.
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn expand_row_at<const K: u8>(
-            ops: &Operands,
-            _nrows: usize,
-            r: usize,
-            dst: *mut u8,
-        ) {
+        unsafe fn expand_row_at<const K: u8>(ops: &Operands, nrows: usize, r: usize, dst: *mut u8) {
+            if K == 0 && r < nrows / 8 * 8 {
+                // Q4_0 rows in a whole group are interleaved
+                // (`super::Q4_0_X8`): each group of 8 blocks of row r is
+                // gathered back into the per-row packed layout (d[n] at 2l,
+                // code vector k at 2n + 4n * k + 4l) and expanded.
+                let grp = ops.w.as_ptr().add(r / 8 * 8 * ops.wrb);
+                let i = r % 8;
+                let nb = ops.cols / 32;
+                let mut tmp = [0u8; 8 * 18];
+                let tp = tmp.as_mut_ptr();
+                for g in 0..nb.div_ceil(8) {
+                    let n = (nb - 8 * g).min(8);
+                    for l in 0..n {
+                        let bx = grp.add((8 * g + l) * super::Q4_0_X8);
+                        core::ptr::copy_nonoverlapping(bx.add(2 * i), tp.add(2 * l), 2);
+                        for k in 0..4 {
+                            core::ptr::copy_nonoverlapping(
+                                bx.add(16 + 32 * k + 4 * i),
+                                tp.add(2 * n + 4 * n * k + 4 * l),
+                                4,
+                            );
+                        }
+                    }
+                    expand_row::<0>(tp, 32 * n, dst.add(g * super::WIDE_GROUP));
+                }
+                return;
+            }
+            if K == 2 && r < nrows / 8 * 8 {
+                // Q5_0 rows in a whole group (`super::Q5_0_X8`): each group
+                // of 8 blocks of row r gathered back into standard blocks,
+                // packed per row and expanded.
+                let grp = ops.w.as_ptr().add(r / 8 * 8 * ops.wrb);
+                let i = r % 8;
+                let nb = ops.cols / 32;
+                let mut std = [0u8; 8 * 22];
+                let mut packed = [0u8; 8 * 22];
+                for g in 0..nb.div_ceil(8) {
+                    let n = (nb - 8 * g).min(8);
+                    for l in 0..n {
+                        let bx = grp.add((8 * g + l) * super::Q5_0_X8);
+                        let b = &mut std[22 * l..22 * l + 22];
+                        core::ptr::copy_nonoverlapping(bx.add(2 * i), b.as_mut_ptr(), 2);
+                        let x = (bx.add(16 + 4 * i) as *const u32).read_unaligned();
+                        b[2..6].copy_from_slice(&super::q5_qh_std(u32::from_le(x)).to_le_bytes());
+                        for k in 0..4 {
+                            core::ptr::copy_nonoverlapping(
+                                bx.add(48 + 32 * k + 4 * i),
+                                b.as_mut_ptr().add(6 + 4 * k),
+                                4,
+                            );
+                        }
+                    }
+                    super::pack_weight_row(GgmlType::Q5_0, &std[..22 * n], &mut packed[..22 * n]);
+                    expand_row::<2>(packed.as_ptr(), 32 * n, dst.add(g * super::WIDE_GROUP));
+                }
+                return;
+            }
             expand_row::<K>(ops.w.as_ptr().add(r * ops.wrb), ops.cols, dst);
         }
 
@@ -1633,7 +1875,7 @@ macro_rules! simd_kernels {
             let mut facc = [[_mm256_setzero_ps(); T]; R];
             for g in 0..nb.div_ceil(8) {
                 let n = (nb - 8 * g).min(8);
-                let (wg, ag) = (g * 8 * 34, g * 8 * 36);
+                let (wg, ag) = (g * 8 * 34, g * 8 * 40);
                 for i in 0..R {
                     prefetch(wp[i].wrapping_add(wg + PF_AHEAD), n * 34);
                 }
@@ -1644,7 +1886,7 @@ macro_rules! simd_kernels {
                     for k in 0..iters {
                         let mut y = [zero; T];
                         for j in 0..T {
-                            y[j] = ld(ap[j].add(ag + 4 * n + stride * k));
+                            y[j] = ld(ap[j].add(ag + 8 * n + stride * k));
                         }
                         for i in 0..R {
                             let w = q8_prep(ld(wp[i].add(wg + 2 * n + stride * k)));

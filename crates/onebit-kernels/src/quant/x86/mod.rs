@@ -40,23 +40,32 @@
 //! the integer lanes of the same block are added before the float terms.
 //!
 //! Activations for those kernels are quantized as usual (Q8_0/Q8_1) and then
-//! rearranged per row the same way: per group, d[n] as f32, for Q8_1 s[n] as
-//! f32, then the code vectors.
+//! rearranged per row the same way: per group, d[n] as f32, then s[n] as f32
+//! for Q8_1 or, for Q8_0, each block's code sum as i32 (so a kernel need not
+//! sum the codes for Q4_0's and Q5_0's offsets once per row), then the code
+//! vectors.
 //!
-//! # Interleaved layout (K-quants)
+//! # Interleaved layout (Q4_0, K-quants)
 //!
-//! Q4_K and Q6_K matrices are repacked by groups of 8 rows ([`Q4K_X8`],
-//! [`Q6K_X8`]): per super-block, each row's block cut in 4-byte units, unit
-//! u of the 8 rows side by side, so a 256-bit vector holds one row per
-//! 32-bit lane. A row's integer sums then stay in its lane (no horizontal
+//! Q4_0, Q5_0, Q4_K and Q6_K matrices are repacked by groups of 8 rows
+//! ([`Q4_0_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q6K_X8`]): per block (super-block), each
+//! row's block cut in 4-byte units, unit u of the 8 rows side by side, so a
+//! 256-bit vector holds one row per 32-bit lane. A row's integer sums then stay in its lane (no horizontal
 //! reduction), each activation word is broadcast to all lanes, and the
 //! scales apply lane-wise; the float formula runs per lane in the scalar
 //! reference's order. One token (decode) streams each group once; the wide
-//! prefill kernels expand each group once per call into unsigned codes and
-//! decoded scales, still one row per lane, and run tiles of 1 or 2 groups times
-//! several tokens over them. Rows past a matrix's last whole group stay
-//! standard and run the standard-layout kernels (the wide ones gather them
-//! into the [`WIDE_KW`] layout).
+//! prefill kernels of Q4_K / Q6_K expand each group once per call into
+//! unsigned codes and decoded scales, still one row per lane, and run tiles
+//! of 1 or 2 groups times several tokens over them; those of Q4_0 / Q5_0
+//! gather a row's blocks back into standard blocks as they expand them. Rows
+//! past a matrix's last whole group stay standard (Q4_0, Q5_0: packed per row
+//! as above) and run the standard-layout kernels (the wide K-quant ones
+//! gather them into the [`WIDE_KW`] layout).
+//!
+//! For Q4_0 and Q5_0 the blocks of 32 keep the per-row kernels' float order: a
+//! row's block b adds into its accumulator b % 8, so the one-token kernel
+//! keeps eight float vectors (lane = row), block b into vector b % 8, and
+//! transposes them at the end into each row's eight lanes for `reduce8`.
 
 use onebit_formats::GgmlType;
 
@@ -115,9 +124,58 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
 }
 
 /// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
-/// the SIMD kernels (Q4_K, Q6_K; see [`Q4K_X8`], [`Q6K_X8`]).
+/// the SIMD kernels (Q4_0, Q5_0, Q4_K, Q6_K; see [`Q4_0_X8`], [`Q5_0_X8`],
+/// [`Q4K_X8`], [`Q6K_X8`]). Q4_0 and Q5_0 also [`packs`]: their rows past
+/// the last whole group are packed per row.
 pub fn interleaves(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4K | GgmlType::Q6K)
+    matches!(
+        t,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4K | GgmlType::Q6K
+    )
+}
+
+/// Bytes of one interleaved Q4_0 block group: eight rows' 18-byte blocks,
+/// d[8] as f16 at 0 (row r at 2r), then unit u (0..4) of row r at
+/// 16 + 32u + 4r, where unit u is the code bytes 4u..4u + 4 (block bytes
+/// 2 + 4u..6 + 4u): their low nibbles are elements 4u.., their high nibbles
+/// elements 16 + 4u... A matrix's block b of rows 8g..8g + 8 is at
+/// 8g * row bytes + b * Q4_0_X8.
+pub const Q4_0_X8: usize = 8 * 18;
+
+/// Bytes of one interleaved Q5_0 block group: eight rows' 22-byte blocks,
+/// d[8] as f16 at 0 (row r at 2r), row r's fifth bits at 16 + 4r as four
+/// bytes, byte u holding in bits 0..4 the fifth bits of elements
+/// 4u..4u + 4 (qh bits 4u..) and in bits 4..8 those of elements
+/// 16 + 4u..16 + 4u + 4 (qh bits 16 + 4u..), see [`q5_qh_x8`]; then unit u
+/// (0..4) of row r at 48 + 32u + 4r, the code bytes 4u..4u + 4 (block bytes
+/// 6 + 4u..10 + 4u), low nibbles elements 4u.., high nibbles 16 + 4u...
+pub const Q5_0_X8: usize = 8 * 22;
+
+/// A Q5_0 block's qh (bit j = fifth bit of element j) as the interleaved
+/// layout stores it: bit 8u + i = qh bit 4u + i, bit 8u + 4 + i = qh bit
+/// 16 + 4u + i (u, i < 4), so one byte holds the fifth bits of one code
+/// unit's low and high nibbles.
+pub fn q5_qh_x8(qh: u32) -> u32 {
+    let mut out = 0;
+    for u in 0..4 {
+        for i in 0..4 {
+            out |= ((qh >> (4 * u + i)) & 1) << (8 * u + i);
+            out |= ((qh >> (16 + 4 * u + i)) & 1) << (8 * u + 4 + i);
+        }
+    }
+    out
+}
+
+/// The inverse of [`q5_qh_x8`].
+pub fn q5_qh_std(x: u32) -> u32 {
+    let mut qh = 0;
+    for u in 0..4 {
+        for i in 0..4 {
+            qh |= ((x >> (8 * u + i)) & 1) << (4 * u + i);
+            qh |= ((x >> (8 * u + 4 + i)) & 1) << (16 + 4 * u + i);
+        }
+    }
+    qh
 }
 
 /// Rows per interleaved group: one row per 32-bit lane of a 256-bit vector.
@@ -152,6 +210,25 @@ fn q4k_x8_at(b: usize, r: usize) -> usize {
     }
 }
 
+/// Where byte `b` of row `r`'s Q4_0 block lands in an interleaved group.
+fn q4_0_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        0..=1 => 2 * r + b,
+        _ => 16 + 32 * ((b - 2) / 4) + 4 * r + (b - 2) % 4,
+    }
+}
+
+/// Where byte `b` of row `r`'s Q5_0 block lands in an interleaved group
+/// (its qh bytes 2..6 land whole at 16 + 4r and are then permuted by
+/// [`q5_qh_x8`]).
+fn q5_0_x8_at(b: usize, r: usize) -> usize {
+    match b {
+        0..=1 => 2 * r + b,
+        2..=5 => 16 + 4 * r + (b - 2),
+        _ => 48 + 32 * ((b - 6) / 4) + 4 * r + (b - 6) % 4,
+    }
+}
+
 /// Where byte `b` of row `r`'s Q6_K block lands in an interleaved group.
 fn q6k_x8_at(b: usize, r: usize) -> usize {
     match b {
@@ -166,7 +243,19 @@ type X8At = fn(usize, usize) -> usize;
 /// The runs (start, length) of a block of `t` that move together in its
 /// interleaved group, and where run `b` of row `r` goes.
 fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
-    if t == GgmlType::Q4K {
+    if t == GgmlType::Q4_0 {
+        let runs = [(0, 2)]
+            .into_iter()
+            .chain((2..18).step_by(4).map(|b| (b, 4)))
+            .collect();
+        (runs, q4_0_x8_at)
+    } else if t == GgmlType::Q5_0 {
+        let runs = [(0, 2)]
+            .into_iter()
+            .chain((2..22).step_by(4).map(|b| (b, 4)))
+            .collect();
+        (runs, q5_0_x8_at)
+    } else if t == GgmlType::Q4K {
         let runs = [(0, 2), (2, 2)]
             .into_iter()
             .chain((4..144).step_by(4).map(|b| (b, 4)))
@@ -189,7 +278,7 @@ fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
 pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
     assert_eq!(rows.len(), out.len());
     assert_eq!(rows.len() % wrb, 0);
-    if packs(t) {
+    if packs(t) && !interleaves(t) {
         for (s, o) in rows.chunks_exact(wrb).zip(out.chunks_exact_mut(wrb)) {
             pack_weight_row(t, s, o);
         }
@@ -209,22 +298,36 @@ pub fn pack_weight_rows(t: GgmlType, rows: &[u8], wrb: usize, out: &mut [u8]) {
                     let to = at(b, r);
                     grp[to..to + n].copy_from_slice(&blk[b..b + n]);
                 }
+                if t == GgmlType::Q5_0 {
+                    let q = &mut grp[16 + 4 * r..20 + 4 * r];
+                    let x = q5_qh_x8(u32::from_le_bytes(q[..].try_into().unwrap()));
+                    q.copy_from_slice(&x.to_le_bytes());
+                }
             }
         }
     }
-    out[whole..].copy_from_slice(&rows[whole..]);
+    if packs(t) {
+        for (s, o) in rows[whole..]
+            .chunks_exact(wrb)
+            .zip(out[whole..].chunks_exact_mut(wrb))
+        {
+            pack_weight_row(t, s, o);
+        }
+    } else {
+        out[whole..].copy_from_slice(&rows[whole..]);
+    }
 }
 
 /// Undoes [`pack_weight_rows`] for row `r` of a repacked matrix of `nrows`
 /// rows of `wrb` bytes (`packed` from its first row on).
 pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize, out: &mut [u8]) {
     assert_eq!(out.len(), wrb);
-    if packs(t) {
+    let g0 = r / ROW_GROUP * ROW_GROUP;
+    if packs(t) && (!interleaves(t) || g0 + ROW_GROUP > nrows) {
         unpack_weight_row(t, &packed[r * wrb..(r + 1) * wrb], out);
         return;
     }
     assert!(interleaves(t), "{t} rows are not repacked");
-    let g0 = r / ROW_GROUP * ROW_GROUP;
     if g0 + ROW_GROUP > nrows {
         out.copy_from_slice(&packed[r * wrb..(r + 1) * wrb]);
         return;
@@ -237,6 +340,10 @@ pub fn unpack_row(t: GgmlType, packed: &[u8], nrows: usize, wrb: usize, r: usize
         for &(b, n) in &runs {
             let from = at(b, r % ROW_GROUP);
             blk[b..b + n].copy_from_slice(&src[from..from + n]);
+        }
+        if t == GgmlType::Q5_0 {
+            let qh = q5_qh_std(u32::from_le_bytes(blk[2..6].try_into().unwrap()));
+            blk[2..6].copy_from_slice(&qh.to_le_bytes());
         }
     }
 }
@@ -320,12 +427,10 @@ pub fn unpack_weight_row(t: GgmlType, packed: &[u8], out: &mut [u8]) {
     });
 }
 
-/// Bytes one block takes in a packed activation row: d as f32, (s as f32), codes.
-const fn act_block(fmt: ActFormat) -> usize {
-    match fmt {
-        ActFormat::Q8_1 => 40,
-        _ => 36,
-    }
+/// Bytes one block takes in a packed activation row: d as f32, s as f32
+/// (Q8_1) or the code sum as i32 (Q8_0), codes.
+const fn act_block(_fmt: ActFormat) -> usize {
+    40
 }
 
 /// Bytes of one packed activation row of `n` elements (Q8_0 or Q8_1).
@@ -334,8 +439,9 @@ pub fn packed_act_row_bytes(fmt: ActFormat, n: usize) -> usize {
 }
 
 /// Rearranges one standard Q8_0/Q8_1 activation row into the packed layout:
-/// per group of n <= 8 blocks, d[n] as f32, for Q8_1 s[n] as f32, then code
-/// vector k (k = 0..8) at 4n * k holding bytes 4k..4k+4 of each block's codes.
+/// per group of n <= 8 blocks, d[n] as f32, then s[n] as f32 (Q8_1) or each
+/// block's code sum as i32 (Q8_0), then code vector k (k = 0..8) at
+/// 8n + 4n * k holding bytes 4k..4k+4 of each block's codes.
 pub fn pack_act_row(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
     let bb = fmt.block_bytes();
     let nb = row.len() / bb;
@@ -346,15 +452,18 @@ pub fn pack_act_row(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
         let n = (nb - 8 * g).min(8);
         let src = &row[g * 8 * bb..(g * 8 + n) * bb];
         let dst = &mut out[g * 8 * pb..(g * 8 + n) * pb];
-        let codes = if fmt == ActFormat::Q8_1 { 8 * n } else { 4 * n };
+        let codes = 8 * n;
         for l in 0..n {
             let b = &src[l * bb..(l + 1) * bb];
             let d = onebit_formats::blocks::f16_at(b, 0);
             dst[4 * l..4 * l + 4].copy_from_slice(&d.to_le_bytes());
-            if fmt == ActFormat::Q8_1 {
-                let s = onebit_formats::blocks::f16_at(b, 2);
-                dst[4 * n + 4 * l..4 * n + 4 * l + 4].copy_from_slice(&s.to_le_bytes());
-            }
+            let second = if fmt == ActFormat::Q8_1 {
+                onebit_formats::blocks::f16_at(b, 2).to_le_bytes()
+            } else {
+                let sum: i32 = b[qs..qs + 32].iter().map(|&c| c as i8 as i32).sum();
+                sum.to_le_bytes()
+            };
+            dst[4 * n + 4 * l..4 * n + 4 * l + 4].copy_from_slice(&second);
             for k in 0..8 {
                 let at = codes + 4 * n * k + 4 * l;
                 dst[at..at + 4].copy_from_slice(&b[qs + 4 * k..qs + 4 * k + 4]);

@@ -48,10 +48,10 @@ fn check_rows(t: GgmlType, cols: usize, nrows: usize, ntok: usize, w: &[u8], a: 
             }
         }
         let (wk, ak, parb) = if packs(t) {
+            // The whole matrix: per row, or (Q4_0) groups of 8 rows
+            // interleaved and the rest per row.
             let mut wp = vec![0u8; w.len() + PAD];
-            for (s, d) in w.chunks_exact(wrb).zip(wp.chunks_exact_mut(wrb)) {
-                pack_weight_row(t, s, d);
-            }
+            pack_weight_rows(t, w, wrb, &mut wp[..w.len()]);
             let parb = packed_act_row_bytes(fmt, cols);
             // Padding of NaN-looking bytes: masked lanes must not leak.
             let mut ap = vec![0xFFu8; ntok * parb + PAD];
@@ -129,7 +129,17 @@ fn blocks_of_32_equal_the_scalar_reference() {
             .into_iter()
             .enumerate()
         {
-            for (nrows, ntok) in [(1, 1), (4, 1), (5, 3), (9, 4), (3, 9), (8, 8)] {
+            for (nrows, ntok) in [
+                (1, 1),
+                (4, 1),
+                (5, 3),
+                (9, 4),
+                (3, 9),
+                (8, 8),
+                (16, 1),
+                (17, 2),
+                (24, 3),
+            ] {
                 check(
                     t,
                     cols,
@@ -318,6 +328,10 @@ fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
 fn interleaving_restores_every_row_and_moves_each_byte() {
     let mut rng = Rng(11);
     for (t, nrows, cols) in [
+        (GgmlType::Q4_0, 8, 256),
+        (GgmlType::Q4_0, 19, 640),
+        (GgmlType::Q5_0, 8, 256),
+        (GgmlType::Q5_0, 19, 640),
         (GgmlType::Q4K, 8, 256),
         (GgmlType::Q4K, 13, 512),
         (GgmlType::Q4K, 16, 256),
@@ -336,6 +350,35 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
             assert_eq!(
                 packed[16 + 32 + 20..16 + 32 + 24],
                 w[5 * wrb + 4..5 * wrb + 8]
+            );
+        }
+        if nrows >= 8 && t == GgmlType::Q4_0 {
+            // Q4_0_X8: row 5's d at bytes 10..12, its code bytes 4..8
+            // (block bytes 6..10, unit 1) at 16 + 32 + 4 * 5; block 1 of
+            // the group 144 bytes on.
+            assert_eq!(packed[10..12], w[5 * wrb..5 * wrb + 2]);
+            assert_eq!(
+                packed[16 + 32 + 20..16 + 32 + 24],
+                w[5 * wrb + 6..5 * wrb + 10]
+            );
+            assert_eq!(packed[144 + 16..144 + 20], w[20..24]);
+        }
+        if nrows >= 8 && t == GgmlType::Q5_0 {
+            // Q5_0_X8: row 5's d at 10..12, its fifth bits at 16 + 20 in
+            // the unit-byte order, its code bytes 4..8 (block bytes 10..14,
+            // unit 1) at 48 + 32 + 4 * 5.
+            assert_eq!(packed[10..12], w[5 * wrb..5 * wrb + 2]);
+            let qh = u32::from_le_bytes(w[5 * wrb + 2..5 * wrb + 6].try_into().unwrap());
+            let x = u32::from_le_bytes(packed[36..40].try_into().unwrap());
+            for u in 0..4 {
+                for i in 0..4 {
+                    assert_eq!((x >> (8 * u + i)) & 1, (qh >> (4 * u + i)) & 1);
+                    assert_eq!((x >> (8 * u + 4 + i)) & 1, (qh >> (16 + 4 * u + i)) & 1);
+                }
+            }
+            assert_eq!(
+                packed[48 + 32 + 20..48 + 32 + 24],
+                w[5 * wrb + 10..5 * wrb + 14]
             );
         }
         if nrows >= 8 && t == GgmlType::Q4K {
