@@ -723,31 +723,43 @@ macro_rules! simd_kernels {
             }
             if K == 2 && r < nrows / 8 * 8 {
                 // Q5_0 rows in a whole group (`super::Q5_0_X8`): each group
-                // of 8 blocks of row r gathered back into standard blocks,
-                // packed per row and expanded.
+                // of 8 blocks of row r gathered straight into the per-row
+                // packed layout (d[n] at 2l, fifth bits at 2n with qh bit
+                // 4k + i of block l at bit 4n * k + 4l + i, code vector k at
+                // 6n + 4n * k + 4l) and expanded. In the interleaved qh,
+                // byte u holds qh bits 4u.. in its low nibble and 16 + 4u..
+                // in its high one, so nibble k of the packed area is a
+                // half-byte of it.
                 let grp = ops.w.as_ptr().add(r / 8 * 8 * ops.wrb);
                 let i = r % 8;
                 let nb = ops.cols / 32;
-                let mut std = [0u8; 8 * 22];
                 let mut packed = [0u8; 8 * 22];
+                let pp = packed.as_mut_ptr();
                 for g in 0..nb.div_ceil(8) {
                     let n = (nb - 8 * g).min(8);
+                    core::ptr::write_bytes(pp.add(2 * n), 0, 4 * n);
                     for l in 0..n {
                         let bx = grp.add((8 * g + l) * super::Q5_0_X8);
-                        let b = &mut std[22 * l..22 * l + 22];
-                        core::ptr::copy_nonoverlapping(bx.add(2 * i), b.as_mut_ptr(), 2);
-                        let x = (bx.add(16 + 4 * i) as *const u32).read_unaligned();
-                        b[2..6].copy_from_slice(&super::q5_qh_std(u32::from_le(x)).to_le_bytes());
+                        core::ptr::copy_nonoverlapping(bx.add(2 * i), pp.add(2 * l), 2);
+                        let x = u32::from_le((bx.add(16 + 4 * i) as *const u32).read_unaligned());
+                        for k in 0..8 {
+                            let nib = if k < 4 {
+                                (x >> (8 * k)) & 0xF
+                            } else {
+                                (x >> (8 * (k - 4) + 4)) & 0xF
+                            } as u8;
+                            let at = n * k + l;
+                            *pp.add(2 * n + at / 2) |= nib << (4 * (at % 2));
+                        }
                         for k in 0..4 {
                             core::ptr::copy_nonoverlapping(
                                 bx.add(48 + 32 * k + 4 * i),
-                                b.as_mut_ptr().add(6 + 4 * k),
+                                pp.add(6 * n + 4 * n * k + 4 * l),
                                 4,
                             );
                         }
                     }
-                    super::pack_weight_row(GgmlType::Q5_0, &std[..22 * n], &mut packed[..22 * n]);
-                    expand_row::<2>(packed.as_ptr(), 32 * n, dst.add(g * super::WIDE_GROUP));
+                    expand_row::<2>(pp, 32 * n, dst.add(g * super::WIDE_GROUP));
                 }
                 return;
             }
