@@ -694,72 +694,57 @@ macro_rules! simd_kernels {
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn expand_row_at<const K: u8>(ops: &Operands, nrows: usize, r: usize, dst: *mut u8) {
-            if K == 0 && r < nrows / 8 * 8 {
-                // Q4_0 rows in a whole group are interleaved
-                // (`super::Q4_0_X8`): each group of 8 blocks of row r is
-                // gathered back into the per-row packed layout (d[n] at 2l,
-                // code vector k at 2n + 4n * k + 4l) and expanded.
+            if (K == 0 || K == 2) && r < nrows / 8 * 8 {
+                // Q4_0 / Q5_0 rows in a whole group are interleaved
+                // (`super::Q4_0_X8`, `super::Q5_0_X8`): each group of 8
+                // blocks of row r is gathered straight into the per-row
+                // packed layout (d[n] at 2l; Q5_0's fifth bits at 2n, qh bit
+                // 4k + i of block l at bit 4n * k + 4l + i; code vector k at
+                // `codes` + 4n * k + 4l) and expanded. In the interleaved
+                // qh, byte u holds qh bits 4u.. in its low nibble and
+                // 16 + 4u.. in its high one, so nibble k of the packed
+                // fifth-bit area is a half-byte of it.
+                let (x8, units) = if K == 0 {
+                    (super::Q4_0_X8, 16)
+                } else {
+                    (super::Q5_0_X8, 48)
+                };
                 let grp = ops.w.as_ptr().add(r / 8 * 8 * ops.wrb);
                 let i = r % 8;
                 let nb = ops.cols / 32;
-                let mut tmp = [0u8; 8 * 18];
+                let mut tmp = [0u8; 8 * 22];
                 let tp = tmp.as_mut_ptr();
                 for g in 0..nb.div_ceil(8) {
                     let n = (nb - 8 * g).min(8);
+                    let codes = if K == 0 { 2 * n } else { 6 * n };
+                    if K == 2 {
+                        core::ptr::write_bytes(tp.add(2 * n), 0, 4 * n);
+                    }
                     for l in 0..n {
-                        let bx = grp.add((8 * g + l) * super::Q4_0_X8);
+                        let bx = grp.add((8 * g + l) * x8);
                         core::ptr::copy_nonoverlapping(bx.add(2 * i), tp.add(2 * l), 2);
+                        if K == 2 {
+                            let x =
+                                u32::from_le((bx.add(16 + 4 * i) as *const u32).read_unaligned());
+                            for k in 0..8 {
+                                let nib = if k < 4 {
+                                    (x >> (8 * k)) & 0xF
+                                } else {
+                                    (x >> (8 * (k - 4) + 4)) & 0xF
+                                } as u8;
+                                let at = n * k + l;
+                                *tp.add(2 * n + at / 2) |= nib << (4 * (at % 2));
+                            }
+                        }
                         for k in 0..4 {
                             core::ptr::copy_nonoverlapping(
-                                bx.add(16 + 32 * k + 4 * i),
-                                tp.add(2 * n + 4 * n * k + 4 * l),
+                                bx.add(units + 32 * k + 4 * i),
+                                tp.add(codes + 4 * n * k + 4 * l),
                                 4,
                             );
                         }
                     }
-                    expand_row::<0>(tp, 32 * n, dst.add(g * super::WIDE_GROUP));
-                }
-                return;
-            }
-            if K == 2 && r < nrows / 8 * 8 {
-                // Q5_0 rows in a whole group (`super::Q5_0_X8`): each group
-                // of 8 blocks of row r gathered straight into the per-row
-                // packed layout (d[n] at 2l, fifth bits at 2n with qh bit
-                // 4k + i of block l at bit 4n * k + 4l + i, code vector k at
-                // 6n + 4n * k + 4l) and expanded. In the interleaved qh,
-                // byte u holds qh bits 4u.. in its low nibble and 16 + 4u..
-                // in its high one, so nibble k of the packed area is a
-                // half-byte of it.
-                let grp = ops.w.as_ptr().add(r / 8 * 8 * ops.wrb);
-                let i = r % 8;
-                let nb = ops.cols / 32;
-                let mut packed = [0u8; 8 * 22];
-                let pp = packed.as_mut_ptr();
-                for g in 0..nb.div_ceil(8) {
-                    let n = (nb - 8 * g).min(8);
-                    core::ptr::write_bytes(pp.add(2 * n), 0, 4 * n);
-                    for l in 0..n {
-                        let bx = grp.add((8 * g + l) * super::Q5_0_X8);
-                        core::ptr::copy_nonoverlapping(bx.add(2 * i), pp.add(2 * l), 2);
-                        let x = u32::from_le((bx.add(16 + 4 * i) as *const u32).read_unaligned());
-                        for k in 0..8 {
-                            let nib = if k < 4 {
-                                (x >> (8 * k)) & 0xF
-                            } else {
-                                (x >> (8 * (k - 4) + 4)) & 0xF
-                            } as u8;
-                            let at = n * k + l;
-                            *pp.add(2 * n + at / 2) |= nib << (4 * (at % 2));
-                        }
-                        for k in 0..4 {
-                            core::ptr::copy_nonoverlapping(
-                                bx.add(48 + 32 * k + 4 * i),
-                                pp.add(6 * n + 4 * n * k + 4 * l),
-                                4,
-                            );
-                        }
-                    }
-                    expand_row::<2>(pp, 32 * n, dst.add(g * super::WIDE_GROUP));
+                    expand_row::<K>(tp, 32 * n, dst.add(g * super::WIDE_GROUP));
                 }
                 return;
             }
