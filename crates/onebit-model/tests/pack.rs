@@ -131,7 +131,8 @@ fn min_cos(a: &[f32], b: &[f32], nv: usize) -> f32 {
 }
 
 /// The per-pair RoPE divisors a spec applies: read from the container's
-/// tensor, or HF's proportional form (1 for each rotated pair, then 1e30).
+/// tensor, or the proportional form the forward builds (compared against
+/// the GGUF's `rope_freqs`, which llama.cpp's converter wrote).
 fn factors(path: &std::path::Path, r: &onebit_model::semantics::RopeSpec) -> Option<Vec<f32>> {
     if let Some(name) = &r.freq_factors {
         let t = load::open(path)
@@ -144,11 +145,8 @@ fn factors(path: &std::path::Path, r: &onebit_model::semantics::RopeSpec) -> Opt
         blocks::dequantize(t.dtype, &t.bytes, &mut v).unwrap();
         return Some(v);
     }
-    r.proportional.map(|p| {
-        (0..r.n_rot / 2)
-            .map(|i| if i < p { 1.0 } else { 1e30 })
-            .collect()
-    })
+    r.proportional
+        .map(|p| onebit_model::semantics::proportional_factors(r.n_rot / 2, p))
 }
 
 /// Every converter family's f32 fixture, imported (weights become BF16) and

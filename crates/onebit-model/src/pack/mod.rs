@@ -178,15 +178,17 @@ impl Pack {
                 .find(|t| t.gguf_name == g)
                 .map(|t| t.raw.dims[1] as usize)
         };
-        let second_pass = |g: &str| names::input_from(g).is_some();
         let mut tensors: Vec<PackTensor> = Vec::new();
         for pass in [false, true] {
-            for (g, t) in by_gguf.iter().filter(|(g, _)| second_pass(g) == pass) {
+            for (g, t) in &by_gguf {
+                let partners = names::input_from(g);
+                if partners.is_some() != pass {
+                    continue;
+                }
                 let tiled = t.dtype == StDtype::I8;
                 let (hint, k_cols) = if !tiled {
                     (KHint::None, None)
-                } else if pass {
-                    let partners = names::input_from(g).expect("second pass");
+                } else if let Some(partners) = partners {
                     let k = partners
                         .iter()
                         .find_map(|p| n_of(&tensors, p))
