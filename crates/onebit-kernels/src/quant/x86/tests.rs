@@ -116,6 +116,20 @@ fn expect_same(got: &[f32], want: &[f32], what: &str, cols: usize, nrows: usize,
     }
 }
 
+/// (rows, tokens) of the SIMD-vs-scalar checks: single rows and tokens,
+/// partial and whole 8-row groups, more tokens than rows, and tails.
+const SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (4, 1),
+    (5, 3),
+    (9, 4),
+    (3, 9),
+    (8, 8),
+    (16, 1),
+    (17, 2),
+    (24, 3),
+];
+
 #[test]
 fn blocks_of_32_equal_the_scalar_reference() {
     say_levels("blocks_of_32_equal_the_scalar_reference");
@@ -129,17 +143,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
             .into_iter()
             .enumerate()
         {
-            for (nrows, ntok) in [
-                (1, 1),
-                (4, 1),
-                (5, 3),
-                (9, 4),
-                (3, 9),
-                (8, 8),
-                (16, 1),
-                (17, 2),
-                (24, 3),
-            ] {
+            for &(nrows, ntok) in SHAPES {
                 check(
                     t,
                     cols,
@@ -159,21 +163,12 @@ fn k_quants_equal_the_scalar_reference() {
         for cols in [256, 512, 1024, 2048] {
             // 8-row groups (Q4_K's interleaved layout) with and without a
             // tail of standard rows, one token and several.
-            for (nrows, ntok) in [
-                (1, 1),
-                (4, 1),
-                (5, 3),
-                (9, 4),
-                (3, 9),
-                (8, 8),
-                (16, 1),
-                (17, 2),
-                (24, 3),
+            for &(nrows, ntok) in SHAPES.iter().chain(&[
                 (8, 5),
                 // Two whole groups over whole token tiles of the wide
                 // interleaved kernels (6 with VNNI, else 4) and an edge.
                 (16, 13),
-            ] {
+            ]) {
                 check(
                     t,
                     cols,
