@@ -2,6 +2,7 @@
 //! backend can mirror. Scalar references live beside any SIMD path and the
 //! tests hold one to the other.
 
+mod arena;
 pub mod attention;
 pub mod isa;
 pub mod kv;

@@ -20,7 +20,9 @@
 //!
 //! Weights of the types the SIMD kernels repack (Q4_1, Q8_0 per row; Q4_0,
 //! Q5_0, Q4_K, Q6_K by groups of 8 rows, Q4_0's and Q5_0's rows past the
-//! last group per row, so work chunks start on a multiple of 8 rows) are repacked on first use (or by [`QMatrix::prepare`]), dropping the
+//! last group per row, so work chunks start on a multiple of 8 rows) are
+//! repacked on first use (or by [`QMatrix::prepare_all`], a model's matrices
+//! side by side in one huge-page mapping, see `arena`), dropping the
 //! original's mapped pages, into a copy the size of the original; clones of a
 //! `QMatrix` share it.
 // The repacked and wide layouts are x86's; the aarch64 kernels read standard rows.
@@ -31,6 +33,7 @@ use std::sync::{Arc, OnceLock};
 
 use onebit_formats::{blocks, ByteView, GgmlType};
 
+use crate::arena::Slot;
 use crate::pool::Pool;
 use crate::quant::{self, ActFormat};
 
@@ -56,7 +59,7 @@ pub struct QMatrix {
     pub cols: usize,
     pub data: ByteView,
     /// The rows in the SIMD kernels' layout, made on first use; shared by clones.
-    packed: Arc<OnceLock<Vec<u8>>>,
+    packed: Arc<OnceLock<Slot>>,
 }
 
 impl QMatrix {
@@ -141,9 +144,40 @@ impl QMatrix {
     /// other reads, such as embedding rows of a tied output matrix, fault
     /// pages back in), so the process does not hold the matrix twice.
     pub fn prepare(&self, pool: &Pool) {
-        if self.repacks() {
-            self.packed_rows(pool);
+        QMatrix::prepare_all(pool, &[self]);
+    }
+
+    /// [`QMatrix::prepare`] for several matrices at once, their repacked
+    /// copies one after another in one mapping (see `arena`), in the order
+    /// given: list them in the order the forward reads them. Matrices
+    /// already prepared, and clones listed twice, are packed once.
+    pub fn prepare_all(pool: &Pool, ws: &[&QMatrix]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut todo: Vec<&QMatrix> = Vec::new();
+            for &w in ws {
+                let fresh = w.packed.get().is_none()
+                    && !todo.iter().any(|t| Arc::ptr_eq(&t.packed, &w.packed));
+                if w.repacks() && fresh {
+                    todo.push(w);
+                }
+            }
+            let lens: Vec<usize> = todo.iter().map(|w| w.packed_len()).collect();
+            let Some(slots) = Slot::shared(&lens, |i, dst| todo[i].pack_into(pool, dst)) else {
+                // Sizes past the address space: one matrix at a time fails
+                // the same way, by name, in its own allocation.
+                todo.iter().for_each(|w| {
+                    w.packed_rows(pool);
+                });
+                return;
+            };
+            for (w, slot) in todo.iter().zip(slots) {
+                // Set unless a concurrent first use packed it meanwhile.
+                let _ = w.packed.set(slot);
+            }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (pool, ws);
     }
 
     /// Drops the original's pages from resident memory again once the
@@ -156,36 +190,48 @@ impl QMatrix {
         }
     }
 
+    /// Bytes of the repacked copy: the rows and the kernels' read-ahead pad.
+    #[cfg(target_arch = "x86_64")]
+    fn packed_len(&self) -> usize {
+        self.rows * self.row_bytes() + x86::PAD
+    }
+
     #[cfg(target_arch = "x86_64")]
     fn packed_rows(&self, pool: &Pool) -> &[u8] {
-        self.packed.get_or_init(|| {
-            let rb = self.row_bytes();
-            // One buffer, filled in place (a copy per chunk joined at the end
-            // would hold the matrix twice at the peak); each chunk's source
-            // pages are dropped as soon as it is packed (a no-op unless the
-            // matrix views a mapped file), so a large matrix such as a
-            // 262,144-row output never sits in memory three times over.
-            let mut all = vec![0u8; self.rows * rb + x86::PAD];
-            const CHUNK: usize = 256;
-            let dst = BytePtr(all.as_mut_ptr());
-            pool.for_each_chunk(self.rows.div_ceil(CHUNK), |c| {
-                let (r0, r1) = (c * CHUNK, ((c + 1) * CHUNK).min(self.rows));
-                let src = &self.data[r0 * rb..r1 * rb];
-                let d = dst;
-                // SAFETY: `all` has rows * rb (+ PAD) bytes; chunk c writes
-                // only bytes r0 * rb..r1 * rb of it, which no other chunk
-                // touches, and `all` outlives the call.
-                let out = unsafe { std::slice::from_raw_parts_mut(d.0.add(r0 * rb), src.len()) };
-                // CHUNK is a whole number of row groups, so only the last
-                // chunk ends in a partial group: the matrix's own tail.
-                x86::pack_weight_rows(self.dtype, src, rb, out);
-                self.data.slice(r0 * rb, src.len()).release_pages();
-            });
-            // Once more over the whole matrix: a chunk packed on another
-            // thread may have faulted a shared boundary page back in.
-            self.data.release_pages();
-            all
-        })
+        self.packed
+            .get_or_init(|| Slot::alone(self.packed_len(), |dst| self.pack_into(pool, dst)))
+    }
+
+    /// Writes the rows in the kernels' layout into `dst` (zeroed,
+    /// [`QMatrix::packed_len`] bytes), dropping the original's pages as it
+    /// goes.
+    #[cfg(target_arch = "x86_64")]
+    fn pack_into(&self, pool: &Pool, dst: &mut [u8]) {
+        let rb = self.row_bytes();
+        assert_eq!(dst.len(), self.packed_len(), "repacked copy size");
+        // Filled in place (a copy per chunk joined at the end would hold
+        // the matrix twice at the peak); each chunk's source pages are
+        // dropped as soon as it is packed (a no-op unless the matrix views
+        // a mapped file), so a large matrix such as a 262,144-row output
+        // never sits in memory three times over.
+        const CHUNK: usize = 256;
+        let base = BytePtr(dst.as_mut_ptr());
+        pool.for_each_chunk(self.rows.div_ceil(CHUNK), |c| {
+            let (r0, r1) = (c * CHUNK, ((c + 1) * CHUNK).min(self.rows));
+            let src = &self.data[r0 * rb..r1 * rb];
+            let d = base;
+            // SAFETY: `dst` has rows * rb (+ PAD) bytes (asserted above);
+            // chunk c writes only bytes r0 * rb..r1 * rb of it, which no
+            // other chunk touches, and `dst` is borrowed for the whole call.
+            let out = unsafe { std::slice::from_raw_parts_mut(d.0.add(r0 * rb), src.len()) };
+            // CHUNK is a whole number of row groups, so only the last
+            // chunk ends in a partial group: the matrix's own tail.
+            x86::pack_weight_rows(self.dtype, src, rb, out);
+            self.data.slice(r0 * rb, src.len()).release_pages();
+        });
+        // Once more over the whole matrix: a chunk packed on another
+        // thread may have faulted a shared boundary page back in.
+        self.data.release_pages();
     }
 
     #[cfg(not(target_arch = "x86_64"))]

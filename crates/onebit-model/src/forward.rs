@@ -129,10 +129,8 @@ impl Model {
         let pool = Pool::new(exec.threads);
         if exec.precision == Precision::Quantized {
             // Prepare (rows interleaved into the SIMD kernels' layout) now,
-            // not on the first prompt.
-            for w in weights.matrices() {
-                w.prepare(&pool);
-            }
+            // not on the first prompt, in one mapping in reading order.
+            QMatrix::prepare_all(&pool, &weights.matrices());
         }
         Model {
             sem,

@@ -141,9 +141,10 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// Every matrix the forward multiplies by (the tied output once).
+    /// Every matrix the forward multiplies by (the tied output once), in the
+    /// order a forward reads them: the repacked copies are laid out so.
     pub fn matrices(&self) -> Vec<&QMatrix> {
-        let mut m = vec![&self.output];
+        let mut m = Vec::new();
         if let Some(p) = &self.per_layer_input {
             m.push(&p.model_proj);
         }
@@ -164,6 +165,8 @@ impl Weights {
                 m.extend([&p.inp_gate, &p.proj]);
             }
         }
+        m.push(&self.output);
+        m.extend(&self.pooled_head);
         m
     }
 }
