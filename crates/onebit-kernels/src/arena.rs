@@ -86,10 +86,13 @@ impl Slot {
     }
 
     /// One region for all `lens`, the slots one after another (each
-    /// starting on a cache line), `fill(i, bytes)` writing slot i; the
-    /// slots in order. None when the lengths overflow.
+    /// starting on a cache line), `fill(i, bytes)` writing slot i, the
+    /// slots filled in the order `fill_order` gives (a permutation of
+    /// `0..lens.len()`; slots it leaves out stay zeroed); the slots in
+    /// layout order. None when the lengths overflow.
     pub(crate) fn shared(
         lens: &[usize],
+        fill_order: &[usize],
         mut fill: impl FnMut(usize, &mut [u8]),
     ) -> Option<Vec<Slot>> {
         let mut ranges = Vec::with_capacity(lens.len());
@@ -100,15 +103,22 @@ impl Slot {
             at = end.checked_next_multiple_of(64)?;
         }
         let mut region = Region::zeroed(at);
+        let mut parts: Vec<Option<&mut [u8]>> = Vec::with_capacity(ranges.len());
         let mut rest = &mut region[..];
         let mut taken = 0;
-        for (i, r) in ranges.iter().enumerate() {
+        for r in &ranges {
             let (_, tail) = rest.split_at_mut(r.start - taken);
             let (mine, tail) = tail.split_at_mut(r.len());
-            fill(i, mine);
+            parts.push(Some(mine));
             rest = tail;
             taken = r.end;
         }
+        for &i in fill_order {
+            if let Some(bytes) = parts.get_mut(i).and_then(Option::take) {
+                fill(i, bytes);
+            }
+        }
+        drop(parts);
         let region = Arc::new(region);
         Some(
             ranges
@@ -147,7 +157,9 @@ mod tests {
     #[test]
     fn shared_slots_hold_what_was_written_each_on_a_cache_line() {
         let lens = [5, 0, 130, 64];
-        let slots = Slot::shared(&lens, |i, b| {
+        let mut filled = Vec::new();
+        let slots = Slot::shared(&lens, &[2, 0, 3, 1, 2], |i, b| {
+            filled.push(i);
             assert_eq!(b.len(), lens[i]);
             assert!(b.iter().all(|&x| x == 0), "a region starts zeroed");
             b.iter_mut()
@@ -155,6 +167,8 @@ mod tests {
                 .for_each(|(j, x)| *x = (i * 50 + j) as u8);
         })
         .unwrap();
+        // In the order asked, each slot once.
+        assert_eq!(filled, [2, 0, 3, 1]);
         for (i, s) in slots.iter().enumerate() {
             assert_eq!(s.len(), lens[i]);
             assert_eq!(s.range.start % 64, 0);
@@ -163,6 +177,6 @@ mod tests {
         // Back to back: 5 -> 64, 0 -> 64, 130 -> 256.
         let starts: Vec<usize> = slots.iter().map(|s| s.range.start).collect();
         assert_eq!(starts, [0, 64, 64, 256]);
-        assert!(Slot::shared(&[usize::MAX, 1], |_, _| {}).is_none());
+        assert!(Slot::shared(&[usize::MAX, 1], &[0, 1], |_, _| {}).is_none());
     }
 }

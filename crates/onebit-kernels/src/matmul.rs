@@ -163,7 +163,15 @@ impl QMatrix {
                 }
             }
             let lens: Vec<usize> = todo.iter().map(|w| w.packed_len()).collect();
-            let Some(slots) = Slot::shared(&lens, |i, dst| todo[i].pack_into(pool, dst)) else {
+            // Packed largest first: packing maps some of the file's pages
+            // around the rows it reads until the matrix is done (on Gemma
+            // 3's 178 MB output, up to 25 MB), best while little else is
+            // resident. Packing the output last raised Gemma 3's peak RSS
+            // from 284 to 306 MB.
+            let mut order: Vec<usize> = (0..todo.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
+            let Some(slots) = Slot::shared(&lens, &order, |i, dst| todo[i].pack_into(pool, dst))
+            else {
                 // Sizes past the address space: one matrix at a time fails
                 // the same way, by name, in its own allocation.
                 todo.iter().for_each(|w| {
