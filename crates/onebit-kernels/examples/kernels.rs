@@ -42,6 +42,9 @@ fn main() {
         (GgmlType::Q6K, 151936, 1536, "Qwen1.5B output"),
         (GgmlType::Q4_0, 8192, 3072, "Llama3B ffn up"),
         (GgmlType::Q4_0, 196608, 3072, "Llama3B 24 x ffn up (DRAM)"),
+        (GgmlType::Q4_1, 196608, 3072, "Q4_1 1.2 GB (DRAM)"),
+        (GgmlType::Q5_0, 196608, 3072, "Q5_0 1.3 GB (DRAM)"),
+        (GgmlType::Q4K, 196608, 3072, "Q4_K 1.1 GB (DRAM)"),
         (GgmlType::Q6K, 128256, 3072, "Llama3B output"),
     ];
     let tokens: Vec<usize> = args.get(3).map_or(vec![1, 64, 512], |s| {

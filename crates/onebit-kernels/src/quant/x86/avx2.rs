@@ -23,6 +23,14 @@ fn dp(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
 }
 
+/// [`dp`]: its product is already summed apart from `acc` (the AVX-512
+/// level's `dpa` keeps `vpdpbusd` off the accumulator's chain).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dpa(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    dp(acc, u, s)
+}
+
 /// acc + per 32-bit lane, the sum of two products i16 x i16.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

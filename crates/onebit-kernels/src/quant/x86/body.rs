@@ -117,7 +117,8 @@ pub(super) const WIDE_KX8: usize = 2880;
 pub(super) const WIDE_Q6X8: usize = 3360;
 
 /// Instantiates the kernels. Expects in scope: `FEAT`-enabled primitives
-/// `dp(acc, u8s, i8s)`, `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
+/// `dp(acc, u8s, i8s)`, `dpa(acc, u8s, i8s)` (the same sum, the product
+/// added to `acc` last: the one-token kernels' form), `dp16(acc, i16s, i16s)`, `q8_prep(w)`,
 /// `q8_pair(acc, prepped, y)` (the exact i8 x i8 dot product), `expand_bits(u32)`,
 /// `sel_bits(x, sel)` (0x10 in the bytes where `x` has `sel`'s one bit),
 /// the constant `Q8_BIAS` (whether the wide Q8_0 kernel may sum (w + 128) * y
@@ -589,8 +590,8 @@ macro_rules! simd_kernels {
                         let v = ld(bx.add(qo + 32 * u));
                         let (ylo, yhi) = (word(u), word(u + 4));
                         if VNNI && K == 0 {
-                            s = dp(s, _mm256_and_si256(v, m4), ylo);
-                            s2 = dp(s2, _mm256_and_si256(v, mf0), yhi);
+                            s = dpa(s, _mm256_and_si256(v, m4), ylo);
+                            s2 = dpa(s2, _mm256_and_si256(v, mf0), yhi);
                             continue;
                         }
                         let mut lo = _mm256_and_si256(v, m4);
@@ -601,8 +602,8 @@ macro_rules! simd_kernels {
                             hi = _mm256_or_si256(hi, sel_bits(x, sel_hi));
                         }
                         if VNNI {
-                            s = dp(s, lo, ylo);
-                            s2 = dp(s2, hi, yhi);
+                            s = dpa(s, lo, ylo);
+                            s2 = dpa(s2, hi, yhi);
                         } else {
                             s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, ylo));
                             s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(hi, yhi));
@@ -2288,8 +2289,8 @@ macro_rules! simd_kernels {
                             let ylo = _mm256_set1_epi32((y as *const i32).read_unaligned());
                             let yhi = _mm256_set1_epi32((y.add(32) as *const i32).read_unaligned());
                             if VNNI {
-                                slo[t] = dp(slo[t], lo, ylo);
-                                shi[t] = dp(shi[t], hi, yhi);
+                                slo[t] = dpa(slo[t], lo, ylo);
+                                shi[t] = dpa(shi[t], hi, yhi);
                             } else {
                                 slo[t] = _mm256_add_epi16(slo[t], _mm256_maddubs_epi16(lo, ylo));
                                 shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, yhi));
@@ -2630,7 +2631,7 @@ macro_rules! simd_kernels {
                                     let y = ya[t].add(4 + 128 * h + 32 * k + 4 * u) as *const i32;
                                     let yv = _mm256_set1_epi32(y.read_unaligned());
                                     if VNNI {
-                                        sk[k][t] = dp(sk[k][t], *code, yv);
+                                        sk[k][t] = dpa(sk[k][t], *code, yv);
                                     } else {
                                         pk[k][t] = _mm256_add_epi16(
                                             pk[k][t],
