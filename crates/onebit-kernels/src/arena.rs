@@ -30,10 +30,10 @@ pub(crate) enum Region {
 }
 
 impl Region {
-    /// `len` zeroed bytes (at least one, so an empty region is still a
-    /// valid mapping).
+    /// `len` zeroed bytes (memmap2 maps a page for a zero length and
+    /// exposes no bytes).
     pub(crate) fn zeroed(len: usize) -> Region {
-        match memmap2::MmapMut::map_anon(len.max(1)) {
+        match memmap2::MmapMut::map_anon(len) {
             Ok(map) => {
                 #[cfg(target_os = "linux")]
                 {
@@ -68,7 +68,6 @@ impl DerefMut for Region {
 }
 
 /// One matrix's bytes inside a shared [`Region`].
-#[derive(Clone)]
 pub(crate) struct Slot {
     region: Arc<Region>,
     range: Range<usize>,

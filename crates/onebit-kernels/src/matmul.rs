@@ -172,8 +172,9 @@ impl QMatrix {
             order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
             let Some(slots) = Slot::shared(&lens, &order, |i, dst| todo[i].pack_into(pool, dst))
             else {
-                // Sizes past the address space: one matrix at a time fails
-                // the same way, by name, in its own allocation.
+                // Only if the lengths' sum overflows, which matrices that
+                // each fit in memory do not reach; one mapping per matrix
+                // is still correct.
                 todo.iter().for_each(|w| {
                     w.packed_rows(pool);
                 });
