@@ -5,8 +5,7 @@
 use half::f16;
 use onebit_formats::blocks::{layout, QK_K};
 
-/// The largest finite f16, the scale a Q8_0/Q8_1 block saturates to.
-pub const F16_MAX: f32 = 65504.0;
+use super::scale::{q8_scales, F16_MAX};
 
 const QK8: usize = 32;
 
@@ -32,28 +31,6 @@ fn q8_block(x: &[f32], qs: &mut [u8]) -> f32 {
         *q = round_code(v * id) as u8;
     }
     d
-}
-
-/// (d before f16 rounding, multiplier) of a Q8_0/Q8_1 block with this amax.
-#[inline]
-pub(crate) fn q8_scales(amax: f32) -> (f32, f32) {
-    let mut d = amax / 127.0;
-    let id = if f16::from_f32(d).is_infinite() {
-        // amax/127 does not fit an f16 scale: saturate the scale and the codes.
-        d = F16_MAX;
-        1.0 / F16_MAX
-    } else if amax == 0.0 {
-        0.0
-    } else {
-        // Not finite only when amax is subnormal; then d rounds to 0 anyway.
-        let id = 127.0 / amax;
-        if id.is_finite() {
-            id
-        } else {
-            0.0
-        }
-    };
-    (d, id)
 }
 
 /// Whether the AVX2 block quantizers run (they give the scalar code's bits).

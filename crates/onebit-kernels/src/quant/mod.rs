@@ -46,11 +46,13 @@ mod act;
 pub mod arm;
 pub(crate) use crate::isa;
 pub mod scalar;
+mod scale;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use act::{quantize_q8_0, quantize_q8_1, quantize_q8_k, F16_MAX};
+pub use act::{quantize_q8_0, quantize_q8_1, quantize_q8_k};
 pub use isa::Isa;
+pub use scale::F16_MAX;
 
 use onebit_formats::GgmlType;
 

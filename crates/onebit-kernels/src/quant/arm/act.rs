@@ -68,7 +68,7 @@ pub unsafe fn q8_block(x: &[f32], qs: &mut [u8]) -> Option<f32> {
         return None;
     }
     let m = amax(&[a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]);
-    let (d, id) = crate::quant::act::q8_scales(m);
+    let (d, id) = crate::quant::scale::q8_scales(m);
     let id = vdupq_n_f32(id);
     let q = qs.as_mut_ptr() as *mut i8;
     vst1q_s8(q, codes16(a, id));

@@ -3,8 +3,10 @@
 //! Two levels beside the scalar reference: `avx2` (AVX2 + FMA + F16C) and
 //! `avx512` (adds AVX-512 F/BW/VL/VNNI; the kernels still use 256-bit
 //! vectors, but with `vpdpbusd`/`vpdpwssd` and 32 registers for larger tiles).
-//! Both kernels live in one macro body ([`simd_kernels!`]) instantiated per
-//! level over that level's primitives (`dp`, `dp16`, `q8_*`, `expand_bits`).
+//! Both levels' kernels are written once, as macros ([`simd_kernels!`] in
+//! `body.rs` and one per family: `shared.rs`, `one_token.rs`, `k_quants.rs`,
+//! `wide.rs`, `wide_k.rs`), instantiated per level over that level's
+//! primitives (`dp`, `dp16`, `q8_*`, `expand_bits`).
 //!
 //! # Exactness
 //!
@@ -73,6 +75,16 @@ use super::ActFormat;
 
 #[macro_use]
 mod body;
+#[macro_use]
+mod shared;
+#[macro_use]
+mod one_token;
+#[macro_use]
+mod k_quants;
+#[macro_use]
+mod wide;
+#[macro_use]
+mod wide_k;
 pub mod avx2;
 pub mod avx512;
 

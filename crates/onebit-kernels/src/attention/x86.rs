@@ -1,0 +1,543 @@
+//! The x86 attention kernels: the fold of partials compiled with FMA, and
+//! the AVX2 block kernel (scores four positions at a time on 256-bit
+//! registers; at the AVX-512 level the weighted sums of values on 512-bit
+//! ones). Each computes the scalar reference's fused operations in its
+//! order (`super::scalar`), so every level gives the same bits.
+
+use super::scalar::{finish_score, soft_cap, weights};
+use super::{AttnShape, PART_HEAD};
+use crate::kv::{KvView, Q8_0_BLOCK};
+use core::arch::x86_64::*;
+
+// The fold: `super::scalar`'s [`combine`] and [`finish`] compiled with the
+// FMA instruction, so that `exp_fast`'s fused multiply-adds are single
+// instructions rather than library calls (the same operations, so the same
+// bits).
+
+/// # Safety
+/// AVX2 and FMA are available.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn combine(run: &mut [f32], b: &[f32]) {
+    super::scalar::combine(run, b)
+}
+
+/// # Safety
+/// AVX2 and FMA are available.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn finish(run: &[f32], out: &mut [f32]) {
+    super::scalar::finish(run, out)
+}
+
+/// Cache elements as the kernel reads them: one widened to f32, or
+/// eight at a time.
+pub trait Elems: Copy {
+    fn len(&self) -> usize;
+    fn get(&self, i: usize) -> f32;
+    /// Elements i..i + 8 widened to f32, the same values as `get`.
+    ///
+    /// # Safety
+    /// i + 8 <= len(); for q8_0, i is a multiple of 8 (so the eight
+    /// share one block); AVX2 and F16C are available.
+    unsafe fn load8(&self, i: usize) -> __m256;
+    /// Elements i..i + 16 widened to f32, the same values as `get`.
+    ///
+    /// # Safety
+    /// i + 16 <= len(); for q8_0, i is a multiple of 16 (so the sixteen
+    /// share one block); AVX-512 F is available.
+    unsafe fn load16(&self, i: usize) -> __m512;
+    /// Asks the cache for the lines of elements i..i + n (a hint: any
+    /// i, in bounds or not, is safe).
+    fn prefetch(&self, i: usize, n: usize);
+}
+
+#[derive(Clone, Copy)]
+pub struct F32s<'a>(pub &'a [f32]);
+#[derive(Clone, Copy)]
+pub struct F16s<'a>(pub &'a [u16]);
+#[derive(Clone, Copy)]
+pub struct Q8s<'a>(pub &'a [i8], pub &'a [u16]);
+
+impl Elems for F32s<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    fn prefetch(&self, i: usize, n: usize) {
+        let mut e = 0;
+        while e < n {
+            // SAFETY: a prefetch never faults, whatever the address;
+            // wrapping_add computes it without claiming it is in bounds.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+            e += 16;
+        }
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> f32 {
+        self.0[i]
+    }
+    #[inline(always)]
+    unsafe fn load8(&self, i: usize) -> __m256 {
+        // SAFETY: i + 8 <= len (the caller's contract).
+        unsafe { _mm256_loadu_ps(self.0.as_ptr().add(i)) }
+    }
+    #[inline(always)]
+    unsafe fn load16(&self, i: usize) -> __m512 {
+        // SAFETY: i + 16 <= len (the caller's contract).
+        unsafe { _mm512_loadu_ps(self.0.as_ptr().add(i)) }
+    }
+}
+
+impl Elems for F16s<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    fn prefetch(&self, i: usize, n: usize) {
+        let mut e = 0;
+        while e < n {
+            // SAFETY: a prefetch never faults, whatever the address;
+            // wrapping_add computes it without claiming it is in bounds.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+            e += 32;
+        }
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> f32 {
+        KvView::F16(self.0).get(i)
+    }
+    #[inline(always)]
+    unsafe fn load8(&self, i: usize) -> __m256 {
+        // SAFETY: i + 8 <= len, 16 bytes; F16C is available (the
+        // caller's contract). vcvtph2ps widens exactly, as `get` does.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(self.0.as_ptr().add(i).cast())) }
+    }
+    #[inline(always)]
+    unsafe fn load16(&self, i: usize) -> __m512 {
+        // SAFETY: i + 16 <= len, 32 bytes; AVX-512 F is available (the
+        // caller's contract). vcvtph2ps widens exactly, as `get` does.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.as_ptr().add(i).cast())) }
+    }
+}
+
+impl Elems for Q8s<'_> {
+    fn len(&self) -> usize {
+        self.0.len().min(self.1.len() * Q8_0_BLOCK)
+    }
+    #[inline(always)]
+    fn prefetch(&self, i: usize, n: usize) {
+        let mut e = 0;
+        while e < n {
+            // SAFETY: a prefetch never faults, whatever the address;
+            // wrapping_add computes it without claiming it is in bounds.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self.0.as_ptr().wrapping_add(i + e).cast()) };
+            e += 64;
+        }
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> f32 {
+        KvView::Q8_0 {
+            q: self.0,
+            d: self.1,
+        }
+        .get(i)
+    }
+    #[inline(always)]
+    unsafe fn load8(&self, i: usize) -> __m256 {
+        // SAFETY: i + 8 <= len, so 8 quant bytes and the scale i / 32
+        // exist (len counts only elements whose scale is stored).
+        unsafe {
+            let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                self.0.as_ptr().add(i).cast(),
+            )));
+            let d = *self.1.get_unchecked(i / Q8_0_BLOCK);
+            let d = _mm256_cvtph_ps(_mm_set1_epi16(d as i16));
+            // d * q, exact (see crate::kv), as `get`.
+            _mm256_mul_ps(d, q)
+        }
+    }
+    #[inline(always)]
+    unsafe fn load16(&self, i: usize) -> __m512 {
+        // SAFETY: i + 16 <= len, so 16 quant bytes and the scale i / 32
+        // exist; i is a multiple of 16, so all sixteen share that scale.
+        unsafe {
+            let q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                self.0.as_ptr().add(i).cast(),
+            )));
+            let d = *self.1.get_unchecked(i / Q8_0_BLOCK);
+            let d = _mm512_cvtph_ps(_mm256_set1_epi16(d as i16));
+            // d * q, exact (see crate::kv), as `get`.
+            _mm512_mul_ps(d, q)
+        }
+    }
+}
+
+/// A dot product's eight lanes with the tail elements added into lanes
+/// 0.., reduced pairwise as `dot_scalar`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn reduce<E: Elems>(acc: __m256, q: &[f32], k: E, at: usize) -> f32 {
+    let n8 = q.len() / 8 * 8;
+    if n8 == q.len() {
+        // reduce8 in registers: [l0+l4, l1+l5, l2+l6, l3+l7], then
+        // [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7)], then their sum.
+        let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+        let t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` has 8 elements.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    for i in n8..q.len() {
+        lanes[i - n8] = q[i].mul_add(k.get(at + i), lanes[i - n8]);
+    }
+    crate::quant::scalar::reduce8(&lanes)
+}
+
+/// `block_scalar` for the G query heads in `q`, K and V read through
+/// `k` and `v`: the same operations in the same order per head. A K row
+/// pair gives 2G independent accumulator chains; each V load serves all
+/// G heads.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn block<E: Elems, const G: usize>(
+    shape: AttnShape,
+    kvh: usize,
+    q: &[f32],
+    k: E,
+    v: E,
+    from: usize,
+    to: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    wide: bool,
+    scores: &mut Vec<f32>,
+    part: &mut [f32],
+) {
+    let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
+    let krow = shape.n_head_kv * dk;
+    let vrow = shape.n_head_kv * dv;
+    let ph = PART_HEAD + dv;
+    assert!(kvh < shape.n_head_kv && from < to, "attention block: span");
+    assert!(
+        q.len() == G * dk && part.len() == G * ph,
+        "attention block: q/part shape"
+    );
+    assert!(
+        to * krow <= k.len() && to * vrow <= v.len(),
+        "attention block: cache rows"
+    );
+    let len = to - from;
+    let dk8 = dk / 8 * 8;
+    scores.clear();
+    scores.resize(G * len, 0.0);
+    let k_at = |p: usize| p * krow + kvh * dk;
+
+    // What the passes ask the cache for ahead of each row: the whole
+    // cache row for the first KV head (the next KV heads of the block,
+    // read next, find their part there), else the head's part.
+    let (ahead, ahead_v) = if kvh == 0 { (krow, vrow) } else { (dk, dv) };
+    // Scores: four positions at a time (at the AVX-512 level too: eight
+    // at a time on 512-bit registers measured slower on Zen 4), then the
+    // rest two at a time.
+    let mut i = 0;
+    if dk == dk8 {
+        // SAFETY: every K row read, k_at(from + i) + dk <= to * krow, is
+        // within `k` (checked above); dk is a multiple of 8, and k_at(p)
+        // is for q8_0 (its head dims are multiples of 32); AVX2, FMA and
+        // F16C are enabled here.
+        i = unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) };
+        if let Some(cap) = softcap {
+            for g in 0..G {
+                for s in &mut scores[g * len..g * len + i] {
+                    *s = soft_cap(*s, cap);
+                }
+            }
+        }
+    }
+    while i < len {
+        let pair = i + 1 < len;
+        let k0 = k_at(from + i);
+        let k1 = if pair { k_at(from + i + 1) } else { k0 };
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
+        let mut j = 0;
+        while j < dk8 {
+            // SAFETY: k0 + j + 8 <= k0 + dk <= to * krow <= k.len(), the
+            // same for k1; j is a multiple of 8 and so is k0 for q8_0
+            // (its head dims are multiples of 32); g * dk + j + 8 <= G *
+            // dk = q.len(). AVX2 and F16C are enabled here.
+            unsafe {
+                let a = k.load8(k0 + j);
+                let b = k.load8(k1 + j);
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let qv = _mm256_loadu_ps(q.as_ptr().add(g * dk + j));
+                    acc[0] = _mm256_fmadd_ps(qv, a, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(qv, b, acc[1]);
+                }
+            }
+            j += 8;
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            let qg = &q[g * dk..(g + 1) * dk];
+            scores[g * len + i] = finish_score(reduce(acc[0], qg, k, k0), scale, softcap);
+            if pair {
+                scores[g * len + i + 1] = finish_score(reduce(acc[1], qg, k, k1), scale, softcap);
+            }
+        }
+        i += 2;
+    }
+    for g in 0..G {
+        weights(
+            &mut scores[g * len..(g + 1) * len],
+            &mut part[g * ph..g * ph + 2],
+        );
+    }
+
+    // Weighted sums of values, 16 then 8 columns of all G heads at a
+    // time, then the remaining columns one by one.
+    let sp = scores.as_ptr();
+    let v_at = |p: usize, c: usize| p * vrow + kvh * dv + c;
+    let mut c = 0;
+    if wide {
+        // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
+        // the cache rows were checked above.
+        c = unsafe {
+            values512::<E, G>(
+                v,
+                &scores[..G * len],
+                len,
+                v_at(from, 0),
+                vrow,
+                dv,
+                ahead_v,
+                part,
+            )
+        };
+    }
+    while c + 16 <= dv {
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
+        for i in 0..len {
+            let at = v_at(from + i, c);
+            if c == 0 {
+                v.prefetch(at + AHEAD * vrow, ahead_v);
+            }
+            // SAFETY: at + 16 <= (from + i) * vrow + kvh * dv + dv <= to
+            // * vrow <= v.len(); at is a multiple of 8 for q8_0 (head
+            // dims multiples of 32); g * len + i < G * len = scores.len().
+            unsafe {
+                let v0 = v.load8(at);
+                let v1 = v.load8(at + 8);
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm256_set1_ps(*sp.add(g * len + i));
+                    acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            let o = g * ph + PART_HEAD + c;
+            // SAFETY: o + 16 <= g * ph + ph <= G * ph = part.len().
+            unsafe {
+                _mm256_storeu_ps(part.as_mut_ptr().add(o), acc[0]);
+                _mm256_storeu_ps(part.as_mut_ptr().add(o + 8), acc[1]);
+            }
+        }
+        c += 16;
+    }
+    if c + 8 <= dv {
+        let mut acc = [_mm256_setzero_ps(); G];
+        for i in 0..len {
+            // SAFETY: as above, for columns c..c + 8 <= dv.
+            unsafe {
+                let v0 = v.load8(v_at(from + i, c));
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm256_set1_ps(*sp.add(g * len + i));
+                    *acc = _mm256_fmadd_ps(w, v0, *acc);
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            // SAFETY: g * ph + 2 + c + 8 <= G * ph = part.len().
+            unsafe { _mm256_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
+        }
+        c += 8;
+    }
+    for c in c..dv {
+        for g in 0..G {
+            let mut acc = 0f32;
+            for i in 0..len {
+                acc = scores[g * len + i].mul_add(v.get(v_at(from + i, c)), acc);
+            }
+            part[g * ph + PART_HEAD + c] = acc;
+        }
+    }
+}
+
+/// The scaled dot products q·k of `block` (before the soft-cap) for the
+/// first len / 4 * 4 positions, four at a time, into `scores` ([G][len]);
+/// returns how many positions it did. Each position's eight lanes are
+/// one register, every lane the same chain of fused multiply-adds as in
+/// `dot_scalar`; the four positions' lanes are then reduced together by
+/// shuffles in reduce8's pairing (((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+/// (l3 + l7))), so each score is the same bits as
+/// `finish_score(dot_scalar(..), scale, None)`. `k0` is the first
+/// position's K head, `krow` the cache row width; the cache is asked for
+/// `ahead` elements from the K head of the position [`AHEAD`] on.
+///
+/// # Safety
+/// AVX2, FMA and F16C are available; dk is a multiple of 8 and q.len()
+/// == G * dk; every row k0 + p * krow + dk, p < len, is within `k`; for
+/// q8_0, k0 and krow are multiples of 32; scores.len() >= G * len.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores4<E: Elems, const G: usize>(
+    k: E,
+    q: &[f32],
+    k0: usize,
+    krow: usize,
+    dk: usize,
+    len: usize,
+    scale: f32,
+    ahead: usize,
+    scores: &mut [f32],
+) -> usize {
+    let n = len / 4 * 4;
+    let (qp, sp) = (q.as_ptr(), scores.as_mut_ptr());
+    // After the last step, 128-bit lane 0 holds [p0, p2, ..] and lane 1
+    // [p1, p3, ..]: lanes 0, 4, 1, 5 are positions 0..4.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5);
+    let scale = _mm_set1_ps(scale);
+    let mut i = 0;
+    while i < n {
+        let row = |p: usize| k0 + (i + p) * krow;
+        for p in AHEAD..AHEAD + 4 {
+            k.prefetch(row(p), ahead);
+        }
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        let mut j = 0;
+        while j < dk {
+            for t in 0..4 {
+                // SAFETY: row(t) + j + 8 <= row(t) + dk, within `k` (the
+                // caller's contract), j a multiple of 8; g * dk + j + 8
+                // <= q.len().
+                unsafe {
+                    let x = k.load8(row(t) + j);
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        let qv = _mm256_loadu_ps(qp.add(g * dk + j));
+                        acc[t] = _mm256_fmadd_ps(qv, x, acc[t]);
+                    }
+                }
+            }
+            j += 8;
+        }
+        for (g, &[a, b, c, d]) in acc.iter().enumerate() {
+            // Lane 0 of u: position 0's [l0 + l4, l1 + l5, l2 + l6, l3 +
+            // l7], lane 1: position 1's (v: positions 2 and 3).
+            let u = _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(a, b),
+                _mm256_permute2f128_ps::<0x31>(a, b),
+            );
+            let v = _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(c, d),
+                _mm256_permute2f128_ps::<0x31>(c, d),
+            );
+            // Lane 0: [(04) + (26), (15) + (37)] of position 0, then of
+            // 2; lane 1: of positions 1 and 3.
+            let w = _mm256_add_ps(
+                _mm256_shuffle_ps::<0b01_00_01_00>(u, v),
+                _mm256_shuffle_ps::<0b11_10_11_10>(u, v),
+            );
+            let s = _mm256_add_ps(
+                _mm256_shuffle_ps::<0b10_00_10_00>(w, w),
+                _mm256_shuffle_ps::<0b11_01_11_01>(w, w),
+            );
+            let s = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(s, order));
+            // SAFETY: g * len + i + 4 <= G * len <= scores.len().
+            unsafe { _mm_storeu_ps(sp.add(g * len + i), _mm_mul_ps(s, scale)) };
+        }
+        i += 4;
+    }
+    n
+}
+
+/// How many positions ahead the passes ask the cache for K and V rows
+/// (16 to 128 measured alike at depth 4096).
+const AHEAD: usize = 32;
+
+/// The weighted sums of values of `block` on 512-bit registers: 64, then
+/// 16 columns of all G heads at a time, each element the same fused
+/// multiply-adds in the same position order; returns the first column
+/// left for the narrower loops. `v0` is the first position's column 0,
+/// `vrow` the cache row width; the cache is asked for `ahead` elements
+/// from column 0 of the position [`AHEAD`] on.
+///
+/// # Safety
+/// AVX-512 F is available; every row v0 + i * vrow + dv, i < len, is
+/// within `v`; for q8_0, v0 and vrow are multiples of 32.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn values512<E: Elems, const G: usize>(
+    v: E,
+    scores: &[f32],
+    len: usize,
+    v0: usize,
+    vrow: usize,
+    dv: usize,
+    ahead: usize,
+    part: &mut [f32],
+) -> usize {
+    let ph = PART_HEAD + dv;
+    let sp = scores.as_ptr();
+    let mut c = 0;
+    while c + 64 <= dv {
+        let mut acc = [[_mm512_setzero_ps(); 4]; G];
+        for i in 0..len {
+            let at = v0 + i * vrow + c;
+            if c == 0 {
+                v.prefetch(at + AHEAD * vrow, ahead);
+            }
+            // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
+            // caller's contract); at is a multiple of 16 for q8_0; g *
+            // len + i < G * len = scores.len().
+            unsafe {
+                let x = [
+                    v.load16(at),
+                    v.load16(at + 16),
+                    v.load16(at + 32),
+                    v.load16(at + 48),
+                ];
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*sp.add(g * len + i));
+                    for (a, x) in acc.iter_mut().zip(x) {
+                        *a = _mm512_fmadd_ps(w, x, *a);
+                    }
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            let o = g * ph + PART_HEAD + c;
+            for (n, a) in acc.iter().enumerate() {
+                // SAFETY: o + 16 n + 16 <= g * ph + ph <= part.len().
+                unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(o + 16 * n), *a) };
+            }
+        }
+        c += 64;
+    }
+    while c + 16 <= dv {
+        let mut acc = [_mm512_setzero_ps(); G];
+        for i in 0..len {
+            // SAFETY: as above, for columns c..c + 16 <= dv.
+            unsafe {
+                let x = v.load16(v0 + i * vrow + c);
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*sp.add(g * len + i));
+                    *acc = _mm512_fmadd_ps(w, x, *acc);
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            // SAFETY: g * ph + 2 + c + 16 <= G * ph = part.len().
+            unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
+        }
+        c += 16;
+    }
+    c
+}
