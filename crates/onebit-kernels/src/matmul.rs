@@ -260,10 +260,27 @@ enum ActLayout {
     Wide,
 }
 
-/// From this many tokens on, packed types run the wide kernels: each weight
-/// row is expanded once per call into unsigned codes, so the inner loop is
-/// one load and one dot product per row and token tile.
-const WIDE_MIN_TOKENS: usize = 4;
+/// From how many tokens on `t` runs the wide kernels: each weight row is
+/// expanded once per call into unsigned codes, so the inner loop is one
+/// load and one dot product per row and token tile (prefill's rate). Below
+/// it (decode, a batched decode step, a speculative verify) it runs the
+/// few-row kernels of [`x86::gemm_fn`]: each interleaved group or row tile
+/// is decoded once per tile of tokens and applied to all of them while it
+/// is in registers, so the matrix streams once, as for one token, and the
+/// expansion a wide call pays for every row is not paid. The crossover,
+/// measured on an Intel Xeon (AVX-512, 2 threads, load 10: noisy; matmul
+/// times of examples/kernels.rs at 1, 2, 4, 8, 16 and 32 tokens on the
+/// Qwen2.5-1.5B, Gemma 3 and SmolLM2 shapes): at 4 tokens the few-row
+/// kernels took 0.2-0.6x the wide ones' time for every type; at 8 the
+/// interleaved ones (Q4_0, Q5_0, Q4_K, Q6_K) 0.5-1.2x, the per-row packed
+/// ones (Q4_1, Q8_0: 4-row tiles) up to 3x; at 16 the interleaved ones
+/// 0.6-1.7x.
+fn wide_from(t: GgmlType) -> usize {
+    match t {
+        GgmlType::Q4_1 | GgmlType::Q8_0 => 8,
+        _ => 16,
+    }
+}
 
 /// The activation layout for `w` at `precision` over `n_tok` tokens.
 fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
@@ -271,7 +288,7 @@ fn act_layout(w: &QMatrix, precision: Precision, n_tok: usize) -> ActLayout {
         return ActLayout::Standard;
     }
     #[cfg(target_arch = "x86_64")]
-    if n_tok >= WIDE_MIN_TOKENS && x86::wide_fn(Isa::best(), w.dtype).is_some() {
+    if n_tok >= wide_from(w.dtype) && x86::wide_fn(Isa::best(), w.dtype).is_some() {
         return ActLayout::Wide;
     }
     let _ = (w, n_tok);
@@ -333,8 +350,8 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     })
 }
 
-/// Work chunks per thread for products of fewer than [`WIDE_MIN_TOKENS`]
-/// tokens (decode): few and long, so each thread streams long runs of weight
+/// Work chunks per thread for products below [`wide_from`] tokens
+/// (decode, few rows): few and long, so each thread streams long runs of weight
 /// rows. Many short chunks cost decode its bandwidth: every chunk starts its
 /// weight stream cold (the kernels prefetch a fixed distance ahead of the
 /// rows they read), and the threads' chunks alternate. On a Zen 4 VM (2
@@ -348,12 +365,13 @@ const DECODE_CHUNKS_PER_THREAD: usize = 2;
 /// time anyway, and more of them balance the threads better.
 const PREFILL_CHUNKS_PER_THREAD: usize = 8;
 
-/// Chunks per thread for a product of `n_tok` tokens.
-fn chunks_per_thread(n_tok: usize) -> usize {
-    if n_tok < WIDE_MIN_TOKENS {
-        DECODE_CHUNKS_PER_THREAD
-    } else {
+/// Chunks per thread for a product that runs the wide kernels (`prefill`,
+/// or on paths without them as many tokens as would) or not.
+fn chunks_per_thread(prefill: bool) -> usize {
+    if prefill {
         PREFILL_CHUNKS_PER_THREAD
+    } else {
+        DECODE_CHUNKS_PER_THREAD
     }
 }
 
@@ -426,7 +444,8 @@ fn matmul_arm(
         let arb = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok, sc);
         let acts = &sc.acts;
         let wrb = w.row_bytes();
-        let chunk = chunk_rows(w.rows, pool.threads(), chunks_per_thread(n_tok));
+        let prefill = n_tok >= wide_from(w.dtype);
+        let chunk = chunk_rows(w.rows, pool.threads(), chunks_per_thread(prefill));
         let dst = OutPtr(out.as_mut_ptr());
         let rows = w.rows;
         pool.for_each_chunk(rows.div_ceil(chunk), |c| {
@@ -490,7 +509,7 @@ pub fn matmul_many(
                     kernel_rows(w, pool, layout);
                 }
                 let threads = pool.threads();
-                let per_thread = chunks_per_thread(n_tok);
+                let per_thread = chunks_per_thread(layout == ActLayout::Wide);
                 let n_chunks: usize = ws
                     .iter()
                     .map(|w| w.rows.div_ceil(chunk_rows(w.rows, threads, per_thread)))
@@ -630,7 +649,11 @@ fn matmul_simd(
         } else {
             GgmlType::F32
         };
-        let chunk = chunk_rows(w.rows, pool.threads(), chunks_per_thread(n_tok));
+        let chunk = chunk_rows(
+            w.rows,
+            pool.threads(),
+            chunks_per_thread(layout == ActLayout::Wide),
+        );
         let n_chunks = w.rows.div_ceil(chunk);
         let dst = OutPtr(out.as_mut_ptr());
         let rows = w.rows;
@@ -679,7 +702,8 @@ fn matmul_scalar(
         let arb = quantize_rows(pool, fmt, ActLayout::Standard, x, w.cols, n_tok, sc);
         let acts = &sc.acts;
         let dequant = precision == Precision::Float && w.dtype != GgmlType::F32;
-        let chunk = chunk_rows(w.rows, pool.threads(), chunks_per_thread(n_tok));
+        let prefill = n_tok >= wide_from(w.dtype);
+        let chunk = chunk_rows(w.rows, pool.threads(), chunks_per_thread(prefill));
         let n_chunks = w.rows.div_ceil(chunk);
         let dst = OutPtr(out.as_mut_ptr());
         let rows = w.rows;
@@ -727,7 +751,7 @@ mod tests {
             .collect();
         // Finite scales (random bytes could make an f16 NaN).
         let scales: &[usize] = match t {
-            GgmlType::Q4K => &[0, 2],
+            GgmlType::Q4K | GgmlType::Q4_1 => &[0, 2],
             GgmlType::Q6K => &[208],
             _ => &[0],
         };
@@ -767,6 +791,28 @@ mod tests {
         );
     }
 
+    /// Every batch width from one row to past the wide kernels' threshold
+    /// (the few-row kernels below it, the wide ones from it on): each
+    /// row's result is the bits of that row alone, for every type with a
+    /// kernel, and matrices sharing activations give the bits of one
+    /// matmul each.
+    #[test]
+    fn every_batch_width_equals_its_rows_alone() {
+        let pool = Pool::new(2);
+        let cols = 512;
+        let ws = [
+            matrix(GgmlType::Q4_0, 19, cols, 21),
+            matrix(GgmlType::Q5_0, 19, cols, 22),
+            matrix(GgmlType::Q4K, 19, cols, 23),
+            matrix(GgmlType::Q6K, 19, cols, 24),
+            matrix(GgmlType::Q8_0, 19, cols, 25),
+            matrix(GgmlType::Q4_1, 19, cols, 26),
+        ];
+        for n in (1..=17).chain([24]) {
+            many_and_single_agree_at(&pool, cols, &ws, n);
+        }
+    }
+
     #[test]
     fn repacked_rows_decode_as_the_original() {
         let pool = Pool::new(2);
@@ -786,7 +832,10 @@ mod tests {
     }
 
     fn many_and_single_agree(pool: &Pool, cols: usize, ws: &[QMatrix]) {
-        let n = 7;
+        many_and_single_agree_at(pool, cols, ws, 7);
+    }
+
+    fn many_and_single_agree_at(pool: &Pool, cols: usize, ws: &[QMatrix], n: usize) {
         let x: Vec<f32> = (0..n * cols)
             .map(|i| ((i * 7919) % 997) as f32 / 498.0 - 1.0)
             .collect();

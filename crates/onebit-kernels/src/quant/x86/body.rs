@@ -3,7 +3,7 @@
 //! `#[target_feature]` set: the tile drivers, the wide kernels' cache-block
 //! sizes, and [`simd_kernels!`], which holds the level's dispatch tables and
 //! expands each family's macro (`shared.rs`, `one_token.rs`, `k_quants.rs`,
-//! `wide.rs`, `wide_k.rs`) into the level's module, so every family sees
+//! `rows.rs`, `wide.rs`, `wide_k.rs`) into the level's module, so every family sees
 //! the others' items and the level's primitives by name.
 //!
 //! Every function here is an `unsafe fn` with the level's target features:
@@ -41,6 +41,35 @@ macro_rules! drive {
                 t += 1;
             }
             r += 1;
+        }
+    }};
+}
+
+/// Runs `$call` with `$t` the first token of each tile and `$T` (a const)
+/// its width over tokens `0..$ntok`: tiles of `TT` tokens, then of 2, then
+/// one, so no token runs alone unless one is left (the few-row kernels:
+/// each tile decodes a weight group once for all its tokens).
+macro_rules! token_tiles {
+    ($ntok:expr, |$t:ident, $T:ident| $call:expr) => {{
+        let ntok = $ntok;
+        let mut $t = 0;
+        while $t + TT <= ntok {
+            {
+                const $T: usize = TT;
+                $call;
+            }
+            $t += TT;
+        }
+        while $t + 2 <= ntok {
+            {
+                const $T: usize = 2;
+                $call;
+            }
+            $t += 2;
+        }
+        if $t < ntok {
+            const $T: usize = 1;
+            $call;
         }
     }};
 }
@@ -168,6 +197,7 @@ macro_rules! simd_kernels {
         x86_shared!($feat);
         x86_one_token!($feat);
         x86_k_quants!($feat);
+        x86_rows!($feat);
         x86_wide!($feat);
         x86_wide_k!($feat);
     };

@@ -142,15 +142,7 @@ macro_rules! x86_k_quants {
         unsafe fn gemm_q4_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
             let groups = nrows / 8;
             for g in 0..groups {
-                let mut t = 0;
-                while t + TT <= ntok {
-                    tile_q4_kx8::<TT>(ops, g, t, out, os);
-                    t += TT;
-                }
-                while t < ntok {
-                    tile_q4_kx8::<1>(ops, g, t, out, os);
-                    t += 1;
-                }
+                token_tiles!(ntok, |t, T| tile_q4_kx8::<T>(ops, g, t, out, os));
             }
             for r in groups * 8..nrows {
                 for t in 0..ntok {
@@ -508,15 +500,7 @@ macro_rules! x86_k_quants {
         unsafe fn gemm_q6_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
             let groups = nrows / 8;
             for g in 0..groups {
-                let mut t = 0;
-                while t + TT <= ntok {
-                    tile_q6_kx8::<TT>(ops, g, t, out, os);
-                    t += TT;
-                }
-                while t < ntok {
-                    tile_q6_kx8::<1>(ops, g, t, out, os);
-                    t += 1;
-                }
+                token_tiles!(ntok, |t, T| tile_q6_kx8::<T>(ops, g, t, out, os));
             }
             for r in groups * 8..nrows {
                 for t in 0..ntok {

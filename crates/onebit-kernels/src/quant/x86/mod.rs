@@ -5,7 +5,7 @@
 //! vectors, but with `vpdpbusd`/`vpdpwssd` and 32 registers for larger tiles).
 //! Both levels' kernels are written once, as macros ([`simd_kernels!`] in
 //! `body.rs` and one per family: `shared.rs`, `one_token.rs`, `k_quants.rs`,
-//! `wide.rs`, `wide_k.rs`), instantiated per level over that level's
+//! `rows.rs`, `wide.rs`, `wide_k.rs`), instantiated per level over that level's
 //! primitives (`dp`, `dp16`, `q8_*`, `expand_bits`).
 //!
 //! # Exactness
@@ -81,6 +81,8 @@ mod shared;
 mod one_token;
 #[macro_use]
 mod k_quants;
+#[macro_use]
+mod rows;
 #[macro_use]
 mod wide;
 #[macro_use]

@@ -198,8 +198,9 @@ macro_rules! x86_one_token {
         // sequential stream per group of rows, every activation word
         // broadcast to all lanes, no horizontal sums.
 
-        /// Whole groups of 8 rows run [`tile_qx8`], one token at a time
-        /// (a group's few KiB stay in L1 for the next token; several tokens
+        /// Whole groups of 8 rows run [`tile_qx8`] for one token and
+        /// [`tile_qx8_rows`] for tiles of several (each group decoded once
+        /// per tile, its few KiB in L1 for the next tile; prefill widths
         /// are the wide kernel's job); the rows past the last whole group
         /// are packed per row and run [`tile_q4`].
         #[target_feature(enable = $feat)]
@@ -212,9 +213,11 @@ macro_rules! x86_one_token {
         ) {
             let groups = nrows / 8;
             for g in 0..groups {
-                for t in 0..ntok {
-                    tile_qx8::<K>(ops, g, t, out, os);
-                }
+                token_tiles!(ntok, |t, T| if T == 1 {
+                    tile_qx8::<K>(ops, g, t, out, os)
+                } else {
+                    tile_qx8_rows::<K, T>(ops, g, t, out, os)
+                });
             }
             let r0 = groups * 8;
             if r0 < nrows {
