@@ -268,16 +268,18 @@ enum ActLayout {
 /// is decoded once per tile of tokens and applied to all of them while it
 /// is in registers, so the matrix streams once, as for one token, and the
 /// expansion a wide call pays for every row is not paid. The crossover,
-/// measured on an Intel Xeon (AVX-512, 2 threads, load 10: noisy; matmul
+/// measured on an Intel Xeon (AVX-512, 2 threads, load 9-13: noisy; matmul
 /// times of examples/kernels.rs at 1, 2, 4, 8, 16 and 32 tokens on the
 /// Qwen2.5-1.5B, Gemma 3 and SmolLM2 shapes): at 4 tokens the few-row
-/// kernels took 0.2-0.6x the wide ones' time for every type; at 8 the
-/// interleaved ones (Q4_0, Q5_0, Q4_K, Q6_K) 0.5-1.2x, the per-row packed
-/// ones (Q4_1, Q8_0: 4-row tiles) up to 3x; at 16 the interleaved ones
-/// 0.6-1.7x.
+/// kernels took 0.2-0.6x the wide ones' time for Q4_0, Q5_0, Q4_K, Q6_K and
+/// Q4_1, but 2x for Q8_0 (whose one-token tiles pay the sign trick for
+/// every token: the wide kernel sums (w + 128) * y instead); at 8 the
+/// interleaved ones (Q4_0, Q5_0, Q4_K, Q6_K) 0.5-1.2x, Q4_1 1.0-2.0x; at 16
+/// the interleaved ones 0.6-1.7x.
 fn wide_from(t: GgmlType) -> usize {
     match t {
-        GgmlType::Q4_1 | GgmlType::Q8_0 => 8,
+        GgmlType::Q8_0 => 4,
+        GgmlType::Q4_1 => 8,
         _ => 16,
     }
 }
