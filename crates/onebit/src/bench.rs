@@ -4,7 +4,9 @@
 //! as `llama-bench -d D`, after D tokens filled the context untimed),
 //! repeated R times; min, median and max reported. With `--prompt-text`
 //! the prompt is that text and decode goes on after it; with `--lookup` or
-//! `--draft` decode is speculative and the drafting counts are reported.
+//! `--draft` decode is speculative and the drafting counts are reported;
+//! with `--batch N`, N independent sequences decode together and the
+//! aggregate and per-sequence decode rates are reported.
 
 use std::time::Instant;
 
@@ -47,6 +49,18 @@ pub struct BenchArgs {
     /// `response_format`), to measure its per-token cost against a plain run.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["lookup", "draft"])]
     pub json_schema: Option<std::path::PathBuf>,
+    /// Decode N independent sequences together, as `llama-batched-bench`'s
+    /// parallel sequences: each has its own --depth tokens (untimed) and
+    /// --prompt-tokens prompt of random ids, then every decode step runs one
+    /// token of each sequence in one forward; reports the aggregate and the
+    /// per-sequence decode tok/s.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        conflicts_with_all = ["prompt_text", "lookup", "draft", "json_schema"]
+    )]
+    pub batch: usize,
 }
 
 struct Run {
@@ -62,6 +76,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     if a.prompt_tokens == 0 && a.gen_tokens == 0 {
         bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
+    }
+    if a.batch == 0 {
+        bail!("--batch must be at least 1 (the sequences decoded together)");
     }
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     crate::open::print_semantics(&opened, &a.model.exec(), a.model.verbose);
@@ -104,14 +121,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     }
     // Synthetic prompt ids from a fixed LCG: the same prompt every run.
     let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut ids: Vec<u32> = (0..a.depth + a.prompt_tokens.max(1))
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 33) % n_vocab) as u32
-        })
-        .collect();
+    if a.batch > 1 {
+        return bench_batch(&a, &model, &mut x, n_vocab);
+    }
+    let mut ids = synthetic_ids(&mut x, a.depth + a.prompt_tokens.max(1), n_vocab);
     let prompt = text_ids.unwrap_or_else(|| ids.split_off(a.depth));
     let fill = if a.prompt_text.is_some() {
         Vec::new()
@@ -309,6 +322,178 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
         println!(
             "time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads, {} KV)",
+            model.threads(),
+            model.kv_type()
+        );
+    }
+    Ok(())
+}
+
+/// `n` ids from the LCG whose state is `x`, each below `n_vocab`.
+fn synthetic_ids(x: &mut u64, n: usize, n_vocab: u64) -> Vec<u32> {
+    (0..n)
+        .map(|_| {
+            *x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((*x >> 33) % n_vocab) as u32
+        })
+        .collect()
+}
+
+/// Median, min and max of `v` (not empty).
+fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    (median, v[0], v[n - 1])
+}
+
+/// `--batch N`: N sequences, each filled with its own --depth ids
+/// (untimed), then its own prompt (timed: the N prompts one after another,
+/// each in one forward, as a server admits them), then --gen-tokens greedy
+/// steps, each one forward of N rows, one token per sequence
+/// (`Model::forward_batch`, whose rows give each sequence's logits exactly
+/// as a forward of it alone would). Aggregate decode tok/s is N x
+/// --gen-tokens over the decode time, as `llama-batched-bench`'s S_TG; per
+/// sequence, --gen-tokens over it.
+fn bench_batch(
+    a: &BenchArgs,
+    model: &onebit_model::Model,
+    x: &mut u64,
+    n_vocab: u64,
+) -> Result<()> {
+    let n = a.batch;
+    if a.depth + a.prompt_tokens.max(1) + a.gen_tokens > model.max_context() {
+        bail!(
+            "a depth of {} plus {} prompt and {} generated tokens exceeds the context limit {} (--ctx)",
+            a.depth,
+            a.prompt_tokens,
+            a.gen_tokens,
+            model.max_context()
+        );
+    }
+    // Per sequence: its depth ids, then its prompt (at least one id: the
+    // first token decode starts from when --prompt-tokens is 0).
+    let seqs: Vec<(Vec<u32>, Vec<u32>)> = (0..n)
+        .map(|_| {
+            let mut ids = synthetic_ids(x, a.depth + a.prompt_tokens.max(1), n_vocab);
+            let prompt = ids.split_off(a.depth);
+            (ids, prompt)
+        })
+        .collect();
+    let at = if a.depth > 0 {
+        format!(" @ d{}", a.depth)
+    } else {
+        String::new()
+    };
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    for rep in 0..a.repetitions {
+        let mut states: Vec<_> = (0..n).map(|_| model.new_state()).collect();
+        for (st, (fill, _)) in states.iter_mut().zip(&seqs) {
+            if !fill.is_empty() {
+                model.forward(st, fill, Logits::None)?;
+            }
+        }
+        let mut next: Vec<u32> = seqs.iter().map(|(_, p)| p[0]).collect();
+        let t0 = Instant::now();
+        if a.prompt_tokens > 0 {
+            for ((st, (_, prompt)), nx) in states.iter_mut().zip(&seqs).zip(next.iter_mut()) {
+                *nx = argmax(&model.forward(st, prompt, Logits::Last)?);
+            }
+        }
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for _ in 0..a.gen_tokens {
+            let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+            let mut inputs: Vec<onebit_model::SeqInput> = states
+                .iter_mut()
+                .zip(&toks)
+                .map(|(state, t)| onebit_model::SeqInput {
+                    state,
+                    tokens: t,
+                    want: Logits::Last,
+                })
+                .collect();
+            let logits = model.forward_batch(&mut inputs)?;
+            for (nx, l) in next.iter_mut().zip(&logits) {
+                *nx = argmax(l);
+            }
+        }
+        let decode = t1.elapsed().as_secs_f64();
+        let pp_tps = if a.prompt_tokens > 0 {
+            (n * a.prompt_tokens) as f64 / prefill
+        } else {
+            0.0
+        };
+        let tg_tps = if a.gen_tokens > 0 {
+            (n * a.gen_tokens) as f64 / decode
+        } else {
+            0.0
+        };
+        eprintln!(
+            "[bench] run {}/{}{at}: {n} sequences, pp{} {:.1} tok/s, tg{} {:.1} tok/s aggregate, {:.1} per sequence",
+            rep + 1,
+            a.repetitions,
+            a.prompt_tokens,
+            pp_tps,
+            a.gen_tokens,
+            tg_tps,
+            tg_tps / n as f64
+        );
+        pp.push(pp_tps);
+        tg.push(tg_tps);
+    }
+    let (pp_med, pp_min, pp_max) = median_min_max(pp);
+    let (tg_med, tg_min, tg_max) = median_min_max(tg);
+    let per = n as f64;
+    if a.json {
+        let o = serde_json::json!({
+            "model": a.model.model.display().to_string(),
+            "batch": n,
+            "prompt_tokens": a.prompt_tokens,
+            "gen_tokens": a.gen_tokens,
+            "depth": a.depth,
+            "kv_type": model.kv_type().name(),
+            "threads": model.threads(),
+            "repetitions": a.repetitions,
+            "prompt_tps": pp_med,
+            "prompt_tps_min": pp_min,
+            "prompt_tps_max": pp_max,
+            "decode_tps": tg_med,
+            "decode_tps_min": tg_min,
+            "decode_tps_max": tg_max,
+            "decode_tps_per_seq": tg_med / per,
+        });
+        println!("{o}");
+    } else {
+        println!("| test | median tok/s | min | max |");
+        println!("|---|---|---|---|");
+        if a.prompt_tokens > 0 {
+            println!(
+                "| pp{} x{n}{at} | {pp_med:.1} | {pp_min:.1} | {pp_max:.1} |",
+                a.prompt_tokens
+            );
+        }
+        if a.gen_tokens > 0 {
+            println!(
+                "| tg{} x{n}{at} | {tg_med:.1} | {tg_min:.1} | {tg_max:.1} |",
+                a.gen_tokens
+            );
+            println!(
+                "| tg{} x{n}{at} per sequence | {:.1} | {:.1} | {:.1} |",
+                a.gen_tokens,
+                tg_med / per,
+                tg_min / per,
+                tg_max / per
+            );
+        }
+        println!(
+            "{n} sequences decoded together: aggregate = {n} x per sequence ({} threads, {} KV)",
             model.threads(),
             model.kv_type()
         );

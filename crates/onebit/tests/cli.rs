@@ -444,3 +444,48 @@ fn serve_is_quiet_by_default_and_verbose_prints_the_semantics() {
         "{loud:?}"
     );
 }
+
+/// `bench --batch N` decodes N sequences together: the table has the
+/// aggregate and per-sequence rows, the JSON's aggregate is N times its
+/// per-sequence rate, and a batch of 0 or one combined with drafting is
+/// refused by name.
+#[test]
+fn bench_batch_reports_aggregate_and_per_sequence_and_refuses_what_it_cannot_run() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    let base = [
+        "bench",
+        "--model",
+        m,
+        "--threads",
+        "2",
+        "--prompt-tokens",
+        "3",
+        "--gen-tokens",
+        "4",
+        "--depth",
+        "5",
+        "--repetitions",
+        "1",
+        "--batch",
+        "3",
+    ];
+    let table = ok(&base);
+    assert!(table.contains("| pp3 x3 @ d5 |"), "{table}");
+    assert!(table.contains("| tg4 x3 @ d5 |"), "{table}");
+    assert!(table.contains("| tg4 x3 @ d5 per sequence |"), "{table}");
+    let args: Vec<&str> = base.iter().chain(&["--json"]).copied().collect();
+    let o: serde_json::Value = serde_json::from_str(ok(&args).trim()).expect("one JSON object");
+    assert_eq!(o["batch"], 3, "{o}");
+    let (agg, per) = (
+        o["decode_tps"].as_f64().unwrap(),
+        o["decode_tps_per_seq"].as_f64().unwrap(),
+    );
+    assert!(agg > 0.0 && (agg - 3.0 * per).abs() <= 1e-9 * agg, "{o}");
+    let mut zero = base;
+    zero[base.len() - 1] = "0";
+    assert!(fails(&zero).contains("--batch must be at least 1"));
+    let args: Vec<&str> = base.iter().chain(&["--lookup", "2"]).copied().collect();
+    let err = fails(&args);
+    assert!(err.contains("--batch") && err.contains("--lookup"), "{err}");
+}
