@@ -1,6 +1,7 @@
 //! Decode does not allocate: once a thread has run a one-token matmul (and
 //! `matmul_many`) of each shape, running them again allocates nothing, on
-//! the calling thread or on the pool's workers. A counting global allocator
+//! the calling thread or on the pool's workers; nor do matmuls of 2 to 7
+//! rows (a batched decode step, a verify). A counting global allocator
 //! (this test binary only) checks it; this file holds a single test so no
 //! other test allocates while it counts.
 
@@ -114,4 +115,39 @@ fn one_token_matmuls_allocate_nothing_once_warm() {
         .iter()
         .chain(&many_outs)
         .all(|o| o.iter().any(|&v| v != 0.0)));
+
+    // A batched decode step or a speculative verify: 2 to 7 rows run the
+    // few-row kernels, which allocate nothing either. (Q8_0 runs its wide
+    // kernel from 4 rows, whose per-call expansion buffer is allocated, so
+    // it takes part with 2 and 3 rows only; from 8 rows the activations are
+    // quantized in parallel parts, also allocated.)
+    let xs: Vec<f32> = (0..7 * cols)
+        .map(|i| (i % 23) as f32 / 11.0 - 1.0)
+        .collect();
+    let mut few_outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; 7 * w.rows]).collect();
+    let few_step = |few_outs: &mut [Vec<f32>]| {
+        for n in 2..=7 {
+            for (w, o) in ws.iter().zip(few_outs.iter_mut()) {
+                if w.dtype == GgmlType::Q8_0 && n >= 4 {
+                    continue;
+                }
+                let (x, o) = (&xs[..n * cols], &mut o[..n * w.rows]);
+                matmul(&pool, Precision::Quantized, w, x, n, o);
+            }
+        }
+    };
+    few_step(&mut few_outs);
+    few_step(&mut few_outs);
+    let before = ALLOCS.load(Ordering::SeqCst);
+    for _ in 0..3 {
+        few_step(&mut few_outs);
+    }
+    let after = ALLOCS.load(Ordering::SeqCst);
+    assert_eq!(
+        after - before,
+        0,
+        "few-row matmuls (2 to 7 rows) allocated {} times in 3 warm steps",
+        after - before
+    );
+    assert!(few_outs.iter().all(|o| o.iter().any(|&v| v != 0.0)));
 }
