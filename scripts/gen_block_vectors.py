@@ -53,6 +53,13 @@ BLOCK_TYPES = [
     (T.Q6_K, 256, 210, [208], None),
     (T.Q8_K, 256, 292, [], 0),
 ]
+
+# MXFP4 (last, so the vectors above keep their random stream): the scale is
+# one E8M0 byte at offset 0, 2^(e - 127). Block 0 takes e = 0 and block 1
+# e = 1 (the two f32-subnormal halves), block 2 (all codes 0xF, -6.0) the
+# largest e whose codes stay finite (252), block 3 e = 127 (scale 1); the rest
+# draw e around 1. 253 and up overflow a code of 6 doubled to inf.
+MXFP4_E = {0: 0, 1: 1, 2: 252, 3: 127}
 N_BLOCKS = {32: 12, 256: 8}
 
 
@@ -149,6 +156,19 @@ def main() -> None:
             w.add_tensor(qtype.name, blocks.reshape(-1), raw_dtype=qtype)
         w.add_tensor(f"{qtype.name}.f32", expect)
         w.add_string(f"onebit.expected_from.{qtype.name}", source)
+
+    n = N_BLOCKS[32]
+    blocks = rng.integers(0, 256, (n, 17), dtype=np.uint8)
+    blocks[2, 1:] = 0xFF
+    blocks[3, 1:] = 0x00
+    for b in range(n):
+        blocks[b, 0] = MXFP4_E.get(b, int(rng.integers(100, 150)))
+    blocks[0, 1:] = 0x88  # block 0: codes -0.0 everywhere (sign bit only)
+    expect = dequantize(blocks.reshape(-1), T.MXFP4).astype(np.float32).reshape(-1)
+    assert np.all(np.isfinite(expect)), "MXFP4"
+    w.add_tensor("MXFP4", blocks.reshape(-1), raw_dtype=T.MXFP4)
+    w.add_tensor("MXFP4.f32", expect)
+    w.add_string("onebit.expected_from.MXFP4", "gguf.quants.dequantize")
 
     OUT.parent.mkdir(parents=True, exist_ok=True)
     w.write_header_to_file()

@@ -92,6 +92,7 @@ pub fn block_decoder(dtype: GgmlType) -> BlockDecoder {
         GgmlType::Q5K => dequant_q5_k,
         GgmlType::Q6K => dequant_q6_k,
         GgmlType::Q8K => dequant_q8_k,
+        GgmlType::MXFP4 => dequant_mxfp4,
     }
 }
 
@@ -201,6 +202,33 @@ pub mod layout {
         pub const QS: usize = 4;
         pub const BSUMS: usize = 260;
     }
+    /// MXFP4: e (E8M0 exponent byte), 16 bytes of E2M1 nibbles placed as
+    /// Q4_0's (element j < 16 the low nibble of qs[j], j + 16 its high one);
+    /// value `MXFP4_CODES[q] * e8m0_half(e)`.
+    pub mod mxfp4 {
+        pub const E: usize = 0;
+        pub const QS: usize = 1;
+    }
+}
+
+/// The sixteen E2M1 values doubled, so each is a small integer: code q has
+/// sign bit 3 and magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6}[q & 7]; doubled,
+/// {0, 1, 2, 3, 4, 6, 8, 12}. The halving goes into [`e8m0_half`], so
+/// `MXFP4_CODES[q] * e8m0_half(e)` is the element exactly (OCP Microscaling
+/// Formats v1.0, section 5.3.3; ggml's `kvalues_mxfp4`).
+pub const MXFP4_CODES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// Half the E8M0 scale `2^(e - 127)`, i.e. `2^(e - 128)`, exactly: e = 0 and
+/// 1 are f32 subnormals (2^-128, 2^-127), the rest normal. E8M0's NaN code
+/// (0xFF) reads as 2^127, as ggml's `ggml_e8m0_to_fp32_half` reads it.
+#[inline]
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
 }
 
 /// Q4_K/Q5_K: the 6-bit (scale, min) of sub-block `j` (0..8) from the 12
@@ -248,6 +276,16 @@ fn dequant_f16(b: &[u8], y: &mut [f32]) {
 fn dequant_bf16(b: &[u8], y: &mut [f32]) {
     // bf16 is the top half of an f32.
     y[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+}
+
+fn dequant_mxfp4(b: &[u8], y: &mut [f32]) {
+    use layout::mxfp4::*;
+    let d = e8m0_half(b[E]);
+    let (lo, hi) = y.split_at_mut(16);
+    for (j, &q) in b[QS..QS + 16].iter().enumerate() {
+        lo[j] = MXFP4_CODES[(q & 0x0F) as usize] as f32 * d;
+        hi[j] = MXFP4_CODES[(q >> 4) as usize] as f32 * d;
+    }
 }
 
 fn dequant_q4_0(b: &[u8], y: &mut [f32]) {

@@ -19,6 +19,8 @@ pub enum GgmlType {
     Q6K,
     Q8K,
     BF16,
+    /// OCP microscaling FP4: 32 E2M1 codes sharing one E8M0 exponent.
+    MXFP4,
 }
 
 /// (type, ggml id, name, elements per block, bytes per block)
@@ -38,6 +40,7 @@ const TABLE: &[(GgmlType, u32, &str, usize, usize)] = &[
     (GgmlType::Q6K, 14, "Q6_K", 256, 210),
     (GgmlType::Q8K, 15, "Q8_K", 256, 292),
     (GgmlType::BF16, 30, "BF16", 1, 2),
+    (GgmlType::MXFP4, 39, "MXFP4", 32, 17),
 ];
 
 impl GgmlType {
@@ -109,6 +112,8 @@ mod tests {
         assert_eq!(GgmlType::Q5K.block_bytes(), 2 + 2 + 12 + 32 + 128);
         assert_eq!(GgmlType::Q6K.block_bytes(), 128 + 64 + 16 + 2);
         assert_eq!(GgmlType::Q8K.block_bytes(), 4 + 256 + 32);
+        // MXFP4: one E8M0 exponent byte + 32 nibbles.
+        assert_eq!(GgmlType::MXFP4.block_bytes(), 1 + 16);
     }
 
     #[test]

@@ -26,6 +26,7 @@ const ALL_TYPES: &[GgmlType] = &[
     GgmlType::Q5K,
     GgmlType::Q6K,
     GgmlType::Q8K,
+    GgmlType::MXFP4,
 ];
 
 fn vectors() -> Gguf {

@@ -49,7 +49,7 @@ fn scale_fields(t: GgmlType) -> (&'static [usize], Option<usize>) {
         T::Q3K => (&[108], None),
         T::Q6K => (&[208], None),
         T::Q8K => (&[], Some(0)),
-        T::F32 | T::F16 | T::BF16 => (&[], None),
+        T::F32 | T::F16 | T::BF16 | T::MXFP4 => (&[], None),
     }
 }
 
@@ -66,6 +66,15 @@ fn random_weights(rng: &mut Rng, t: GgmlType, n: usize) -> Vec<u8> {
         GgmlType::BF16 => (0..n)
             .flat_map(|_| half::bf16::from_f64(rng.normal()).to_le_bytes())
             .collect(),
+        GgmlType::MXFP4 => {
+            // Random codes; the E8M0 exponent byte between 118 and 129
+            // (scales 2^-10 .. 2^1), so the values stay in the range above.
+            let mut row = rng.bytes(n / 32 * 17);
+            for block in row.chunks_exact_mut(17) {
+                block[0] = 118 + (rng.unit() * 12.0) as u8;
+            }
+            row
+        }
         _ => {
             let (f16s, f32_at) = scale_fields(t);
             let mut row = rng.bytes(n / t.block_len() * t.block_bytes());
@@ -189,6 +198,7 @@ const WEIGHT_TYPES: &[GgmlType] = &[
     GgmlType::Q5K,
     GgmlType::Q6K,
     GgmlType::Q8K,
+    GgmlType::MXFP4,
 ];
 
 #[test]

@@ -90,7 +90,7 @@ impl ActFormat {
 }
 
 /// The activation encoding a weight type's dot product consumes: Q4_0, Q5_0,
-/// Q8_0 (and Q8_1) -> Q8_0; Q4_1, Q5_1 -> Q8_1; K-quants -> Q8K;
+/// Q8_0 (and Q8_1), MXFP4 -> Q8_0; Q4_1, Q5_1 -> Q8_1; K-quants -> Q8K;
 /// F32/F16/BF16 -> F32.
 pub fn act_format(w: GgmlType) -> ActFormat {
     kernel(w).act
@@ -162,6 +162,7 @@ pub fn kernel(w: GgmlType) -> Kernel {
         GgmlType::Q5K => (A::Q8K, dot_q5_k_q8_k),
         GgmlType::Q6K => (A::Q8K, dot_q6_k_q8_k),
         GgmlType::Q8K => (A::Q8K, dot_q8_k_q8_k),
+        GgmlType::MXFP4 => (A::Q8_0, dot_mxfp4_q8_0),
     };
     Kernel { act, dot }
 }

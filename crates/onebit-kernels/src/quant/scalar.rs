@@ -25,7 +25,8 @@
 //! ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 
 use onebit_formats::blocks::{
-    f16_at, f32_at, k4_scale_min, layout, q3k_scales, q5_codes, u32_at, QK_K,
+    e8m0_half, f16_at, f32_at, k4_scale_min, layout, q3k_scales, q5_codes, u32_at, MXFP4_CODES,
+    QK_K,
 };
 use onebit_formats::GgmlType;
 
@@ -179,6 +180,29 @@ pub fn dot_q8_0_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
             .map(|(a, b)| a * b)
             .sum();
         acc[b % 8] += (f16_at(bx, x::D) * f16_at(by, y::D)) * sumi as f32;
+    }
+    reduce8(&acc)
+}
+
+/// MXFP4 · Q8_0: sum over blocks of (dy * 2^(e-128)) * sum(c * y), where c
+/// is the code's doubled E2M1 value ([`MXFP4_CODES`], integers -12..=12), so
+/// the block's sum is exact in i32 and the power of two folds into the
+/// activation scale exactly (ggml's `ggml_vec_dot_mxfp4_q8_0` order: the
+/// scale product first). Lanes as Q4_0.
+pub fn dot_mxfp4_q8_0(w: &[u8], act: &[u8], n: usize) -> f32 {
+    use layout::mxfp4 as x;
+    use layout::q8_0 as y;
+    let mut acc = [0f32; 8];
+    for (b, (bx, by)) in blocks(GgmlType::MXFP4, w, 34, act, n).enumerate() {
+        let qx = &bx[x::QS..x::QS + 16];
+        let qy = &by[y::QS..y::QS + QK8];
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let lo = MXFP4_CODES[(qx[j] & 0x0F) as usize] as i32;
+            let hi = MXFP4_CODES[(qx[j] >> 4) as usize] as i32;
+            sumi += lo * qy[j] as i8 as i32 + hi * qy[j + 16] as i8 as i32;
+        }
+        acc[b % 8] += (f16_at(by, y::D) * e8m0_half(bx[x::E])) * sumi as f32;
     }
     reduce8(&acc)
 }

@@ -31,6 +31,29 @@ fn q4_0_q8_0_by_hand() {
 }
 
 #[test]
+fn mxfp4_q8_0_by_hand() {
+    // Weights: e = 126, so the doubled codes scale by 2^(126 - 128) = 0.25
+    // (E2M1 magnitudes times 2^(126 - 127) = 0.5). Byte 0 = 0xF7: element 0
+    // code 7 (+6.0, doubled 12 -> 3.0), element 16 code 15 (-6.0 -> -3.0);
+    // byte 1 = 0x19: element 1 code 9 (-0.5 -> -0.25), element 17 code 1
+    // (+0.5 -> 0.25); the other bytes 0x00 (zeros).
+    let mut w = vec![126u8, 0xF7, 0x19];
+    w.extend([0u8; 14]);
+    // Activations: d = 0.5; codes 4 at 0, 7 at 1, 2 at 16, -5 at 17, 9 elsewhere
+    // (values 2, 3.5, 1, -2.5, 4.5).
+    let mut a = F16_HALF.to_vec();
+    let mut codes = [9i8; 32];
+    codes[0] = 4;
+    codes[1] = 7;
+    codes[16] = 2;
+    codes[17] = -5;
+    a.extend(codes.iter().map(|&c| c as u8));
+    // sumi = 12*4 + (-1)*7 + (-12)*2 + 1*(-5) = 12; dot = (0.5 * 0.25) * 12 = 1.5,
+    // the elementwise 3*2 - 0.25*3.5 - 3*1 + 0.25*(-2.5) = 6 - 0.875 - 3 - 0.625.
+    assert_eq!(dot(GgmlType::MXFP4, &w, &a, 32), 1.5);
+}
+
+#[test]
 fn q4_1_q8_1_by_hand() {
     // Weights: d = 0.5, m = -1; byte 0 = 0x21: element 0 code 1, element 16
     // code 2; all other codes 0. Values: w0 = 0.5 - 1 = -0.5, w16 = 0, rest -1.
@@ -58,6 +81,7 @@ fn act_formats_pair_as_llama_cpp() {
         (T::Q4_0, ActFormat::Q8_0),
         (T::Q5_0, ActFormat::Q8_0),
         (T::Q8_0, ActFormat::Q8_0),
+        (T::MXFP4, ActFormat::Q8_0),
         (T::Q4_1, ActFormat::Q8_1),
         (T::Q5_1, ActFormat::Q8_1),
         (T::Q2K, ActFormat::Q8K),
