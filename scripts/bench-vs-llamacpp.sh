@@ -40,7 +40,16 @@
 # -ctv); KV_TYPE (f16) names the cache type for those rows.
 #
 #   THREADS (2)  PP (512)  TG (64)  ROUNDS (3: alternations of the two engines)
-#   ISAS ("native avx2")  DEPTH (unset)  KV_TYPE (f16)  SHAPES (1)
+#   ISAS ("native avx2")  DEPTH (unset)  KV_TYPE (f16)  SHAPES (1)  IK (1)
+#
+# Third engine: ik_llama.cpp (PyPI ik-llama-cpp-python 0.1.5, an AVX2 build
+# with no llama-bench), timed by scripts/ik-bench.c over its C API
+# (scripts/build-ikllama.sh installs it and builds the timer outside the
+# repository). Each round runs it twice after llama-bench, with its run-time
+# repacking on ("ik") and off ("ik plain"), on the pp/tg rows of every level
+# (it is the same AVX2 build at every level: the avx2 rows compare like with
+# like, the native rows say what onebit's best gives against it). IK=0
+# leaves it out; the depth rows have no ik column.
 #
 # Needs llama-bench: $LLAMA_BENCH, else the build for this CPU made by
 # scripts/build-llamacpp.sh (about 20 minutes on 2 cores), outside the repository.
@@ -71,6 +80,10 @@ if [ $# -eq 0 ]; then
         done
     fi
 fi
+ik_bench=""
+if [ "${IK:-1}" != 0 ]; then
+    ik_bench="$(scripts/build-ikllama.sh | tail -1)"
+fi
 cargo build --release --quiet -p onebit
 cargo build --release --quiet -p onebit-kernels --example bandwidth
 onebit=target/release/onebit
@@ -84,9 +97,9 @@ echo "cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 echo "flags:$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$onebit" "$llama_bench" "$llama_bench_avx2" "$probe" "$threads" "$pp" "$tg" "$rounds" \
-    "$isas" "$depth" "$kv_type" "$@" <<'PY'
+    "$isas" "$depth" "$kv_type" "$ik_bench" "$@" <<'PY'
 import json, os, re, statistics, struct, subprocess, sys
-(onebit, llama, llama_avx2, probe, threads, pp, tg, rounds, isas, depth, kv_type,
+(onebit, llama, llama_avx2, probe, threads, pp, tg, rounds, isas, depth, kv_type, ik_bench,
  *models) = sys.argv[1:]
 pp, tg, rounds, depth = int(pp), int(tg), int(rounds), int(depth)
 
@@ -162,17 +175,31 @@ def theirs(m, isa, args):
     g = next((r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0), 0.0)
     return p, g
 
-# (test name, field 0 = prompt / 1 = decode, onebit args, llama-bench args)
+def ik(m, t, repack):
+    """ik_llama.cpp's (prompt, decode) tok/s for a pp/tg test, or None."""
+    if not ik_bench or t[6] is None:
+        return None
+    p, g = t[6]
+    out = subprocess.run([ik_bench, m, threads, str(p), str(g), "1", str(repack)],
+                         capture_output=True, text=True, check=True).stdout
+    o = json.loads(out)
+    return (o["pp"][0] if o["pp"] else 0.0), (o["tg"][0] if o["tg"] else 0.0)
+
+def cell(xs):
+    return f"{statistics.median(xs):.1f} ({min(xs):.1f}..{max(xs):.1f})"
+
+# (test name, field 0 = prompt / 1 = decode, onebit args, llama-bench args,
+#  (pp, tg) for the ik timer or None)
 tests = [(f"pp{pp}", 0, f"tg{tg}", 1, ["--prompt-tokens", str(pp), "--gen-tokens", str(tg)],
-          ["-p", str(pp), "-n", str(tg)])]
+          ["-p", str(pp), "-n", str(tg)], (pp, tg))]
 if depth > 0:
     kv = ["-ctk", kv_type, "-ctv", kv_type]
     tests.append((f"pp{depth} kv {kv_type}", 0, None, None,
                   ["--prompt-tokens", str(depth), "--gen-tokens", "0", "--kv-type", kv_type],
-                  ["-p", str(depth), "-n", "0", *kv]))
+                  ["-p", str(depth), "-n", "0", *kv], None))
     tests.append((None, None, f"tg{tg} @ depth {depth} kv {kv_type}", 1,
                   ["--depth", str(depth), "--prompt-tokens", "0", "--gen-tokens", str(tg), "--kv-type", kv_type],
-                  ["-p", "0", "-n", str(tg), "-d", str(depth), *kv]))
+                  ["-p", "0", "-n", str(tg), "-d", str(depth), *kv], None))
 
 print(f"threads {threads}, {rounds} alternating rounds (probe, onebit, llama.cpp); medians (min..max)")
 if not llama_avx2 and "avx2" in isas.split():
@@ -180,20 +207,26 @@ if not llama_avx2 and "avx2" in isas.split():
           "LLAMACPP_ISA=avx2 scripts/build-llamacpp.sh makes one)")
 for isa in isas.split():
     print(f"{isa} rows: llama.cpp is {llama_for(isa)}")
-print("| model | level | llama.cpp build | test | onebit | llama.cpp | ratio | of limit | llama.cpp of limit | ratio at the limit |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+if ik_bench:
+    print(f"ik columns: {ik_bench} (ik_llama.cpp 0.1.5, AVX2 build): 'ik' with repack_tensors on, 'ik plain' off")
+print("| model | level | llama.cpp build | test | onebit | llama.cpp | ratio | of limit | llama.cpp of limit | ratio at the limit "
+      "| ik | ratio vs ik | ik plain | ratio vs ik plain |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 probes = []
 for m in models:
     wb = weight_bytes(m)
     name = m.rsplit("/", 1)[-1]
     for isa in isas.split():
         for t in tests:
-            o, th, bws = [], [], []
+            o, th, bws, iks, ikp = [], [], [], [], []
             for _ in range(rounds):
                 before = run_probe()
                 o.append(ours(m, isa, t[4]))
                 after = run_probe()
                 th.append(theirs(m, isa, t[5]))
+                r1, r0 = ik(m, t, 1), ik(m, t, 0)
+                if r1 is not None:
+                    iks.append(r1); ikp.append(r0)
                 probes += [before, after]
                 bws.append(max(before, after))
             for label, field in ((t[0], t[1]), (t[2], t[3])):
@@ -214,8 +247,15 @@ for m in models:
                     else:
                         their_frac = ceiling = "-"
                 ratio = f"{ma / mb:.2f}x" if mb > 0 else "-"
-                print(f"| {name} | {isa} | {build_name(llama_for(isa))} | {label} | {ma:.1f} ({min(a):.1f}..{max(a):.1f}) | "
-                      f"{mb:.1f} ({min(b):.1f}..{max(b):.1f}) | {ratio} | {frac} | {their_frac} | {ceiling} |", flush=True)
+                ik_cells = []
+                for runs in (iks, ikp):
+                    c = [x[field] for x in runs]
+                    if c and statistics.median(c) > 0:
+                        ik_cells += [cell(c), f"{ma / statistics.median(c):.2f}x"]
+                    else:
+                        ik_cells += ["-", "-"]
+                print(f"| {name} | {isa} | {build_name(llama_for(isa))} | {label} | {cell(a)} | "
+                      f"{cell(b)} | {ratio} | {frac} | {their_frac} | {ceiling} | {' | '.join(ik_cells)} |", flush=True)
     print(f"{name}: {wb / 1e6:.1f} MB of weights read per token; limit {max(probes) * 1e9 / wb:.1f} tok/s "
           f"at the best probe bandwidth so far, {statistics.median(probes) * 1e9 / wb:.1f} at the median",
           flush=True)
