@@ -33,6 +33,14 @@ pub(crate) fn f16_fields(t: GgmlType) -> &'static [usize] {
     }
 }
 
+/// E8M0 exponent-byte offsets per block (MXFP4's shared scale).
+pub(crate) fn e8m0_fields(t: GgmlType) -> &'static [usize] {
+    match t {
+        GgmlType::MXFP4 => &[0],
+        _ => &[],
+    }
+}
+
 /// A row with random codes and scales; `mode` 0: scales in +-[1e-3, 1],
 /// 1: some scales zero, 2: extreme scales (f16 max, subnormal, -0).
 pub(crate) fn weights(rng: &mut Rng, t: GgmlType, n: usize, mode: u32) -> Vec<u8> {
@@ -55,6 +63,18 @@ pub(crate) fn weights(rng: &mut Rng, t: GgmlType, n: usize, mode: u32) -> Vec<u8
                 _ => (rng.unit() * 0.999 + 1e-3) * if rng.next() & 1 == 0 { 1.0 } else { -1.0 },
             };
             b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+        }
+        for &at in e8m0_fields(t) {
+            // 2^(e - 127): around 1 (118..=129), the smallest (0, 1: f32
+            // subnormal halves), 1 itself, and the largest whose codes stay
+            // finite (252).
+            b[at] = match (mode, rng.next() % 4) {
+                (1, 0) => 0,
+                (2, 0) => 1,
+                (2, 1) => 252,
+                (2, 2) => 127,
+                _ => 118 + (rng.next() % 12) as u8,
+            };
         }
     }
     row

@@ -171,6 +171,7 @@ macro_rules! simd_kernels {
                 GgmlType::Q4_1 => gemm_q4::<1>,
                 GgmlType::Q5_0 => gemm_qx8::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
+                GgmlType::MXFP4 => gemm_q4::<3>,
                 GgmlType::Q4K => gemm_q4_kx8,
                 GgmlType::Q6K => gemm_q6_kx8,
                 GgmlType::F32 => gemm_f32,

@@ -20,8 +20,8 @@
 //!
 //! # Packed layout (blocks of 32)
 //!
-//! To get one block per lane without a horizontal reduction, Q4_0, Q4_1, Q5_0
-//! and Q8_0 weight rows are repacked at load in groups of n = 8 blocks (the
+//! To get one block per lane without a horizontal reduction, Q4_0, Q4_1, Q5_0,
+//! Q8_0 and MXFP4 weight rows are repacked at load in groups of n = 8 blocks (the
 //! last group of a row has n = nb % 8 when that is not 0); a group is as many
 //! bytes as the blocks it replaces, so a packed matrix is as big as the
 //! original (plus [`PAD`] bytes). In a group, code vector k (4n bytes at
@@ -33,6 +33,7 @@
 //! | Q4_1 | d[n], m[n], qs as Q4_0 |
 //! | Q5_0 | d[n], fifth bits (4n bytes): bit 4n*k + 4l + i = bit 4k+i of block l's qh, qs as Q4_0 |
 //! | Q8_0 | d[n], qs: vector k = bytes 4k..4k+4 of each block's codes |
+//! | MXFP4 | e[n] (E8M0 bytes), qs as Q4_0 |
 //!
 //! Kernels load whole 32-byte vectors; in a partial group the lanes past n
 //! read the next bytes (or the padding) and their float terms are masked to
@@ -97,7 +98,7 @@ pub use super::isa::Isa;
 pub fn packs(t: GgmlType) -> bool {
     matches!(
         t,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::MXFP4
     )
 }
 
@@ -112,6 +113,7 @@ const fn wgroup(t: GgmlType, n: usize) -> (usize, usize) {
         GgmlType::Q4_0 => (2 * n, 2 * n),
         GgmlType::Q4_1 => (2 * n, 4 * n),
         GgmlType::Q5_0 => (2 * n, 6 * n),
+        GgmlType::MXFP4 => (n, n),
         _ => (2 * n, 2 * n), // Q8_0
     }
 }
@@ -406,10 +408,17 @@ fn block_runs(t: GgmlType, n: usize, l: usize) -> impl Iterator<Item = (usize, u
         GgmlType::Q4_0 => (2, 4),
         GgmlType::Q4_1 => (4, 4),
         GgmlType::Q5_0 => (6, 4),
+        GgmlType::MXFP4 => (1, 4),
         _ => (2, 8),
     };
     let min = (t == GgmlType::Q4_1).then_some((2, mo + 2 * l, 2));
-    std::iter::once((0, 2 * l, 2))
+    // The scale: d (f16), or MXFP4's exponent byte.
+    let scale = if t == GgmlType::MXFP4 {
+        (0, l, 1)
+    } else {
+        (0, 2 * l, 2)
+    };
+    std::iter::once(scale)
         .chain(min)
         .chain((0..nvec).map(move |k| (qs_at + 4 * k, qo + 4 * n * k + 4 * l, 4)))
 }

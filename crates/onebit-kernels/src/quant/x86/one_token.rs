@@ -1,4 +1,4 @@
-//! The one-token kernels of the blocks of 32 (Q4_0, Q4_1, Q5_0 per packed
+//! The one-token kernels of the blocks of 32 (Q4_0, Q4_1, Q5_0, MXFP4 per packed
 //! row; Q4_0 and Q5_0 interleaved by 8 rows; Q8_0 per packed row) and F32,
 //! instantiated per level inside [`simd_kernels!`]. Every output equals
 //! the scalar reference's bits: exact integer block sums, then the
@@ -7,7 +7,15 @@
 macro_rules! x86_one_token {
     ($feat:literal) => {
         // -------------------------------------------------------------------
-        // Q4_0 (K = 0), Q4_1 (K = 1), Q5_0 (K = 2), packed rows.
+        // Q4_0 (K = 0), Q4_1 (K = 1), Q5_0 (K = 2), MXFP4 (K = 3), packed rows.
+        //
+        // MXFP4's codes go through a 16-byte table to their doubled E2M1
+        // values plus 12 (0..=24, unsigned for `vpdpbusd`/`vpmaddubsw`); 12
+        // times the block's activation code sum is then taken off, as Q4_0's
+        // 8, so the block sum is the exact integer sum of value x code. The
+        // block's scale 2^(e - 128) is built from its exponent byte as f32
+        // bits, exactly, and multiplies the activation scale first, as the
+        // scalar reference does.
 
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q4<const K: u8>(
@@ -33,13 +41,19 @@ macro_rules! x86_one_token {
             let wbb = match K {
                 0 => 18,
                 1 => 20,
-                _ => 22,
+                2 => 22,
+                _ => 17,
             };
             let abb = 40;
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let m4 = _mm256_set1_epi8(0x0F);
             let zero = _mm256_setzero_si256();
+            // MXFP4: code -> doubled E2M1 value + 12, per 128-bit half.
+            let lut = _mm256_setr_epi8(
+                12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18,
+                20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+            );
             let mut facc = [[_mm256_setzero_ps(); T]; R];
             for g in 0..nb.div_ceil(8) {
                 let n = (nb - 8 * g).min(8);
@@ -47,7 +61,8 @@ macro_rules! x86_one_token {
                 let wqo = match K {
                     0 => 2 * n,
                     1 => 4 * n,
-                    _ => 6 * n,
+                    2 => 6 * n,
+                    _ => n,
                 };
                 let aqo = 8 * n;
                 let (wg, ag) = (g * 8 * wbb, g * 8 * abb);
@@ -57,8 +72,9 @@ macro_rules! x86_one_token {
                 let mut acc = [[zero; T]; R];
                 // Without VNNI, Q4_0/Q4_1 products are summed in i16 over
                 // the group (`vpmaddubsw` pairs of at most 2 x 15 x 128, at
-                // most 8 of them: 30,720) and widened once, not per vector.
-                let sum16 = !VNNI && K != 2;
+                // most 8 of them: 30,720) and widened once, not per vector
+                // (MXFP4's 2 x 24 x 128 would not fit 8 times).
+                let sum16 = !VNNI && K < 2;
                 let mut acc16 = [[zero; T]; R];
                 // With VNNI and one token, each accumulator would be a chain
                 // of 2 dependent `vpdpbusd` per code vector (4 rows: too few
@@ -85,6 +101,10 @@ macro_rules! x86_one_token {
                             let v = ld(wp[i].add(wg + wqo + stride * k));
                             let mut lo = _mm256_and_si256(v, m4);
                             let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                            if K == 3 {
+                                lo = _mm256_shuffle_epi8(lut, lo);
+                                hi = _mm256_shuffle_epi8(lut, hi);
+                            }
                             if K == 2 {
                                 let hb = wp[i].add(wg + 2 * n);
                                 // `stride` fifth bits from bit `at`.
@@ -155,16 +175,24 @@ macro_rules! x86_one_token {
                         sy[j] = _mm256_loadu_ps(ap[j].add(ag + 4 * n) as *const f32);
                     } else {
                         let sums = ld(ap[j].add(ag + 4 * n));
-                        ys[j] = if K == 2 {
-                            _mm256_slli_epi32::<4>(sums)
-                        } else {
-                            _mm256_slli_epi32::<3>(sums)
+                        ys[j] = match K {
+                            2 => _mm256_slli_epi32::<4>(sums),
+                            // 12 x the sum: 8x + 4x, exact in i32.
+                            3 => _mm256_add_epi32(
+                                _mm256_slli_epi32::<3>(sums),
+                                _mm256_slli_epi32::<2>(sums),
+                            ),
+                            _ => _mm256_slli_epi32::<3>(sums),
                         };
                     }
                 }
                 let mask = lane_mask(n);
                 for i in 0..R {
-                    let dx = _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg) as *const __m128i));
+                    let dx = if K == 3 {
+                        e8m0_half8(wp[i].add(wg))
+                    } else {
+                        _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg) as *const __m128i))
+                    };
                     let mx = if K == 1 {
                         _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(wg + 2 * n) as *const __m128i))
                     } else {

@@ -1,11 +1,24 @@
 //! Helpers every kernel family uses, instantiated once per level inside
-//! [`simd_kernels!`] (horizontal sums, f16 loads, prefetch, lane masks,
+//! [`simd_kernels!`] (horizontal sums, f16 and E8M0 loads, prefetch, lane masks,
 //! writing a tile's outputs). Each is exact: integer sums are the exact
 //! i32 sums, and float outputs go through `reduce8` as the scalar
 //! reference reduces them.
 
 macro_rules! x86_shared {
     ($feat:literal) => {
+        /// The eight f32 scales 2^(e - 128) of eight E8M0 bytes at `p`
+        /// (`onebit_formats::blocks::e8m0_half` per lane, exactly): e = 0, 1
+        /// as the subnormals 0x00200000 << e, the rest (e - 1) << 23.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn e8m0_half8(p: *const u8) -> __m256 {
+            let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+            let big = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+            let is_big = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+            _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, is_big))
+        }
+
         /// Sum of the eight i32 lanes (exact up to i32 wrap, which the
         /// formats' ranges rule out).
         #[target_feature(enable = $feat)]

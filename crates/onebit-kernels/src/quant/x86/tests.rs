@@ -138,6 +138,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::MXFP4,
     ] {
         for (i, cols) in [32, 64, 128, 192, 224, 256, 288, 576, 640, 1536, 2048 + 96]
             .into_iter()
@@ -318,6 +319,7 @@ fn extreme_codes_and_activations_stay_exact() {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::MXFP4,
         GgmlType::Q4K,
         GgmlType::Q6K,
     ] {
@@ -333,9 +335,10 @@ fn extreme_codes_and_activations_stay_exact() {
                 .flat_map(|_| weights(&mut rng, t, cols, 0))
                 .collect();
             let keep = test_inputs::f16_fields(t);
+            let keep_e = test_inputs::e8m0_fields(t);
             for blk in w.chunks_exact_mut(t.block_bytes()) {
                 for (i, b) in blk.iter_mut().enumerate() {
-                    if !keep.iter().any(|&at| i == at || i == at + 1) {
+                    if !keep.iter().any(|&at| i == at || i == at + 1) && !keep_e.contains(&i) {
                         *b = code;
                     }
                 }
@@ -392,6 +395,7 @@ fn packing_keeps_the_size_and_every_level_is_detected_consistently() {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::MXFP4,
     ] {
         // Packing permutes bytes (bits, for Q5_0's fifth bits): the count of
         // set bits is kept, and the packed row is as long as the original.
@@ -495,6 +499,7 @@ fn unpacking_restores_every_row() {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::MXFP4,
     ] {
         for cols in [32, 96, 256, 576, 640, 2048 + 96] {
             let row: Vec<u8> = (0..t.row_bytes(cols).unwrap() as usize)
