@@ -188,6 +188,7 @@ macro_rules! simd_kernels {
                 GgmlType::Q4_1 => gemm_wide::<1>,
                 GgmlType::Q5_0 => gemm_wide::<2>,
                 GgmlType::Q8_0 if Q8_BIAS => gemm_wide::<3>,
+                GgmlType::MXFP4 => gemm_wide::<5>,
                 GgmlType::Q4K => gemm_wide_kx8::<4>,
                 GgmlType::Q6K => gemm_wide_kx8::<6>,
                 _ => return None,

@@ -277,7 +277,13 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
 fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
     say_levels("wide_kernels_equal_the_scalar_reference_across_cache_blocks");
     let cols = 2048;
-    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::MXFP4,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
         let ws = match t {
             GgmlType::Q4K | GgmlType::Q6K => cols / 256 * WIDE_KW,
             _ => cols / 256 * WIDE_GROUP,

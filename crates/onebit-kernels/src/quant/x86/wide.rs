@@ -1,5 +1,5 @@
 //! The wide (prefill) kernels of the blocks of 32 (Q4_0, Q4_1, Q5_0,
-//! Q8_0), over weight rows expanded once per call into the
+//! Q8_0, MXFP4), over weight rows expanded once per call into the
 //! `super::WIDE_GROUP` layout, instantiated per level inside
 //! [`simd_kernels!`]. Every output equals the scalar reference's bits
 //! whatever tile or cache block it falls in.
@@ -8,7 +8,9 @@ macro_rules! x86_wide {
     ($feat:literal) => {
         // -------------------------------------------------------------------
         // Wide kernels for several tokens (prefill): Q4_0 (K = 0), Q4_1
-        // (K = 1), Q5_0 (K = 2), Q8_0 (K = 3). See `super::WIDE_GROUP`.
+        // (K = 1), Q5_0 (K = 2), Q8_0 (K = 3), MXFP4 (K = 5: codes expanded
+        // to doubled E2M1 + 12, scales 2^(e - 128) as f32, 12 x sum(y) taken
+        // off as Q4_0's 8). See `super::WIDE_GROUP`.
 
         /// [`expand_row`] of row `r` of the operands.
         #[target_feature(enable = $feat)]
@@ -121,14 +123,25 @@ macro_rules! x86_wide {
         /// Expands one packed weight row (`cols` elements) into the wide
         /// layout at `dst` (`ceil(cols / 256)` groups of `WIDE_GROUP` bytes):
         /// per group d[8] and m[8] as f32, then 8 code vectors of unsigned
-        /// codes (Q4: 0..15, Q5: 0..31, Q8_0: w + 128); lanes past the
+        /// codes (Q4: 0..15, Q5: 0..31, Q8_0: w + 128, MXFP4: the doubled
+        /// E2M1 value plus 12, 0..=24); lanes past the
         /// row's last block are zero.
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn expand_row<const K: u8>(src: *const u8, cols: usize, dst: *mut u8) {
             let nb = cols / 32;
-            let wbb = [18usize, 20, 22, 34][K as usize];
+            let wbb = match K {
+                0 => 18,
+                1 => 20,
+                2 => 22,
+                3 => 34,
+                _ => 17,
+            };
             let m4 = _mm256_set1_epi8(0x0F);
+            let lut = _mm256_setr_epi8(
+                12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18,
+                20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+            );
             for g in 0..nb.div_ceil(8) {
                 let n = (nb - 8 * g).min(8);
                 let s = src.add(g * 8 * wbb);
@@ -136,7 +149,7 @@ macro_rules! x86_wide {
                 let st = |at: usize, v: __m256i| _mm256_storeu_si256(d.add(at) as *mut __m256i, v);
                 if n == 8 {
                     let cvt = |p: *const u8| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-                    _mm256_storeu_ps(d as *mut f32, cvt(s));
+                    _mm256_storeu_ps(d as *mut f32, if K == 5 { e8m0_half8(s) } else { cvt(s) });
                     if K == 1 {
                         _mm256_storeu_ps(d.add(32) as *mut f32, cvt(s.add(16)));
                     }
@@ -149,11 +162,20 @@ macro_rules! x86_wide {
                         }
                         continue;
                     }
-                    let qo = [16usize, 32, 48][K as usize];
+                    let qo = match K {
+                        0 => 16,
+                        1 => 32,
+                        2 => 48,
+                        _ => 8,
+                    };
                     for k in 0..4 {
                         let v = ld(s.add(qo + 32 * k));
                         let mut lo = _mm256_and_si256(v, m4);
                         let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if K == 5 {
+                            lo = _mm256_shuffle_epi8(lut, lo);
+                            hi = _mm256_shuffle_epi8(lut, hi);
+                        }
                         if K == 2 {
                             // Fifth bits of code vector k at bit 32k (group of 8).
                             let fb = |at: usize| (s.add(16 + at) as *const u32).read_unaligned();
@@ -167,7 +189,12 @@ macro_rules! x86_wide {
                     // A partial group: byte by byte, lanes >= n left zero.
                     core::ptr::write_bytes(d, 0, super::WIDE_GROUP);
                     for l in 0..n {
-                        (d.add(4 * l) as *mut f32).write_unaligned(f16v(s.add(2 * l)));
+                        let dl = if K == 5 {
+                            onebit_formats::blocks::e8m0_half(*s.add(l))
+                        } else {
+                            f16v(s.add(2 * l))
+                        };
+                        (d.add(4 * l) as *mut f32).write_unaligned(dl);
                         if K == 1 {
                             (d.add(32 + 4 * l) as *mut f32)
                                 .write_unaligned(f16v(s.add(2 * n + 2 * l)));
@@ -177,9 +204,18 @@ macro_rules! x86_wide {
                                 let c = if K == 3 {
                                     *s.add(2 * n + 4 * n * k + 4 * l + i) ^ 0x80
                                 } else {
-                                    let qo = [2 * n, 4 * n, 6 * n][K as usize];
+                                    let qo = match K {
+                                        0 => 2 * n,
+                                        1 => 4 * n,
+                                        2 => 6 * n,
+                                        _ => n,
+                                    };
                                     let b = *s.add(qo + 4 * n * (k % 4) + 4 * l + i);
                                     let mut c = if k < 4 { b & 0x0F } else { b >> 4 };
+                                    if K == 5 {
+                                        let v = onebit_formats::blocks::MXFP4_CODES[c as usize];
+                                        c = (v + 12) as u8;
+                                    }
                                     if K == 2 {
                                         let bit = 4 * n * k + 4 * l + i;
                                         c |= ((*s.add(2 * n + bit / 8) >> (bit % 8)) & 1) << 4;
@@ -248,6 +284,10 @@ macro_rules! x86_wide {
                         let off = match K {
                             0 => _mm256_slli_epi32::<3>(ys),
                             2 => _mm256_slli_epi32::<4>(ys),
+                            5 => _mm256_add_epi32(
+                                _mm256_slli_epi32::<3>(ys),
+                                _mm256_slli_epi32::<2>(ys),
+                            ),
                             _ => _mm256_slli_epi32::<7>(ys),
                         };
                         let start = _mm256_sub_epi32(zero, off);
@@ -259,9 +299,10 @@ macro_rules! x86_wide {
                 if !VNNI && K != 3 {
                     // Without VNNI: `vpmaddubsw` pair sums added in i16 over
                     // as many code vectors as stay below 2^15 (Q4: 8, |sum|
-                    // <= 8 * 2 * 15 * 127 = 30,480; Q5_0: 4, <= 31,496),
-                    // then one `vpmaddwd` by ones into the i32 sums.
-                    let step = if K == 2 { 4 } else { 8 };
+                    // <= 8 * 2 * 15 * 127 = 30,480; Q5_0: 4, <= 31,496;
+                    // MXFP4: 4, <= 4 * 2 * 24 * 127 = 24,384), then one
+                    // `vpmaddwd` by ones into the i32 sums.
+                    let step = if K == 2 || K == 5 { 4 } else { 8 };
                     let ones = _mm256_set1_epi16(1);
                     let mut k = 0;
                     while k < 8 {
