@@ -33,7 +33,7 @@ macro_rules! drive {
 /// the four lanes is up to the level: only lane totals are used).
 macro_rules! arm_kernels {
     ($feat:literal) => {
-        use onebit_formats::blocks::f16_at;
+        use onebit_formats::blocks::{e8m0_half, f16_at, MXFP4_CODES};
         use onebit_formats::GgmlType;
 
         use super::{GemmFn, Operands};
@@ -49,6 +49,7 @@ macro_rules! arm_kernels {
                 GgmlType::Q4_1 => gemm_b32::<1>,
                 GgmlType::Q5_0 => gemm_b32::<2>,
                 GgmlType::Q8_0 => gemm_b32::<3>,
+                GgmlType::MXFP4 => gemm_b32::<4>,
                 GgmlType::Q4K => gemm_q4_k,
                 GgmlType::Q6K => gemm_q6_k,
                 GgmlType::F32 => gemm_f32,
@@ -87,7 +88,8 @@ macro_rules! arm_kernels {
 
         /// The 32 codes of weight block `bx` as signed values (elements 0..16,
         /// 16..32): Q4_0 (K = 0) nibble - 8, Q4_1 (K = 1) nibble, Q5_0 (K = 2)
-        /// (nibble | fifth bit << 4) - 16, Q8_0 (K = 3) the code.
+        /// (nibble | fifth bit << 4) - 16, Q8_0 (K = 3) the code, MXFP4 (K =
+        /// 4) the doubled E2M1 value of the nibble (`tbl` over `MXFP4_CODES`).
         #[target_feature(enable = $feat)]
         #[inline]
         pub(super) unsafe fn codes<const K: u8>(bx: *const u8) -> (int8x16_t, int8x16_t) {
@@ -97,10 +99,19 @@ macro_rules! arm_kernels {
                     vld1q_s8(bx.add(18) as *const i8),
                 );
             }
-            let qo = [2usize, 4, 6][K as usize];
+            let qo = match K {
+                0 => 2,
+                1 => 4,
+                2 => 6,
+                _ => 1,
+            };
             let v = vld1q_u8(bx.add(qo));
             let mut lo = vandq_u8(v, vdupq_n_u8(0x0F));
             let mut hi = vshrq_n_u8::<4>(v);
+            if K == 4 {
+                let table = vld1q_s8(MXFP4_CODES.as_ptr());
+                return (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi));
+            }
             if K == 2 {
                 let qh = (bx.add(2) as *const u32).read_unaligned();
                 lo = vorrq_u8(lo, expand_bits(qh as u16));
@@ -114,10 +125,16 @@ macro_rules! arm_kernels {
             }
         }
 
-        /// Bytes of a weight block (Q4_0, Q4_1, Q5_0, Q8_0) and of its
+        /// Bytes of a weight block (Q4_0, Q4_1, Q5_0, Q8_0, MXFP4) and of its
         /// activation block (Q8_0, Q8_1), and where the activation codes start.
         pub(super) const fn b32_sizes(k: u8) -> (usize, usize, usize) {
-            let wbb = [18usize, 20, 22, 34][k as usize];
+            let wbb = match k {
+                0 => 18,
+                1 => 20,
+                2 => 22,
+                3 => 34,
+                _ => 17,
+            };
             if k == 1 {
                 (wbb, 36, 4)
             } else {
@@ -126,7 +143,16 @@ macro_rules! arm_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Blocks of 32: Q4_0 (K = 0), Q4_1 (K = 1), Q5_0 (K = 2), Q8_0 (K = 3).
+        // Blocks of 32: Q4_0 (K = 0), Q4_1 (K = 1), Q5_0 (K = 2), Q8_0 (K = 3),
+        // MXFP4 (K = 4: its scale 2^(e - 128) from the exponent byte).
+
+        /// Four MXFP4 scales `stride` bytes apart from `p`, as f32 (exact).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn e8m0x4(p: *const u8, stride: usize) -> float32x4_t {
+            let v = [0, 1, 2, 3].map(|i| e8m0_half(*p.add(i * stride)));
+            vld1q_f32(v.as_ptr())
+        }
 
         #[target_feature(enable = $feat)]
         unsafe fn gemm_b32<const K: u8>(
@@ -171,7 +197,11 @@ macro_rules! arm_kernels {
                     }
                 }
                 let wg = wp.add(4 * g * wbb);
-                let dx = f16x4(wg, wbb);
+                let dx = if K == 4 {
+                    e8m0x4(wg, wbb)
+                } else {
+                    f16x4(wg, wbb)
+                };
                 let mx = if K == 1 {
                     f16x4(wg.add(2), wbb)
                 } else {
@@ -205,7 +235,12 @@ macro_rules! arm_kernels {
                     let s = vaddvq_s32(dot(dot(zero, w0, vld1q_s8(y)), w1, vld1q_s8(y.add(16))));
                     let bx = core::slice::from_raw_parts(bx, wbb);
                     let by = core::slice::from_raw_parts(by, abb);
-                    let mut term = (f16_at(bx, 0) * f16_at(by, 0)) * s as f32;
+                    let dx = if K == 4 {
+                        e8m0_half(bx[0])
+                    } else {
+                        f16_at(bx, 0)
+                    };
+                    let mut term = (dx * f16_at(by, 0)) * s as f32;
                     if K == 1 {
                         term += f16_at(bx, 2) * f16_at(by, 2);
                     }

@@ -78,6 +78,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
         GgmlType::Q4_1,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::MXFP4,
     ] {
         for (i, cols) in [32, 64, 128, 160, 224, 256, 288, 576, 640, 2048 + 96]
             .into_iter()
