@@ -30,6 +30,12 @@
 //! four 256-bit ones on Zen 4, so both levels run the latter.) Both passes
 //! ask the cache for the rows 32 positions ahead.
 //!
+//! Attention sinks (gpt-oss's `attn_sinks`: one learned logit per query
+//! head in its softmax's denominator, weighing no value) join each head's
+//! folded partial as one more partial, (m, l, acc) = (sink, 1, 0), through
+//! the same fold, just before the output: the head's weights then sum to
+//! 1 - e^(sink - m') / l' instead of 1. A sink of -inf changes no bit.
+//!
 //! Files: `scalar.rs` the reference, `x86.rs` the AVX2/AVX-512 kernels and
 //! the FMA fold, this file the dispatch and the work split over threads.
 
@@ -239,6 +245,25 @@ pub fn attend_rows(
     softcap: Option<f32>,
     out: &mut [f32],
 ) {
+    attend_rows_sinks(pool, shape, q, spans, k, v, scale, softcap, None, out)
+}
+
+/// [`attend_rows`] with attention sinks: `sinks[h]` is query head h's
+/// sink logit (one per query head), folded into that head's softmax
+/// denominator (see the module header).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_rows_sinks(
+    pool: &Pool,
+    shape: AttnShape,
+    q: &[f32],
+    spans: &[(usize, usize)],
+    k: KvView,
+    v: KvView,
+    scale: f32,
+    softcap: Option<f32>,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+) {
     let (nh, nkv, dk, dv) = (
         shape.n_head,
         shape.n_head_kv,
@@ -252,12 +277,25 @@ pub fn attend_rows(
     );
     assert_eq!(q.len(), rows * nh * dk, "attend_rows: q shape");
     assert_eq!(out.len(), rows * nh * dv, "attend_rows: out shape");
+    if let Some(s) = sinks {
+        assert_eq!(s.len(), nh, "attend_rows: one sink per query head");
+    }
     #[cfg(target_arch = "x86_64")]
     let (simd, wide) = (level() >= Isa::Avx2, level() >= Isa::Avx512);
     #[cfg(not(target_arch = "x86_64"))]
     let (simd, wide) = (false, false);
     let ph = PART_HEAD + dv;
     let fold = Fold { simd };
+    // Head h's sink as a partial: [sink, 1, 0...], folded in last.
+    let sink_parts: Option<Vec<f32>> = sinks.map(|s| {
+        let mut p = vec![0f32; nh * ph];
+        for (h, part) in p.chunks_exact_mut(ph).enumerate() {
+            part[0] = s[h];
+            part[1] = 1.0;
+        }
+        p
+    });
+    let sink_part = |h: usize| sink_parts.as_ref().map(|p| &p[h * ph..(h + 1) * ph]);
     let threads = pool.threads();
     let dst = SharedMut(out.as_mut_ptr());
     let n_blocks = |(from, to): (usize, usize)| to.saturating_sub(from).div_ceil(BLOCK);
@@ -311,7 +349,14 @@ pub fn attend_rows(
                             }
                         }
                     }
-                    for (rh, oh) in run.chunks_exact(ph).zip(os.chunks_exact_mut(dv)) {
+                    for (i, (rh, oh)) in run
+                        .chunks_exact_mut(ph)
+                        .zip(os.chunks_exact_mut(dv))
+                        .enumerate()
+                    {
+                        if let Some(sp) = sink_part(h + i) {
+                            fold.combine(rh, sp);
+                        }
                         fold.finish(rh, oh);
                     }
                 }
@@ -407,10 +452,14 @@ pub fn attend_rows(
                 }
             }
             let at = r * nh + h;
-            for (rh, oh) in run
-                .chunks_exact(ph)
+            for (i, (rh, oh)) in run
+                .chunks_exact_mut(ph)
                 .zip(out[at * dv..(at + g) * dv].chunks_exact_mut(dv))
+                .enumerate()
             {
+                if let Some(sp) = sink_part(h + i) {
+                    fold.combine(rh, sp);
+                }
                 fold.finish(rh, oh);
             }
         }

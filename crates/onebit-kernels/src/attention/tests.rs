@@ -316,3 +316,126 @@ fn simd_block_equals_scalar_reference() {
     #[cfg(not(target_arch = "x86_64"))]
     eprintln!("attention levels: ran scalar; no SIMD attention on this architecture");
 }
+
+#[test]
+fn a_sink_weighs_in_the_denominator_by_hand() {
+    // As `one_head_two_positions_by_hand` with a sink of 0.5: weights
+    // e^1, e^0 over e^1 + e^0 + e^0.5 (the sink takes its share and gives
+    // no value): 10 e / (e + 1 + e^0.5) + 20 / (e + 1 + e^0.5).
+    let s = shape(1, 1, 2, 1);
+    let (k, v) = ([1.0, 0.0, 0.0, 1.0], [10.0, 20.0]);
+    let (k, v) = (KvView::F32(&k), KvView::F32(&v));
+    let mut out = [0f32];
+    let sinks = [0.5f32];
+    let pool = Pool::new(1);
+    attend_rows_sinks(
+        &pool,
+        s,
+        &[1.0, 0.0],
+        &[(0, 2)],
+        k,
+        v,
+        1.0,
+        None,
+        Some(&sinks),
+        &mut out,
+    );
+    let e = std::f64::consts::E;
+    let want = (10.0 * e + 20.0) / (e + 1.0 + 0.5f64.exp());
+    assert!((out[0] as f64 - want).abs() < 1e-4, "{} vs {want}", out[0]);
+    // A very large sink takes almost all the weight: the output goes to 0.
+    attend_rows_sinks(
+        &pool,
+        s,
+        &[1.0, 0.0],
+        &[(0, 2)],
+        k,
+        v,
+        1.0,
+        None,
+        Some(&[40.0]),
+        &mut out,
+    );
+    assert!(out[0].abs() < 1e-12, "{}", out[0]);
+}
+
+/// Sinks against the f64 softmax with one more logit per head, on the
+/// per-row and the per-block paths, on 1 and 3 threads (same bits), and a
+/// sink of -inf is no sink, bit for bit.
+#[test]
+fn sinks_match_a_float64_reference_and_minus_infinity_is_none() {
+    let (nh, nkv, dk, dv) = (4, 2, 32, 24);
+    let s = shape(nh, nkv, dk, dv);
+    let kc = cache(KvType::F32, N_POS, nkv * dk, 0);
+    let vc = cache(KvType::F32, N_POS, nkv * dv, 5);
+    let (kw, vw) = (widened(&kc), widened(&vc));
+    // Sinks below, near and above the heads' score ranges.
+    let sinks = [-3.0f32, 0.4, 2.5, 9.0];
+    for rows in [1usize, 6] {
+        let q: Vec<f32> = (0..rows * nh * dk).map(|i| val(i + 11) * 2.0).collect();
+        let spans: Vec<(usize, usize)> = (0..rows).map(|r| (r * 9, N_POS - r * 40)).collect();
+        let run = |threads: usize, sk: Option<&[f32]>| {
+            let mut out = vec![0f32; rows * nh * dv];
+            let pool = Pool::new(threads);
+            attend_rows_sinks(
+                &pool,
+                s,
+                &q,
+                &spans,
+                kc.view(),
+                vc.view(),
+                0.2,
+                None,
+                sk,
+                &mut out,
+            );
+            out
+        };
+        let got = run(1, Some(&sinks));
+        assert_eq!(
+            got,
+            run(3, Some(&sinks)),
+            "rows {rows}: threads change the bits"
+        );
+        let none = run(2, None);
+        let minus_inf = run(2, Some(&[f32::NEG_INFINITY; 4]));
+        assert!(
+            none.iter()
+                .zip(&minus_inf)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rows {rows}: a -inf sink changed the output"
+        );
+        for (r, &(from, to)) in spans.iter().enumerate() {
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let qh = &q[(r * nh + h) * dk..][..dk];
+                let sc: Vec<f64> = (from..to)
+                    .map(|p| {
+                        let kr = &kw[p * nkv * dk + kvh * dk..][..dk];
+                        0.2 * qh
+                            .iter()
+                            .zip(kr)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
+                    })
+                    .collect();
+                let sink = sinks[h] as f64;
+                let m = sc.iter().copied().fold(sink, f64::max);
+                let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let l: f64 = w.iter().sum::<f64>() + (sink - m).exp();
+                for c in 0..dv {
+                    let want: f64 = (from..to)
+                        .zip(&w)
+                        .map(|(p, w)| w * vw[p * nkv * dv + kvh * dv + c] as f64)
+                        .sum::<f64>()
+                        / l;
+                    let g = got[(r * nh + h) * dv + c] as f64;
+                    assert!(
+                        (g - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                        "rows {rows} row {r} head {h} col {c}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
