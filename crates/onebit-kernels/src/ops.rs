@@ -119,18 +119,51 @@ pub fn gelu_tanh(x: f32) -> f32 {
     x / (1.0 + exp_fast(t))
 }
 
+/// gpt-oss's clamped SwiGLU: the gate's sigmoid gain and the clamp limit
+/// (llama.cpp's `ggml_swiglu_oai` constants for `openai-moe`, from the
+/// model's reference implementation).
+pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
+pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
+
 /// The gate activation of a gated feed-forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GluAct {
     Silu,
     GeluTanh,
+    /// gpt-oss: x = min(gate, 7), y = clamp(up, -7, 7),
+    /// out = x sigmoid(1.702 x) (y + 1) ([`swiglu_oai`]).
+    SwigluOai,
 }
 
-/// `gate[i] = act(gate[i]) * up[i]` (scalar reference).
+/// gpt-oss's gated unit on one (gate, up) pair: x = min(gate, 7) and y =
+/// clamp(up, -7, 7) as C++'s `std::min` / `std::clamp` (a NaN stays NaN),
+/// then `(x / (1 + e^(-1.702 x))) * (y + 1)`.
+#[inline]
+pub fn swiglu_oai(gate: f32, up: f32) -> f32 {
+    let l = SWIGLU_OAI_LIMIT;
+    let x = if l < gate { l } else { gate };
+    let y = if up < -l {
+        -l
+    } else if l < up {
+        l
+    } else {
+        up
+    };
+    (x / (1.0 + exp_fast(-(SWIGLU_OAI_ALPHA * x)))) * (y + 1.0)
+}
+
+/// `gate[i] = act(gate[i]) * up[i]` (scalar reference; [`swiglu_oai`]'s
+/// own form for `SwigluOai`).
 fn glu_scalar(act: GluAct, gate: &mut [f32], up: &[f32]) {
     let f: fn(f32) -> f32 = match act {
         GluAct::Silu => silu,
         GluAct::GeluTanh => gelu_tanh,
+        GluAct::SwigluOai => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = swiglu_oai(*g, u);
+            }
+            return;
+        }
     };
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = f(*g) * u;
@@ -258,6 +291,20 @@ mod avx2 {
         _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
     }
 
+    /// [`swiglu_oai`] on eight lanes. `vminps(a, b)` is `a < b ? a : b`
+    /// and `vmaxps(a, b)` `a > b ? a : b`, so (limit, x) and (-limit, ..)
+    /// in that order are `std::min` and `std::clamp`, NaN kept.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn swiglu_oai8(g: __m256, u: __m256) -> __m256 {
+        let l = _mm256_set1_ps(SWIGLU_OAI_LIMIT);
+        let x = _mm256_min_ps(l, g);
+        let y = _mm256_max_ps(_mm256_set1_ps(-SWIGLU_OAI_LIMIT), _mm256_min_ps(l, u));
+        let ax = _mm256_mul_ps(_mm256_set1_ps(SWIGLU_OAI_ALPHA), x);
+        let e = exp8(_mm256_xor_ps(ax, _mm256_set1_ps(-0.0)));
+        let glu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        _mm256_mul_ps(glu, _mm256_add_ps(y, _mm256_set1_ps(1.0)))
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub fn glu(act: GluAct, gate: &mut [f32], up: &[f32]) {
         let n = gate.len().min(up.len());
@@ -268,11 +315,13 @@ mod avx2 {
             unsafe {
                 let p = gate.as_mut_ptr().add(i);
                 let g = _mm256_loadu_ps(p);
-                let a = match act {
-                    GluAct::Silu => silu8(g),
-                    GluAct::GeluTanh => gelu8(g),
+                let u = _mm256_loadu_ps(up.as_ptr().add(i));
+                let out = match act {
+                    GluAct::Silu => _mm256_mul_ps(silu8(g), u),
+                    GluAct::GeluTanh => _mm256_mul_ps(gelu8(g), u),
+                    GluAct::SwigluOai => swiglu_oai8(g, u),
                 };
-                _mm256_storeu_ps(p, _mm256_mul_ps(a, _mm256_loadu_ps(up.as_ptr().add(i))));
+                _mm256_storeu_ps(p, out);
             }
             i += 8;
         }
@@ -501,15 +550,27 @@ mod tests {
         gate[5] = f32::NEG_INFINITY;
         gate[6] = -0.0;
         gate[7] = 1e-40;
-        let up: Vec<f32> = (0..n).map(|i| f(i + 17) / 7.0).collect();
-        for act in [GluAct::Silu, GluAct::GeluTanh] {
+        // Up values mostly within +-1.7, every 5th within +-12 (past
+        // SwigluOai's clamp at 7), and the edge values.
+        let mut up: Vec<f32> = (0..n)
+            .map(|i| f(i + 17) / if i % 5 == 0 { 1.0 } else { 7.0 })
+            .collect();
+        up[8] = f32::NAN;
+        up[9] = f32::INFINITY;
+        up[10] = -7.0;
+        gate[11] = 7.0;
+        for act in [GluAct::Silu, GluAct::GeluTanh, GluAct::SwigluOai] {
             let mut want = gate.clone();
             glu_scalar(act, &mut want, &up);
             // Element by element through the public scalar functions.
-            let one: fn(f32) -> f32 = if act == GluAct::Silu { silu } else { gelu_tanh };
+            let one = |g: f32, u: f32| match act {
+                GluAct::Silu => silu(g) * u,
+                GluAct::GeluTanh => gelu_tanh(g) * u,
+                GluAct::SwigluOai => swiglu_oai(g, u),
+            };
             for i in 0..n {
                 assert_eq!(
-                    (one(gate[i]) * up[i]).to_bits(),
+                    one(gate[i], up[i]).to_bits(),
                     want[i].to_bits(),
                     "{act:?} {i}"
                 );
@@ -538,6 +599,38 @@ mod tests {
                     .all(|(a, b)| a.to_bits() == b.to_bits()));
             }
         }
+    }
+
+    #[test]
+    fn swiglu_oai_by_arithmetic() {
+        // (min(g, 7) * sigmoid(1.702 * min(g, 7))) * (clamp(u, -7, 7) + 1),
+        // in f64; exp_fast is within a few ulp, so 1e-6 relative.
+        let want = |g: f64, u: f64| {
+            let x = g.min(7.0);
+            let y = u.clamp(-7.0, 7.0);
+            x / (1.0 + (-1.702 * x).exp()) * (y + 1.0)
+        };
+        for (g, u) in [
+            (1.0, 2.0),
+            (10.0, -9.0),
+            (-3.0, 100.0),
+            (0.5, -1.0),
+            (7.5, 6.5),
+            (-20.0, 1.0),
+        ] {
+            let got = swiglu_oai(g as f32, u as f32) as f64;
+            let w = want(g, u);
+            assert!(
+                (got - w).abs() <= 2e-6 * w.abs().max(1e-30),
+                "({g}, {u}): {got} vs {w}"
+            );
+        }
+        // Clamped: a gate past 7 is 7; an up past +-7 is +-7, so up = -1
+        // and up = -1000 differ (y + 1 = 0 versus -6).
+        assert_eq!(swiglu_oai(100.0, 1.0), swiglu_oai(7.0, 1.0));
+        assert_eq!(swiglu_oai(2.0, -1.0), 0.0);
+        assert_eq!(swiglu_oai(2.0, -1000.0), swiglu_oai(2.0, -7.0));
+        assert!(swiglu_oai(f32::NAN, 1.0).is_nan() && swiglu_oai(1.0, f32::NAN).is_nan());
     }
 
     #[test]
