@@ -202,6 +202,7 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
         GgmlType::Q6K,
         GgmlType::Q8_0,
         GgmlType::Q4_1,
+        GgmlType::MXFP4,
     ] {
         let colss: &[usize] = match t {
             GgmlType::Q4K | GgmlType::Q6K => &[512],
