@@ -126,6 +126,23 @@ pub struct Request {
     pub logit_bias: Vec<(u32, f32)>,
 }
 
+impl Request {
+    /// A request for `prompt` with every other field as [`parse`] leaves it
+    /// when the body states nothing else (OpenAI's defaults), for protocols
+    /// that parse their own body into this type.
+    pub fn new(prompt: Prompt) -> Request {
+        let none = Limits {
+            max_n: 1,
+            max_tokens: 0,
+            drafting: false,
+        };
+        let mut r = parse(br#"{"prompt": "-"}"#, Endpoint::Completions, none)
+            .expect("a body with only a prompt is a valid request");
+        r.prompt = prompt;
+        r
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
     Chat,
@@ -443,7 +460,7 @@ fn good_name(n: &str) -> bool {
 }
 
 /// `tools`, `tool_choice`, `parallel_tool_calls`.
-fn tool_spec(o: &Map<String, Value>) -> Result<Option<ToolSpec>, ApiError> {
+pub fn tool_spec(o: &Map<String, Value>) -> Result<Option<ToolSpec>, ApiError> {
     let tools = match field(o, "tools") {
         None => Vec::new(),
         Some(Value::Array(a)) => a.clone(),
@@ -675,7 +692,8 @@ fn logit_bias(o: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
         .collect()
 }
 
-fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+/// `messages`, checked and normalised (see [`Prompt::Chat`]).
+pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
     let list = match o.get("messages") {
         None | Some(Value::Null) => {
             return Err(ApiError::invalid("messages", "`messages` is required"))

@@ -3,33 +3,55 @@
 //! The binary hands over a loaded [`Model`], its [`Tokenizer`], chat template
 //! and stop ids; this crate knows nothing of file formats. One engine thread
 //! owns the model and batches every active sequence into each forward
-//! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime)
-//! parses and checks requests ([`api`]), renders templates, tokenizes, and
-//! turns the engine's tokens into OpenAI's response shapes ([`http`], [`text`]).
+//! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime) is
+//! laid out by role, each module importing only those below it (a test,
+//! `module_order`, reads the sources and holds this):
+//!
+//! 1. [`routes`]: which path goes to which handler;
+//! 2. the protocols, one module each: [`openai`] (chat and completions),
+//!    [`ollama`], [`embed`] (OpenAI's embeddings), each parsing its request
+//!    straight into the engine's request type ([`api::Request`]) and shaping
+//!    the answers;
+//! 3. [`run`]: prompts rendered and tokenized, jobs set up and submitted,
+//!    engine events turned into text, for every protocol alike;
+//! 4. [`app`]: the application state;
+//! 5. leaves, which import no module above: [`api`], [`engine`], [`cache`],
+//!    [`metrics`], [`text`], [`tools`], [`constrain`], [`prompt`], ...
 //!
 //! The port is bound before the model loads, so a fleet's load balancer or
 //! Kubernetes sees the replica at once: [`gate`] answers `/health/live` from
 //! the start, `/health` with 503 until the model is ready and again from the
 //! moment SIGTERM/SIGINT arrives (draining), and forwards everything else to
-//! the routes of [`http`] once they exist.
+//! the [`routes`] once they exist.
 
 pub mod access;
 pub mod affinity;
 pub mod api;
+pub mod app;
 pub mod cache;
 pub mod conn;
 pub mod constrain;
 pub mod embed;
 pub mod engine;
+pub mod fields;
 pub mod gate;
-pub mod http;
 pub mod metrics;
 pub mod ollama;
+pub mod openai;
 pub mod page;
+pub mod pooling;
 pub mod prompt;
+pub mod reply;
+pub mod routes;
+pub mod run;
 pub mod text;
 pub mod tool_args;
 pub mod tools;
+
+#[cfg(test)]
+mod module_order;
+
+pub use app::ModelAbout;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -41,6 +63,7 @@ use onebit_model::spec::SpecPlan;
 use onebit_model::Model;
 use onebit_text::{ChatTemplate, Tokenizer};
 
+use crate::app::{App, Served};
 use crate::engine::{Engine, EngineConfig};
 use crate::gate::{Gate, Phase};
 use crate::metrics::Metrics;
@@ -94,21 +117,6 @@ pub struct Loaded {
     pub about: ModelAbout,
 }
 
-/// What Ollama's `/api/tags` and `/api/show` report about the model.
-#[derive(Clone, Debug, Default)]
-pub struct ModelAbout {
-    /// The architecture (GGUF `general.architecture`, a pack's family).
-    pub arch: String,
-    /// "gguf" or "fastflowlm".
-    pub format: String,
-    /// Bytes of the file or pack directory.
-    pub bytes: u64,
-    /// The weight type holding most bytes (e.g. "Q4_K").
-    pub quantization: String,
-    /// Parameters, from the tensor shapes.
-    pub parameters: u64,
-}
-
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
@@ -146,13 +154,13 @@ pub fn serve(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let r = rt.block_on(run(cfg, load));
+    let r = rt.block_on(start(cfg, load));
     // A tokenization still running on the blocking pool is not waited for.
     rt.shutdown_timeout(Duration::from_secs(1));
     r
 }
 
-async fn run(
+async fn start(
     cfg: ServeConfig,
     load: impl FnOnce() -> Result<Loaded> + Send + 'static,
 ) -> Result<()> {
@@ -231,38 +239,37 @@ async fn run(
         metrics.clone(),
     );
     let has_template = template.is_some();
-    let max_token_bytes = http::max_token_bytes(&tok);
-    let app = Arc::new(http::App {
+    let max_token_bytes = app::max_token_bytes(&tok);
+    let served = Arc::new(Served {
+        name: cfg.model_name.clone(),
         engine,
         tok: Arc::new(tok),
         max_token_bytes,
+        template,
+        grammar_eos,
+        constrainer: std::sync::OnceLock::new(),
+        n_vocab,
+        n_embd,
+        ctx,
+        drafting,
+        pooling,
+        generative,
+        about,
+    });
+    let app = Arc::new(App {
+        served,
         max_body_bytes: cfg.max_body_bytes,
         body_timeout: cfg.body_timeout,
         allow_special_in_content: cfg.allow_special_in_content,
         draining: AtomicBool::new(false),
-        template,
-        grammar_eos,
-        constrainer: std::sync::OnceLock::new(),
-        model_name: cfg.model_name.clone(),
-        n_vocab,
-        ctx,
-        limits: api::Limits {
-            max_n: cfg.max_n,
-            max_tokens: cfg.max_tokens,
-            drafting,
-        },
+        max_n: cfg.max_n,
+        max_tokens: cfg.max_tokens,
         metrics,
-        started: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        pooling,
-        n_embd,
-        generative,
-        about,
+        started: reply::unix_now(),
     });
     let mut access = cfg.access.clone();
     access.bound_host = cfg.host.to_ascii_lowercase();
-    gate.open(http::router(app.clone(), Arc::new(access), cors));
+    gate.open(routes::router(app.clone(), Arc::new(access), cors));
     eprintln!(
         "[serve] {} ({summary}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
         cfg.model_name,
@@ -279,7 +286,7 @@ async fn run(
     // Running requests finish within the timeout (conn::serve bounds it).
     server.await.context("the HTTP server task failed")?;
     let app2 = app.clone();
-    tokio::task::spawn_blocking(move || app2.engine.shutdown())
+    tokio::task::spawn_blocking(move || app2.served.engine.shutdown())
         .await
         .ok();
     eprintln!("[serve] stopped");
