@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::api::ApiError;
 use crate::app::App;
-use crate::fields::{inputs, object, refuse_unknown};
+use crate::fields::{inputs, model_name, object, refuse_unknown};
 use crate::metrics::Metrics;
 pub use crate::pooling::{PoolKind, Pooling};
 use crate::reply::json_response;
@@ -53,7 +53,7 @@ async fn embeddings_inner(
             ))
         }
     };
-    let m = app.model(None).await?;
+    let m = app.model(model_name(&o)?).await?;
     let width = m.n_embd;
     match o.get("dimensions") {
         None | Some(Value::Null) => {}

@@ -8,9 +8,11 @@
 //! ([`Request`]) and runs through [`crate::run`] like an OpenAI request;
 //! every error names the field as Ollama's clients spell it
 //! (`options.num_predict`, `format`). Fields are decided one by one
-//! (docs/ollama.md): those we honour, those clients send routinely that
-//! change nothing here (`keep_alive`: the model is always loaded;
-//! `format: ""`; empty `images`), and everything else is refused by name
+//! (docs/ollama.md): those we honour (`keep_alive` among them: how long the
+//! model stays loaded after the request, `0` unloading it at once and a
+//! negative value never; a request with no prompt or messages only loads
+//! or unloads), those clients send routinely that change nothing here
+//! (`format: ""`, empty `images`), and everything else is refused by name
 //! with a 400, never ignored in silence.
 
 use std::sync::Arc;
@@ -24,10 +26,10 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::api::{self, ApiError, Endpoint, Prompt, Request, MAX_STOPS};
-use crate::app::{App, Served};
+use crate::app::{App, Entry, ModelAbout, Served};
 use crate::constrain::{json_options, Grammar};
 use crate::engine::Finish;
-use crate::fields::{inputs, object, refuse_unknown};
+use crate::fields::{inputs, keep_alive, model_name, object, refuse_unknown, KeepAlive};
 use crate::metrics::Metrics;
 use crate::reply::{json_response, retry_after};
 use crate::run::{self, drive, Update};
@@ -95,16 +97,6 @@ fn must_be_empty(o: &Map<String, Value>, name: &str, why: &str) -> Result<(), Ap
         Ok(())
     } else {
         Err(bad(format!("`{name}` is not supported: {why}")))
-    }
-}
-
-/// `model` must be a string when given (this server answers for its one
-/// model under any name, as its `/v1` routes do).
-fn model_name(o: &Map<String, Value>) -> Result<Option<&str>, ApiError> {
-    match o.get("model") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(bad("`model` must be a string")),
     }
 }
 
@@ -500,7 +492,16 @@ pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &CHAT_FIELDS)?;
-        let m = app.model(model_name(&o)?).await?;
+        let (name, keep) = (model_name(&o)?, keep_alive(&o)?);
+        let no_messages = match o.get("messages") {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(_) => false,
+        };
+        if no_messages {
+            return load_or_unload(&app, name, keep, Shape::Chat).await;
+        }
+        let m = app.model_kept(name, keep).await?;
         let mut req = Request::new(messages(&o)?);
         req.grammar = format(&o)?;
         apply_tools(&o, &mut req)?;
@@ -538,7 +539,16 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &GENERATE_FIELDS)?;
-        let m = app.model(model_name(&o)?).await?;
+        let (name, keep) = (model_name(&o)?, keep_alive(&o)?);
+        let no_prompt = match o.get("prompt") {
+            None | Some(Value::Null) => true,
+            Some(Value::String(s)) => s.is_empty(),
+            Some(_) => false,
+        };
+        if no_prompt && o.get("system").is_none_or(Value::is_null) {
+            return load_or_unload(&app, name, keep, Shape::Generate).await;
+        }
+        let m = app.model_kept(name, keep).await?;
         must_be_empty(&o, "suffix", "fill-in-the-middle is not implemented")?;
         must_be_empty(&o, "template", "the model's template (or --chat-template) is used")?;
         must_be_empty(&o, "context", "send the conversation to /api/chat instead")?;
@@ -584,6 +594,28 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
     }
     .await;
     finish(&app, r)
+}
+
+/// A request with nothing to generate: Ollama's way to load a model (and
+/// set its keep-alive), or with `keep_alive` 0 to unload it now.
+async fn load_or_unload(
+    app: &App,
+    name: Option<&str>,
+    keep: Option<KeepAlive>,
+    shape: Shape,
+) -> Result<Response, ApiError> {
+    let e = app.models.find(name)?.clone();
+    let reason = if keep == Some(KeepAlive::For(Duration::ZERO)) {
+        app.models.unload(&e, "keep_alive 0");
+        "unload"
+    } else {
+        drop(app.models.acquire(&e, keep).await?);
+        "load"
+    };
+    let mut v = shape.piece(&e.name, "", "");
+    v["done"] = json!(true);
+    v["done_reason"] = json!(reason);
+    Ok(json_response(200, v.to_string()))
 }
 
 fn finish(app: &App, r: Result<Response, ApiError>) -> Response {
@@ -793,7 +825,7 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &EMBED_FIELDS)?;
-        let m = app.model(model_name(&o)?).await?;
+        let m = app.model_kept(model_name(&o)?, keep_alive(&o)?).await?;
         must_be_empty(&o, "options", "embeddings take no sampling options")?;
         match o.get("truncate") {
             None | Some(Value::Null) | Some(Value::Bool(_)) => {}
@@ -828,8 +860,7 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
     finish(&app, r)
 }
 
-fn details(m: &Served) -> Value {
-    let a = &m.about;
+fn details(a: &ModelAbout) -> Value {
     json!({
         "parent_model": "",
         "format": a.format,
@@ -849,22 +880,50 @@ fn parameter_size(n: u64) -> String {
     }
 }
 
-/// `GET /api/tags`: the one model this server runs.
+/// A model as `/api/tags` and `/api/ps` list it; what its last load said
+/// about it (a model never loaded yet has only its name and size).
+fn listed(app: &App, e: &Entry) -> Value {
+    let about = app.models.about(e).unwrap_or_default();
+    json!({
+        "name": e.name,
+        "model": e.name,
+        "modified_at": rfc3339(Duration::from_secs(app.started)),
+        "size": e.bytes,
+        "digest": "",
+        "details": details(&about),
+    })
+}
+
+/// `GET /api/tags`: every model this server serves.
 pub async fn tags(State(app): State<Arc<App>>) -> Response {
-    let m = &app.served;
-    let modified = rfc3339(Duration::from_secs(app.started));
-    json_response(
-        200,
-        json!({"models": [{
-            "name": m.name,
-            "model": m.name,
-            "modified_at": modified,
-            "size": m.about.bytes,
-            "digest": "",
-            "details": details(m),
-        }]})
-        .to_string(),
-    )
+    let models: Vec<Value> = app.models.entries.iter().map(|e| listed(&app, e)).collect();
+    json_response(200, json!({"models": models}).to_string())
+}
+
+/// `GET /api/ps`: the models loaded now, and when each unloads if idle.
+pub async fn ps(State(app): State<Arc<App>>) -> Response {
+    let models: Vec<Value> = app
+        .models
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let (m, expires) = app.models.loaded(e)?;
+            let mut v = listed(&app, e);
+            let left = expires.map(|t| t.saturating_duration_since(Instant::now()));
+            // Never: far in the future, as Ollama says it.
+            let at = left.map_or(Duration::from_secs(253_402_300_799), |d| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    + d
+            });
+            v["expires_at"] = json!(rfc3339(at));
+            v["size_vram"] = json!(0);
+            v["context_length"] = json!(m.ctx);
+            Some(v)
+        })
+        .collect();
+    json_response(200, json!({"models": models}).to_string())
 }
 
 /// `POST /api/show`.
@@ -894,7 +953,7 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
                 "modelfile": "",
                 "parameters": "",
                 "template": m.template.as_ref().map_or("", |t| t.source()),
-                "details": details(&m),
+                "details": details(&m.about),
                 "model_info": {
                     "general.architecture": arch,
                     "general.parameter_count": m.about.parameters,

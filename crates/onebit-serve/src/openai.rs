@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use onebit_text::Tokenizer;
@@ -15,8 +15,9 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::api::{self, ApiError, Endpoint};
-use crate::app::{App, Served};
+use crate::app::{App, Entry, Served};
 use crate::engine::Finish;
+use crate::fields::model_field;
 use crate::metrics::Metrics;
 use crate::reply::{json_response, random_u64, unix_now};
 use crate::run::{self, drive, LpEntry, Run, Update};
@@ -24,20 +25,40 @@ use crate::text::tidy_reasoning;
 use crate::tool_args::ArgEvent;
 use crate::tools::{self, CallFormat, ToolStream};
 
-/// `GET /v1/models`.
+/// A model as `/v1/models` lists it: OpenAI's fields, and whether it is
+/// loaded (with its context when it is).
+fn model_object(app: &App, e: &Entry) -> Value {
+    let mut v = json!({
+        "id": e.name,
+        "object": "model",
+        "created": app.started,
+        "owned_by": "onebit",
+        "loaded": false,
+    });
+    if let Some((m, _)) = app.models.loaded(e) {
+        v["loaded"] = json!(true);
+        v["context_length"] = json!(m.ctx);
+    }
+    v
+}
+
+/// `GET /v1/models`: every model this server serves.
 pub async fn models(State(app): State<Arc<App>>) -> Response {
-    let m = &app.served;
-    json_response(
-        200,
-        json!({"object": "list", "data": [{
-            "id": m.name,
-            "object": "model",
-            "created": app.started,
-            "owned_by": "onebit",
-            "context_length": m.ctx,
-        }]})
-        .to_string(),
-    )
+    let data: Vec<Value> = app
+        .models
+        .entries
+        .iter()
+        .map(|e| model_object(&app, e))
+        .collect();
+    json_response(200, json!({"object": "list", "data": data}).to_string())
+}
+
+/// `GET /v1/models/{id}`: one model, or a 404 naming it.
+pub async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    match app.models.find(Some(&id)) {
+        Ok(e) => json_response(200, model_object(&app, e).to_string()),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `POST /v1/chat/completions`.
@@ -76,7 +97,12 @@ async fn generate(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = app.read_body(headers, body).await?;
-    let m = app.model(None).await?;
+    let (body, name) = run::blocking(move || {
+        let name = model_field(&body)?;
+        Ok((body, name))
+    })
+    .await?;
+    let m = app.model(name.as_deref()).await?;
     run::check_generative(&m)?;
     let (app2, m2) = (app.clone(), m.clone());
     let mut p = run::blocking(move || {

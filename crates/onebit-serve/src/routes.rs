@@ -33,12 +33,14 @@ pub fn router(
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/embeddings", post(embed::embeddings))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/embed", post(ollama::embed))
         .route("/api/show", post(ollama::show))
         .route("/api/tags", get(ollama::tags))
+        .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
         .route("/", get(page::page))
         .route("/health", get(health))
@@ -65,7 +67,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
             503,
             json!({"status": "draining", "message": "the server is shutting down"}).to_string(),
         )
-    } else if app.served.engine.alive() {
+    } else if app.models.all_loaded().iter().all(|m| m.engine.alive()) {
         json_response(200, json!({"status": "ok"}).to_string())
     } else {
         json_response(
@@ -76,7 +78,9 @@ async fn health(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let mut r = Response::new(Body::from(app.metrics.render()));
+    let mut text = app.metrics.render();
+    app.models.render_metrics(&mut text);
+    let mut r = Response::new(Body::from(text));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

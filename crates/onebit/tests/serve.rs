@@ -55,7 +55,7 @@ impl Server {
 }
 
 fn greedy(prompt: &str, max_tokens: u32) -> Value {
-    json!({"model": "x", "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens})
+    json!({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens})
 }
 
 /// One HTTP/1.1 request on a fresh connection; the body, de-chunked.
