@@ -81,7 +81,7 @@ pub fn router(
         .route("/", get(crate::page::page))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .fallback(not_found)
+        .fallback(access::not_found)
         .with_state(app);
     if let Some(c) = cors {
         r = r.layer(c);
@@ -139,10 +139,6 @@ pub(crate) fn random_u64() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     h.write_u64(N.fetch_add(1, Ordering::Relaxed));
     h.finish()
-}
-
-async fn not_found() -> ApiError {
-    ApiError::invalid(None, "no such endpoint").status(404)
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {

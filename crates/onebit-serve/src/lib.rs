@@ -262,6 +262,7 @@ async fn run(
     });
     let mut access = cfg.access.clone();
     access.bound_host = cfg.host.to_ascii_lowercase();
+    access.cors_origins = cfg.cors_origins.clone();
     gate.open(http::router(app.clone(), Arc::new(access), cors));
     eprintln!(
         "[serve] {} ({summary}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
