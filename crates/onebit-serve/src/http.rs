@@ -402,7 +402,7 @@ pub(crate) fn prepare(app: &App, ep: Endpoint, body: &[u8]) -> Result<Prepared, 
                     Some(f) => f,
                     None => &tools::GENERIC,
                 };
-                tool_format = Some(f);
+                tool_format = Some(if spec.forced() { tools::forced(f) } else { f });
                 let special = |s: &str| app.tok.token_to_id(s).filter(|&id| app.tok.is_special(id));
                 keep_special = !f.open.is_empty() && special(f.open).is_some();
                 if spec.forced() {
@@ -884,6 +884,9 @@ async fn whole_response(app: &App, run: Run, meta: Meta) -> Result<Response, Api
                     let mut finish = finish;
                     if let Some(f) = meta.tool_format {
                         let (content, calls) = tools::parse(&a.content, f);
+                        if f.forced && calls.is_empty() {
+                            msg["content"] = Value::Null; // a cut call, no text
+                        }
                         if !calls.is_empty() {
                             msg["content"] = if content.is_empty() {
                                 Value::Null
