@@ -305,17 +305,23 @@ fn compile(app: &App, g: &Grammar, param: &'static str) -> Result<Constraint, Ap
             format!("constrained decoding is unavailable for this model: {e}"),
         )
     })?;
-    c.compile(g).map_err(|e| {
+    let k = c.compile(g).map_err(|e| {
         let what = match param {
-            "grammar" => "the grammar",
-            "response_format" => "the JSON schema",
-            _ => "the tools' parameter schemas",
+            "grammar" => "the grammar (`grammar`)",
+            "response_format" => "the JSON schema (`response_format`)",
+            _ => "the tools' parameter schemas (`tools`)",
         };
         ApiError::invalid(
             param,
             format!("{what} cannot be used for constrained decoding: {e}"),
         )
         .with_code("unsupported_schema")
+    })?;
+    // A forced call's arguments are JSON: their numbers get the digit bound.
+    Ok(if param == "tools" {
+        k.bound_numbers()
+    } else {
+        k
     })
 }
 
