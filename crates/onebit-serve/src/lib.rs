@@ -183,6 +183,7 @@ async fn run(
             header_timeout: cfg.header_timeout,
             max_connections: cfg.max_connections,
             shutdown_timeout: cfg.shutdown_timeout,
+            ..conn::ConnLimits::default()
         },
         metrics.clone(),
         on_signal,
