@@ -79,6 +79,10 @@ pub struct Constrainer {
     factory: ParserFactory,
     n_tok: usize,
     words: Arc<Vec<Vec<u8>>>,
+    /// The tokens whose bytes hold a digit or a `.`: only they can break
+    /// the digit bound, so only they are looked at (a few thousand of a
+    /// 262k vocabulary).
+    numeric: Arc<Vec<u32>>,
 }
 
 /// The most digits a JSON number's mantissa may have in a bounded grammar
@@ -163,6 +167,11 @@ impl JsonLex {
                 true
             }
         }
+    }
+
+    /// Whether `bytes` could come next (the state itself is left as it is).
+    fn admits(mut self, bytes: &[u8]) -> bool {
+        self.token(bytes)
     }
 
     /// Advances over a token's bytes (a control token's are no JSON);
@@ -258,10 +267,18 @@ impl Constrainer {
         factory.quiet();
         // Errors name what failed, never the parser's state and grammar.
         factory.limits_mut().verbose_errors = false;
+        let numeric = (0..n_tok as u32)
+            .filter(|&i| {
+                let w = &words[i as usize];
+                w.first() != Some(&TokTrie::SPECIAL_TOKEN_MARKER)
+                    && w.iter().any(|&b| b.is_ascii_digit() || b == b'.')
+            })
+            .collect();
         Ok(Constrainer {
             factory,
             n_tok,
             words: Arc::new(words),
+            numeric: Arc::new(numeric),
         })
     }
 
@@ -283,6 +300,7 @@ impl Constrainer {
             matcher,
             n_tok: self.n_tok,
             words: self.words.clone(),
+            numeric: self.numeric.clone(),
             json: None,
         };
         // The first two steps, on a copy: a grammar that cannot begin, or
@@ -331,6 +349,7 @@ pub struct Constraint {
     matcher: Matcher,
     n_tok: usize,
     words: Arc<Vec<Vec<u8>>>,
+    numeric: Arc<Vec<u32>>,
     /// For a JSON grammar: where the output stands, for the digit bound.
     json: Option<JsonLex>,
 }
@@ -342,6 +361,7 @@ impl Constraint {
             matcher: self.matcher.deep_clone(),
             n_tok: self.n_tok,
             words: self.words.clone(),
+            numeric: self.numeric.clone(),
             json: self.json,
         }
     }
@@ -363,15 +383,13 @@ impl Constraint {
             .compute_mask_or_eos()
             .map_err(|e| format!("the output constraint failed: {}", short(&e.to_string())))?;
         if let Some(lex) = self.json {
+            // A token without a digit or a point never breaks the bound.
             let mut bounded = allowed.clone();
-            let words = &self.words;
-            allowed.iter_set_entries(|i| {
-                let mut l = lex;
-                let ok = words.get(i).is_some_and(|w| l.token(w));
-                if !ok {
-                    bounded.disallow_token(i as u32);
+            for &i in self.numeric.iter() {
+                if allowed.is_allowed(i) && !lex.admits(&self.words[i as usize]) {
+                    bounded.disallow_token(i);
                 }
-            });
+            }
             if !bounded.is_zero() {
                 allowed = bounded;
             }

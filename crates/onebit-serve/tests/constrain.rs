@@ -247,3 +247,69 @@ fn a_forced_call_resolves_the_tools_own_refs() {
         assert_eq!(admitted(&mut k, tok.vocab_size()), [eos], "{choice:?}");
     }
 }
+
+/// Issue 31, item 5: a grammar that passes the arrival check but breaks a
+/// limit two tokens in (a 20,000-way alternation after "qq") ends its
+/// choice with `Finish::Constraint` ("constraint_error"), not a failure
+/// (the 500 it used to be), on the engine with SmolLM2.
+#[test]
+fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
+    use onebit_serve::engine::{Engine, EngineConfig, Event, Finish, GenParams, Job};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let (tok, c) = smollm_constrainer();
+    let alt: Vec<String> = (0..20_000).map(|i| format!("\"w{i}\"")).collect();
+    let g = Grammar::Lark(format!("start: \"q\" \"q\" ({})\n", alt.join(" | ")));
+    let k = c.compile(&g).expect("passes the arrival check");
+    let path = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+    let exec = onebit_model::ExecConfig {
+        threads: 1,
+        ..onebit_model::ExecConfig::default()
+    };
+    let (model, _) = onebit_model::load::load(&path, &exec).unwrap();
+    let e = Engine::start(
+        model,
+        tok.special().stop_ids(),
+        EngineConfig {
+            max_seqs: 1,
+            max_queue: 4,
+            prefill_chunk: 64,
+            prefix_cache: false,
+            cache_bytes: 1 << 20,
+            spec: None,
+        },
+        Arc::new(onebit_serve::metrics::Metrics::default()),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = Job {
+        prompt: Arc::new(tok.encode("Say qq", false).unwrap()),
+        params: GenParams {
+            max_new: 8,
+            sampler: onebit_model::sampler::SamplerConfig::default(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logprobs: None,
+            speculative: false,
+            logit_bias: Vec::new(),
+        },
+        index: 0,
+        tx,
+        cancel: Arc::new(AtomicBool::new(false)),
+        submitted: std::time::Instant::now(),
+        constraint: Some(k),
+    };
+    assert!(e.submit(vec![job]).is_ok());
+    let mut text = String::new();
+    let finish = loop {
+        match rx.blocking_recv().expect("the engine answers") {
+            Event::Token { id, .. } => text.push_str(&tok.decode(&[id], false).unwrap()),
+            Event::Done { finish, .. } => break finish,
+            Event::Failed { message, .. } => panic!("failed: {message}"),
+            Event::Started { .. } => {}
+        }
+    };
+    assert_eq!(finish, Finish::Constraint, "{text:?}");
+    assert_eq!(finish.as_str(), "constraint_error");
+    assert!("qq".starts_with(text.as_str()), "{text:?}");
+    e.shutdown();
+}
