@@ -154,6 +154,13 @@ fn path_root_len(path: &str) -> usize {
 /// JSON string (`tojson`, non-ASCII kept), inside a Python `repr` string.
 fn forms(s: &str, out: &mut HashSet<String>) {
     out.insert(s.to_string());
+    // Most text needs no escaping: then every form is the text itself.
+    if !s
+        .chars()
+        .any(|c| matches!(c, '"' | '\'' | '\\') || (c as u32) < 0x20 || c == '\u{7f}')
+    {
+        return;
+    }
     let mut json = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -298,14 +305,18 @@ fn locate(
     let mut clean = String::with_capacity(text.len());
     let mut spans = Vec::with_capacity(originals.len());
     let mut open: Option<usize> = None;
-    for ch in out.chars() {
-        match ch {
-            OPEN if open.is_none() => open = Some(clean.len()),
-            CLOSE => spans.push((open.take()?, clean.len())),
-            OPEN => return None,
-            c => clean.push(c),
+    let mut at = 0;
+    // Whole runs between marks copied at once (a content may be megabytes).
+    for (i, m) in out.match_indices([OPEN, CLOSE]) {
+        clean.push_str(&out[at..i]);
+        at = i + m.len();
+        match m.starts_with(OPEN) {
+            true if open.is_none() => open = Some(clean.len()),
+            true => return None,
+            false => spans.push((open.take()?, clean.len())),
         }
     }
+    clean.push_str(&out[at..]);
     if open.is_some() || clean != text {
         return None;
     }
