@@ -235,6 +235,8 @@ impl App {
                     .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
                 {
                     Err(too_big())
+                } else if crate::conn::is_slow_body(&e) {
+                    Err(ApiError::invalid(None, format!("{e} (the minimum body rate)")).status(408))
                 } else {
                     Err(ApiError::invalid(
                         None,

@@ -177,6 +177,7 @@ async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
             header_timeout: cfg.header_timeout,
             max_connections: cfg.max_connections,
             shutdown_timeout: cfg.shutdown_timeout,
+            ..conn::ConnLimits::default()
         },
         metrics.clone(),
         on_signal,
@@ -217,6 +218,7 @@ async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
     };
     let mut access = cfg.access.clone();
     access.bound_host = cfg.host.to_ascii_lowercase();
+    access.cors_origins = cfg.cors_origins.clone();
     gate.open(routes::router(app.clone(), Arc::new(access), cors));
     let names = app.models.names();
     eprintln!(

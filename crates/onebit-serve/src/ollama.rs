@@ -721,7 +721,7 @@ async fn answer(
         let calls = match tool_format {
             Some(f) => {
                 let (rest, calls) = tools::parse(&content, f);
-                if !calls.is_empty() {
+                if !calls.is_empty() || f.forced {
                     content = rest;
                 }
                 calls

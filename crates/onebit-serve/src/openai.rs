@@ -294,6 +294,9 @@ async fn whole_response(m: &Served, run: Run, meta: Meta) -> Result<Response, Ap
                     let mut finish = finish;
                     if let Some(f) = meta.tool_format {
                         let (content, calls) = tools::parse(&a.content, f);
+                        if f.forced && calls.is_empty() {
+                            msg["content"] = Value::Null; // a cut call, no text
+                        }
                         if !calls.is_empty() {
                             msg["content"] = if content.is_empty() {
                                 Value::Null

@@ -15,7 +15,6 @@ use axum::Router;
 use serde_json::json;
 
 use crate::access::{self, Access};
-use crate::api::ApiError;
 use crate::app::App;
 use crate::reply::json_response;
 use crate::{embed, ollama, openai, page};
@@ -45,7 +44,7 @@ pub fn router(
         .route("/", get(page::page))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .fallback(not_found)
+        .fallback(access::not_found)
         .with_state(app);
     if let Some(c) = cors {
         r = r.layer(c);
@@ -55,10 +54,6 @@ pub fn router(
     Router::new()
         .fallback_service(r)
         .layer(axum::middleware::from_fn_with_state(access, access::check))
-}
-
-async fn not_found() -> ApiError {
-    ApiError::invalid(None, "no such endpoint").status(404)
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {

@@ -75,17 +75,24 @@ fn compile(m: &Served, g: &Grammar, param: &'static str) -> Result<Constraint, A
             format!("constrained decoding is unavailable for this model: {e}"),
         )
     })?;
-    c.compile(g).map_err(|e| {
+    let k = c.compile(g).map_err(|e| {
         let what = match param {
-            "grammar" => "the grammar",
-            "response_format" | "format" => "the JSON schema",
-            _ => "the tools' parameter schemas",
+            "grammar" => "the grammar (`grammar`)",
+            "response_format" => "the JSON schema (`response_format`)",
+            "format" => "the JSON schema (`format`)",
+            _ => "the tools' parameter schemas (`tools`)",
         };
         ApiError::invalid(
             param,
             format!("{what} cannot be used for constrained decoding: {e}"),
         )
         .with_code("unsupported_schema")
+    })?;
+    // A forced call's arguments are JSON: their numbers get the digit bound.
+    Ok(if param == "tools" {
+        k.bound_numbers()
+    } else {
+        k
     })
 }
 
@@ -177,7 +184,7 @@ pub fn prepare(
                     Some(f) => f,
                     None => &tools::GENERIC,
                 };
-                tool_format = Some(f);
+                tool_format = Some(if spec.forced() { tools::forced(f) } else { f });
                 let special = |s: &str| m.tok.token_to_id(s).filter(|&id| m.tok.is_special(id));
                 keep_special = !f.open.is_empty() && special(f.open).is_some();
                 if spec.forced() {

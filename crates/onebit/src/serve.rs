@@ -214,6 +214,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
                 .collect(),
             bound_host: String::new(),
+            cors_origins: Vec::new(),
         },
         cors_origins: a.cors_origin,
         header_timeout: Duration::from_secs(a.header_timeout.max(1)),
