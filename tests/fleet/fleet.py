@@ -101,7 +101,6 @@ class Replica:
 
 def chat_body(key, q, user_field):
     body = {
-        "model": "m",
         "messages": [
             {"role": "system", "content": f"You are helper number {key}. You answer in a few words, plainly and politely, and you never change the subject."},
             {"role": "user", "content": QUESTIONS[q]},

@@ -189,6 +189,36 @@ def test_refusals_name_the_field():
         r = httpx.post(sys.argv[1].rstrip("/") + "/api/chat", json=req, timeout=120)
         assert r.status_code == 400 and name in r.json()["error"], (body, r.text)
 
+def fnv1a_ids(ids):
+    """FNV-1a (64 bit) of token ids as little-endian u32 bytes, the first
+    256 ids (docs/deploy.md: the x-onebit-prefix-hash rule)."""
+    h = 0xcbf29ce484222325
+    for i in ids[:256]:
+        for b in i.to_bytes(4, "little"):
+            h = ((h ^ b) * 0x100000001b3) % 2**64
+    return f"{h:016x}"
+
+
+def test_every_completion_carries_the_prefix_hash():
+    import httpx
+    base = sys.argv[1].rstrip("/")
+    # Token ids as the prompt: the header is FNV-1a of exactly those ids.
+    ids = [1, 2, 3, 300]
+    r = httpx.post(base + "/v1/completions", json={"prompt": ids, "max_tokens": 1}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-onebit-prefix-hash"] == fnv1a_ids(ids), r.headers
+    # One user message renders to the same prompt on /v1 and on Ollama's
+    # routes, whole or streamed: the same hash on every answer.
+    msgs = [{"role": "user", "content": CAPITAL}]
+    r = httpx.post(base + "/v1/chat/completions", json={"messages": msgs, "max_tokens": 1}, timeout=120)
+    want = r.headers["x-onebit-prefix-hash"]
+    for path, body in (("/api/chat", {"messages": msgs}), ("/api/generate", {"prompt": CAPITAL})):
+        for stream in (False, True):
+            req = {"model": MODEL, "stream": stream, "options": {"num_predict": 1}, **body}
+            r = httpx.post(base + path, json=req, timeout=120)
+            assert r.status_code == 200, (path, stream, r.text)
+            assert r.headers.get("x-onebit-prefix-hash") == want, (path, stream, r.headers)
+
 
 if __name__ == "__main__":
     runner.run(globals())

@@ -46,7 +46,7 @@ QUESTION = [{"role": "user", "content": "What is the weather like in Paris right
 
 
 def ask(client, **kw):
-    args = dict(model="x", messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=80)
+    args = dict(model=client.models.list().data[0].id, messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=80)
     args.update(kw)
     return client.chat.completions.create(**args)
 

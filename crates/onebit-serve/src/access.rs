@@ -27,6 +27,9 @@ pub struct Access {
     pub allow_hosts: Vec<String>,
     /// The host the server was bound to (lower case).
     pub bound_host: String,
+    /// The origins CORS admits (`*`: any), so that a 401 made before the
+    /// CORS layer runs still carries its headers.
+    pub cors_origins: Vec<String>,
 }
 
 impl Access {
@@ -43,6 +46,20 @@ impl Access {
             return true;
         }
         self.allow_hosts.iter().any(|h| h == name)
+    }
+
+    /// The `Access-Control-Allow-Origin` value for a request from
+    /// `origin`, as the CORS layer would give it; `None` for an origin not
+    /// admitted (or CORS off).
+    fn cors_allow(&self, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
+        let origin = origin?;
+        if self.cors_origins.iter().any(|o| o == "*") {
+            return Some(HeaderValue::from_static("*"));
+        }
+        self.cors_origins
+            .iter()
+            .any(|o| o.as_bytes() == origin.as_bytes())
+            .then(|| origin.clone())
     }
 
     /// Whether `path` needs the key.
@@ -103,7 +120,31 @@ fn host_name(h: &str) -> &str {
 
 /// The middleware: Host first (a rebinding page must learn nothing, not even
 /// that a key is needed), then the key, then the route; a 405 gets a JSON body.
+/// Two `Host` headers are a 400 (RFC 9112, 3.2: a server must answer 400
+/// to more than one), and the authority of an absolute-form target
+/// (`GET http://name/v1/models`) must name this server as `Host` must: both
+/// are checked when both are given.
 pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Response {
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    if hosts > 1 {
+        return ApiError::invalid(
+            None,
+            format!("the request has {hosts} Host headers; HTTP/1.1 allows exactly one"),
+        )
+        .with_code("bad_host")
+        .into_response();
+    }
+    if let Some(auth) = req.uri().authority() {
+        if !a.host_allowed(auth.as_str()) {
+            return ApiError::invalid(
+                None,
+                format!("the request target names the host {:?}, which is not this server's; start it with --allow-host NAME to accept that name", auth.as_str()),
+            )
+            .status(403)
+            .with_code("host_not_allowed")
+            .into_response();
+        }
+    }
     let host = req
         .headers()
         .get(header::HOST)
@@ -134,8 +175,16 @@ pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Re
                 .status(401)
                 .with_code("invalid_api_key")
                 .into_response();
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let h = r.headers_mut();
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            // The key check runs outside the CORS layer (a preflight has no
+            // key): without these a browser reports a CORS failure, not the 401.
+            if let Some(allow) = a.cors_allow(req.headers().get(header::ORIGIN)) {
+                if allow != "*" {
+                    h.insert(header::VARY, HeaderValue::from_static("origin"));
+                }
+                h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow);
+            }
             return r;
         }
     }
@@ -161,6 +210,24 @@ pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Re
         out.headers_mut().insert(header::ALLOW, v);
     }
     out
+}
+
+/// The 404 of a path no route serves: Ollama's shape (`{"error": ".."}`)
+/// under `/api/`, OpenAI's elsewhere.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    let e = ApiError::invalid(None, format!("no such endpoint: {}", uri.path())).status(404);
+    if uri.path().starts_with("/api/") || uri.path() == "/api" {
+        let mut r = serde_json::json!({"error": e.message})
+            .to_string()
+            .into_response();
+        *r.status_mut() = axum::http::StatusCode::NOT_FOUND;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return r;
+    }
+    e.into_response()
 }
 
 /// CORS for the configured origins (`*`: any); `None` when there are none,
@@ -247,6 +314,166 @@ mod tests {
             assert!(!a.host_allowed(bad), "{bad}");
         }
         assert!(access(&["*"]).host_allowed("evil.example"));
+    }
+
+    /// The middleware over a router with `/v1/models` and `/health` and the
+    /// crate's 404, behind a CORS layer for `https://app.example` as
+    /// `http::router` stacks them; the status and head of one request.
+    fn run(a: Access, req: axum::http::Request<axum::body::Body>) -> (u16, HeaderMap, String) {
+        use tower::ServiceExt;
+        let inner = axum::Router::new()
+            .route("/v1/models", axum::routing::get(|| async { "models" }))
+            .route("/health", axum::routing::get(|| async { "ok" }))
+            .fallback(not_found)
+            .layer(cors_layer(&a.cors_origins).unwrap().unwrap());
+        let app = axum::Router::new()
+            .fallback_service(inner)
+            .layer(axum::middleware::from_fn_with_state(Arc::new(a), check));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let r = app.oneshot(req).await.unwrap();
+            let (parts, body) = r.into_parts();
+            let b = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+            (
+                parts.status.as_u16(),
+                parts.headers,
+                String::from_utf8_lossy(&b).into_owned(),
+            )
+        })
+    }
+
+    fn get(
+        uri: &str,
+        headers: &[(header::HeaderName, &str)],
+    ) -> axum::http::Request<axum::body::Body> {
+        let mut b = axum::http::Request::builder().uri(uri);
+        for (k, v) in headers {
+            b = b.header(k, *v);
+        }
+        b.body(axum::body::Body::empty()).unwrap()
+    }
+
+    fn keyed() -> Access {
+        Access {
+            api_keys: vec!["k1".into()],
+            cors_origins: vec!["https://app.example".into()],
+            ..access(&[])
+        }
+    }
+
+    /// Issue 31, item 8: two Host headers are a 400 (RFC 9112, 3.2), where
+    /// the first used to win.
+    #[test]
+    fn two_host_headers_are_a_400() {
+        let (status, _, body) = run(
+            keyed(),
+            get(
+                "/health",
+                &[(header::HOST, "localhost"), (header::HOST, "evil.example")],
+            ),
+        );
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("2 Host headers"), "{body}");
+        let (status, _, _) = run(keyed(), get("/health", &[(header::HOST, "localhost")]));
+        assert_eq!(status, 200);
+    }
+
+    /// Issue 31, item 8: an absolute-form target's authority is checked as
+    /// `Host` is (it used to be served whatever it named).
+    #[test]
+    fn an_absolute_form_target_names_an_allowed_host() {
+        let auth = [
+            (header::HOST, "localhost"),
+            (header::AUTHORIZATION, "Bearer k1"),
+        ];
+        let (status, _, body) = run(keyed(), get("http://evil.example/v1/models", &auth));
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body.contains("evil.example") && body.contains("host_not_allowed"),
+            "{body}"
+        );
+        let (status, _, body) = run(keyed(), get("http://localhost:8080/v1/models", &auth));
+        assert_eq!((status, body.as_str()), (200, "models"));
+        let (status, _, _) = run(
+            Access {
+                allow_hosts: vec!["*".into()],
+                ..keyed()
+            },
+            get("http://evil.example/v1/models", &auth),
+        );
+        assert_eq!(status, 200);
+    }
+
+    /// Issue 31, item 8: a 401 for an admitted origin carries the CORS
+    /// header the layer inside would have added (a browser shows the 401,
+    /// not a CORS failure); other origins get none.
+    #[test]
+    fn a_401_carries_cors_headers_for_an_admitted_origin() {
+        let from = |o: &str| {
+            get(
+                "/v1/models",
+                &[(header::HOST, "localhost"), (header::ORIGIN, o)],
+            )
+        };
+        let (status, h, _) = run(keyed(), from("https://app.example"));
+        assert_eq!(status, 401);
+        assert_eq!(
+            h[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+            "https://app.example"
+        );
+        assert_eq!(h[header::VARY], "origin");
+        let (status, h, _) = run(keyed(), from("https://evil.example"));
+        assert_eq!(status, 401);
+        assert!(h.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
+        let any = Access {
+            cors_origins: vec!["*".into()],
+            ..keyed()
+        };
+        let (_, h, _) = run(any, from("https://other.example"));
+        assert_eq!(h[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        // The layer's own answer for a keyed request agrees.
+        let (status, h, _) = run(
+            keyed(),
+            get(
+                "/v1/models",
+                &[
+                    (header::HOST, "localhost"),
+                    (header::ORIGIN, "https://app.example"),
+                    (header::AUTHORIZATION, "Bearer k1"),
+                ],
+            ),
+        );
+        assert_eq!(status, 200);
+        assert_eq!(
+            h[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+            "https://app.example"
+        );
+    }
+
+    /// Issue 31, item 8: an `/api/*` 404 is in Ollama's shape, a `/v1/*`
+    /// one in OpenAI's.
+    #[test]
+    fn not_found_speaks_the_shape_of_its_api() {
+        let open = Access {
+            api_keys: vec![],
+            ..keyed()
+        };
+        let (status, _, body) = run(
+            open.clone(),
+            get("/api/nope", &[(header::HOST, "localhost")]),
+        );
+        assert_eq!(status, 404);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            v["error"].as_str().is_some_and(|m| m.contains("/api/nope")),
+            "{body}"
+        );
+        let (status, _, body) = run(open, get("/v1/nope", &[(header::HOST, "localhost")]));
+        assert_eq!(status, 404);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(v["error"]["message"].is_string(), "{body}");
     }
 
     #[test]

@@ -126,6 +126,23 @@ pub struct Request {
     pub logit_bias: Vec<(u32, f32)>,
 }
 
+impl Request {
+    /// A request for `prompt` with every other field as [`parse`] leaves it
+    /// when the body states nothing else (OpenAI's defaults), for protocols
+    /// that parse their own body into this type.
+    pub fn new(prompt: Prompt) -> Request {
+        let none = Limits {
+            max_n: 1,
+            max_tokens: 0,
+            drafting: false,
+        };
+        let mut r = parse(br#"{"prompt": "-"}"#, Endpoint::Completions, none)
+            .expect("a body with only a prompt is a valid request");
+        r.prompt = prompt;
+        r
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
     Chat,
@@ -176,7 +193,22 @@ fn number(
     }
 }
 
+/// A top-level number as the client wrote it: serde_json keeps an integer
+/// beyond 64 bits only as the nearest f64 (2^64 would print as
+/// 1.8446744073709552e19), so the error quotes the body's own text.
+fn sent(body: &[u8], name: &str, n: &serde_json::Number) -> String {
+    serde_json::from_slice::<std::collections::HashMap<String, Box<serde_json::value::RawValue>>>(
+        body,
+    )
+    .ok()
+    .and_then(|m| m.get(name).map(|r| r.get().trim().to_string()))
+    .unwrap_or_else(|| n.to_string())
+}
+
+/// An integer field within `lo..=hi`; `body` is the request as sent, for
+/// quoting a number too large for 64 bits.
 fn integer(
+    body: &[u8],
     o: &Map<String, Value>,
     name: &'static str,
     lo: i64,
@@ -186,9 +218,23 @@ fn integer(
         None => Ok(None),
         Some(Value::Number(n)) => {
             let Some(x) = n.as_i64().or_else(|| n.as_u64().map(|_| i64::MAX)) else {
+                let integral = n.as_f64().is_some_and(|x| x.fract() == 0.0);
                 return Err(ApiError::invalid(
                     name,
-                    format!("`{name}` must be an integer; got {n}"),
+                    if integral && hi == i64::MAX {
+                        format!(
+                            "`{name}` must be an integer of at most {}; got {}",
+                            u64::MAX,
+                            sent(body, name, n)
+                        )
+                    } else if integral {
+                        format!(
+                            "`{name}` must be an integer between {lo} and {hi}; got {}",
+                            sent(body, name, n)
+                        )
+                    } else {
+                        format!("`{name}` must be an integer; got {}", sent(body, name, n))
+                    },
                 ));
             };
             if !(lo..=hi).contains(&x) {
@@ -241,9 +287,9 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         Endpoint::Completions => completion_prompt(&o)?,
     };
 
-    let max_tokens = match integer(&o, "max_completion_tokens", i64::MIN, i64::MAX)? {
+    let max_tokens = match integer(body, &o, "max_completion_tokens", i64::MIN, i64::MAX)? {
         Some(x) => Some(("max_completion_tokens", x)),
-        None => integer(&o, "max_tokens", i64::MIN, i64::MAX)?.map(|x| ("max_tokens", x)),
+        None => integer(body, &o, "max_tokens", i64::MIN, i64::MAX)?.map(|x| ("max_tokens", x)),
     };
     let max_tokens = match max_tokens {
         Some((name, x)) if x < 1 => {
@@ -278,7 +324,7 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
     if top_p <= 0.0 {
         return Err(ApiError::invalid("top_p", "`top_p` must be greater than 0"));
     }
-    let top_k = integer(&o, "top_k", -1, i64::from(u32::MAX))?
+    let top_k = integer(body, &o, "top_k", -1, i64::from(u32::MAX))?
         .unwrap_or(0)
         .max(0) as usize;
     let seed = match field(&o, "seed") {
@@ -287,7 +333,17 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
             n.as_i64()
                 .map(|x| x as u64)
                 .or_else(|| n.as_u64())
-                .ok_or_else(|| ApiError::invalid("seed", "`seed` must be an integer"))?,
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "seed",
+                        format!(
+                            "`seed` must be an integer between {} and {}; got {}",
+                            i64::MIN,
+                            u64::MAX,
+                            sent(body, "seed", n)
+                        ),
+                    )
+                })?,
         ),
         Some(v) => return Err(ApiError::wrong_type("seed", "`seed`", "an integer", v)),
     };
@@ -342,7 +398,7 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
     let logprobs = match ep {
         Endpoint::Chat => {
             let on = boolean(&o, "logprobs")?.unwrap_or(false);
-            let top = integer(&o, "top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
+            let top = integer(body, &o, "top_logprobs", 0, MAX_TOP_LOGPROBS as i64)?;
             if top.is_some() && !on {
                 return Err(ApiError::invalid(
                     "top_logprobs",
@@ -352,11 +408,11 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
             on.then_some(top.unwrap_or(0) as usize)
         }
         Endpoint::Completions => {
-            integer(&o, "logprobs", 0, MAX_TOP_LOGPROBS as i64)?.map(|k| k as usize)
+            integer(body, &o, "logprobs", 0, MAX_TOP_LOGPROBS as i64)?.map(|k| k as usize)
         }
     };
 
-    let n = integer(&o, "n", 1, i64::MAX)?.unwrap_or(1) as usize;
+    let n = integer(body, &o, "n", 1, i64::MAX)?.unwrap_or(1) as usize;
     if n > limits.max_n {
         return Err(ApiError::invalid(
             "n",
@@ -443,7 +499,7 @@ fn good_name(n: &str) -> bool {
 }
 
 /// `tools`, `tool_choice`, `parallel_tool_calls`.
-fn tool_spec(o: &Map<String, Value>) -> Result<Option<ToolSpec>, ApiError> {
+pub fn tool_spec(o: &Map<String, Value>) -> Result<Option<ToolSpec>, ApiError> {
     let tools = match field(o, "tools") {
         None => Vec::new(),
         Some(Value::Array(a)) => a.clone(),
@@ -675,7 +731,8 @@ fn logit_bias(o: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
         .collect()
 }
 
-fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+/// `messages`, checked and normalised (see [`Prompt::Chat`]).
+pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
     let list = match o.get("messages") {
         None | Some(Value::Null) => {
             return Err(ApiError::invalid("messages", "`messages` is required"))
@@ -777,6 +834,9 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
                 ))
             }
         };
+        if let Some(calls) = field(m, "tool_calls") {
+            check_tool_calls(i, calls)?;
+        }
         // Keep what else the message carries (name, tool_calls, tool_call_id, ...).
         let mut nm = m.clone();
         // `developer` is OpenAI's newer name for `system`; templates know `system`.
@@ -788,6 +848,104 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
         out.push(Value::Object(nm));
     }
     Ok(Value::Array(out))
+}
+
+/// A message's `tool_calls` in OpenAI's shape: a list of objects, each
+/// with a `function` object holding a string `name` and `arguments` as a
+/// JSON string or an object. Anything else is refused naming the message and
+/// the call, on every template: a template would otherwise read a missing
+/// field as null (`{"name": null}`) and the tool-call rewriting would index
+/// into a non-object.
+fn check_tool_calls(i: usize, calls: &Value) -> Result<(), ApiError> {
+    let Value::Array(list) = calls else {
+        return Err(ApiError::wrong_type(
+            "messages",
+            format!("messages[{i}].tool_calls"),
+            "a list of tool calls",
+            calls,
+        ));
+    };
+    for (j, c) in list.iter().enumerate() {
+        let at = format!("messages[{i}].tool_calls[{j}]");
+        let Value::Object(c) = c else {
+            return Err(ApiError::wrong_type(
+                "messages",
+                at,
+                "an object like {\"type\": \"function\", \"function\": {\"name\": .., \"arguments\": ..}}",
+                c,
+            ));
+        };
+        if let Some(t) = field(c, "type") {
+            if t != "function" {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("{at}.type must be \"function\"; got {t}"),
+                ));
+            }
+        }
+        if let Some(id) = field(c, "id") {
+            if !id.is_string() {
+                return Err(ApiError::wrong_type(
+                    "messages",
+                    format!("{at}.id"),
+                    "a string",
+                    id,
+                ));
+            }
+        }
+        let f = match c.get("function") {
+            Some(Value::Object(f)) => f,
+            None => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("{at} has no `function`"),
+                ))
+            }
+            Some(v) => {
+                return Err(ApiError::wrong_type(
+                    "messages",
+                    format!("{at}.function"),
+                    "an object",
+                    v,
+                ))
+            }
+        };
+        match f.get("name") {
+            Some(Value::String(n)) if !n.is_empty() => {}
+            Some(Value::String(_)) => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("{at}.function.name must not be empty"),
+                ))
+            }
+            None => {
+                return Err(ApiError::invalid(
+                    "messages",
+                    format!("{at}.function has no `name`"),
+                ))
+            }
+            Some(v) => {
+                return Err(ApiError::wrong_type(
+                    "messages",
+                    format!("{at}.function.name"),
+                    "a string",
+                    v,
+                ))
+            }
+        }
+        match field(f, "arguments") {
+            None | Some(Value::String(_)) | Some(Value::Object(_)) => {}
+            Some(v) => {
+                return Err(ApiError::wrong_type(
+                    "messages",
+                    format!("{at}.function.arguments"),
+                    "a JSON string or an object",
+                    v,
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 fn completion_prompt(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
@@ -845,6 +1003,101 @@ mod tests {
 
     fn chat(body: &str) -> Result<Request, ApiError> {
         parse(body.as_bytes(), Endpoint::Chat, L)
+    }
+
+    /// Issue 31, items 4 and 7b: a call that is not an object (or lacks a
+    /// string name, or has arguments of another kind) is a 400 naming the
+    /// message and the call; it used to panic or render `{"name": null}`.
+    #[test]
+    fn malformed_tool_calls_in_the_history_name_message_and_call() {
+        for (calls, at) in [
+            ("[1]", "messages[1].tool_calls[0]"),
+            (r#"["x"]"#, "messages[1].tool_calls[0]"),
+            ("[[]]", "messages[1].tool_calls[0]"),
+            ("[null]", "messages[1].tool_calls[0]"),
+            (r#""x""#, "messages[1].tool_calls"),
+            ("{}", "messages[1].tool_calls"),
+            (
+                r#"[{"id":"a","type":"function","function":{"name":"f"}},2]"#,
+                "messages[1].tool_calls[1]",
+            ),
+            (
+                r#"[{"function":"f"}]"#,
+                "messages[1].tool_calls[0].function",
+            ),
+            (
+                r#"[{"type":"function"}]"#,
+                "messages[1].tool_calls[0] has no `function`",
+            ),
+            (
+                r#"[{"function":{"arguments":"{}"}}]"#,
+                "messages[1].tool_calls[0].function has no `name`",
+            ),
+            (
+                r#"[{"function":{"name":null}}]"#,
+                "messages[1].tool_calls[0].function.name",
+            ),
+            (
+                r#"[{"function":{"name":""}}]"#,
+                "messages[1].tool_calls[0].function.name",
+            ),
+            (
+                r#"[{"function":{"name":"f","arguments":[1]}}]"#,
+                "messages[1].tool_calls[0].function.arguments",
+            ),
+            (
+                r#"[{"type":"tool","function":{"name":"f"}}]"#,
+                "messages[1].tool_calls[0].type",
+            ),
+        ] {
+            let body = format!(
+                r#"{{"messages":[{{"role":"user","content":"x"}},{{"role":"assistant","content":null,"tool_calls":{calls}}}]}}"#
+            );
+            let e = chat(&body).expect_err(calls);
+            assert_eq!(
+                (e.status, e.param.as_deref()),
+                (400, Some("messages")),
+                "{calls}"
+            );
+            assert!(e.message.contains(at), "{calls}: {}", e.message);
+        }
+        // Well-formed calls, arguments as a string, an object, or absent; null
+        // tool_calls is no calls.
+        for calls in [
+            r#"[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]"#,
+            r#"[{"function":{"name":"f","arguments":{"a":1}}},{"function":{"name":"g"}}]"#,
+            "null",
+            "[]",
+        ] {
+            let body = format!(
+                r#"{{"messages":[{{"role":"user","content":"x"}},{{"role":"assistant","content":null,"tool_calls":{calls}}}]}}"#
+            );
+            assert!(chat(&body).is_ok(), "{calls}");
+        }
+    }
+
+    /// Issue 31, item 8: an integer beyond 64 bits is quoted as sent, not
+    /// as the f64 serde_json keeps (2^64 = 18446744073709551616 exactly;
+    /// 2^64 + 1 has no f64 of its own).
+    #[test]
+    fn integers_beyond_64_bits_are_quoted_as_sent() {
+        for big in ["18446744073709551616", "18446744073709551617"] {
+            for field in ["max_tokens", "max_completion_tokens", "seed", "n"] {
+                let body =
+                    format!(r#"{{"messages":[{{"role":"user","content":"x"}}],"{field}":{big}}}"#);
+                let e = chat(&body).expect_err(field);
+                assert_eq!((e.status, e.param.as_deref()), (400, Some(field)));
+                assert!(
+                    e.message.contains(&format!("got {big}")) && !e.message.contains("e19"),
+                    "{field}: {}",
+                    e.message
+                );
+            }
+        }
+        // The largest u64 is still a seed.
+        let r = chat(r#"{"messages":[{"role":"user","content":"x"}],"seed":18446744073709551615}"#)
+            .unwrap();
+        assert_eq!(r.seed, Some(u64::MAX));
     }
 
     #[test]

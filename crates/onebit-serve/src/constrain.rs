@@ -11,6 +11,15 @@
 //! tokens are marked as llguidance expects (0xFF then their text), so no
 //! grammar text can produce one. The end of a grammar is the model's first
 //! stop token.
+//!
+//! A grammar is checked when it is compiled, before any token is generated:
+//! one that cannot produce its first token (an unsatisfiable schema such as
+//! `{"$ref": "#"}`, a Lark rule with no base case, a regex that matches
+//! nothing) or that is over llguidance's size and work limits is refused
+//! there. llguidance's errors carry no parser state (`verbose_errors` off).
+//! A JSON grammar's numbers are bounded in digits ([`MAX_MANTISSA_DIGITS`]):
+//! the mask also removes tokens that would write more, so a schema-constrained
+//! answer cannot run out of `max_tokens` inside one number.
 
 use std::sync::Arc;
 
@@ -69,6 +78,117 @@ pub fn json_options() -> Value {
 pub struct Constrainer {
     factory: ParserFactory,
     n_tok: usize,
+    words: Arc<Vec<Vec<u8>>>,
+    /// The tokens whose bytes hold a digit or a `.`: only they can break
+    /// the digit bound, so only they are looked at (a few thousand of a
+    /// 262k vocabulary).
+    numeric: Arc<Vec<u32>>,
+}
+
+/// The most digits a JSON number's mantissa may have in a bounded grammar
+/// (a lone integer `0` before the point not counted). An IEEE 754 binary64
+/// carries 17 significant decimal digits (IEEE 754-2019, 5.12.2: 17 digits
+/// round-trip every double), so an 18th says nothing a client's parser keeps.
+pub const MAX_MANTISSA_DIGITS: u32 = 17;
+
+/// The most digits of a JSON number's exponent: a double's decimal
+/// exponent lies within -324..=308.
+pub const MAX_EXPONENT_DIGITS: u32 = 3;
+
+/// Where the output stands in JSON's lexical structure, for the digit
+/// bound: inside a string (digits there are text), in a number's mantissa
+/// or exponent, or elsewhere.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JsonLex {
+    in_string: bool,
+    escaped: bool,
+    /// In a number: digits of its mantissa counted so far.
+    mantissa: Option<u32>,
+    /// In a number's exponent: its digits so far.
+    exponent: Option<u32>,
+    /// The number's integer part is a lone `0` (not counted).
+    zero: bool,
+    /// The last byte was the number's `.`: a digit must follow.
+    after_point: bool,
+}
+
+impl JsonLex {
+    /// Advances over one byte; false when the byte breaks the digit bound.
+    fn byte(&mut self, b: u8) -> bool {
+        if self.in_string {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.in_string = false,
+                _ => {}
+            }
+            return true;
+        }
+        self.after_point = false;
+        match (b, self.mantissa, self.exponent) {
+            (b'0'..=b'9', _, Some(e)) => {
+                self.exponent = Some(e + 1);
+                e < MAX_EXPONENT_DIGITS
+            }
+            (b'0'..=b'9', Some(m), None) => {
+                self.mantissa = Some(m + 1);
+                m < MAX_MANTISSA_DIGITS
+            }
+            (b'0'..=b'9', None, None) => {
+                self.zero = b == b'0';
+                self.mantissa = Some(if self.zero { 0 } else { 1 });
+                true
+            }
+            (b'.', Some(m), None) => {
+                self.after_point = true;
+                m < MAX_MANTISSA_DIGITS
+            }
+            (b'e' | b'E', Some(_), None) => {
+                self.exponent = Some(0);
+                true
+            }
+            (b'+' | b'-', Some(_), Some(0)) => true,
+            (b'-', _, _) => {
+                *self = JsonLex {
+                    mantissa: Some(0),
+                    ..JsonLex::default()
+                };
+                true
+            }
+            (b'"', _, _) => {
+                *self = JsonLex {
+                    in_string: true,
+                    ..JsonLex::default()
+                };
+                true
+            }
+            _ => {
+                *self = JsonLex::default();
+                true
+            }
+        }
+    }
+
+    /// Whether `bytes` could come next (the state itself is left as it is).
+    fn admits(mut self, bytes: &[u8]) -> bool {
+        self.token(bytes)
+    }
+
+    /// Advances over a token's bytes (a control token's are no JSON);
+    /// false when they break the bound, or end on a `.` that no digit may
+    /// follow.
+    pub fn token(&mut self, bytes: &[u8]) -> bool {
+        if bytes.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
+            *self = JsonLex::default();
+            return true;
+        }
+        for &b in bytes {
+            if !self.byte(b) {
+                return false;
+            }
+        }
+        !(self.after_point && self.mantissa.unwrap_or(0) >= MAX_MANTISSA_DIGITS)
+    }
 }
 
 /// The bytes each token stands for, as llguidance reads them.
@@ -145,24 +265,82 @@ impl Constrainer {
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
         factory.quiet();
-        Ok(Constrainer { factory, n_tok })
+        // Errors name what failed, never the parser's state and grammar.
+        factory.limits_mut().verbose_errors = false;
+        let numeric = (0..n_tok as u32)
+            .filter(|&i| {
+                let w = &words[i as usize];
+                w.first() != Some(&TokTrie::SPECIAL_TOKEN_MARKER)
+                    && w.iter().any(|&b| b.is_ascii_digit() || b == b'.')
+            })
+            .collect();
+        Ok(Constrainer {
+            factory,
+            n_tok,
+            words: Arc::new(words),
+            numeric: Arc::new(numeric),
+        })
     }
 
-    /// Compiles a grammar: the error is llguidance's, naming what it could not
-    /// handle (an unsupported schema keyword, a Lark syntax error).
+    /// Compiles a grammar and computes its first mask: the error is
+    /// llguidance's, naming what it could not handle (an unsupported schema
+    /// keyword, a Lark syntax error, an unsatisfiable schema, a limit), or
+    /// that the grammar allows no first token. A JSON schema's numbers are
+    /// bounded in digits ([`Constraint::bound_numbers`]).
     pub fn compile(&self, g: &Grammar) -> Result<Constraint, String> {
         let parser = self
             .factory
             .create_parser(g.top_level())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| short(&e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(e);
+            return Err(short(&e));
         }
-        Ok(Constraint {
+        let mut c = Constraint {
             matcher,
             n_tok: self.n_tok,
-        })
+            words: self.words.clone(),
+            numeric: self.numeric.clone(),
+            json: None,
+        };
+        // The first two steps, on a copy: a grammar that cannot begin, or
+        // whose first token already breaks a limit (a 20,000-way
+        // alternation puts 20,000 items in the parser's row), fails here,
+        // at the request, rather than while decoding. The probe takes the
+        // lowest allowed id, in a BPE vocabulary a single byte.
+        let mut probe = c.matcher.deep_clone();
+        let first = probe
+            .compute_mask_or_eos()
+            .map_err(|e| short(&e.to_string()))?;
+        if first.is_zero() {
+            return Err("the grammar allows no output at all (it is unsatisfiable)".into());
+        }
+        if !probe.is_stopped() {
+            if let Some(t) = first.first_bit_set() {
+                probe
+                    .consume_token(t as u32)
+                    .and_then(|()| probe.compute_mask_or_eos().map(|_| ()))
+                    .map_err(|e| short(&e.to_string()))?;
+            }
+        }
+        if matches!(g, Grammar::JsonSchema(_)) {
+            c = c.bound_numbers();
+        }
+        Ok(c)
+    }
+}
+
+/// An llguidance error as a client may see it: its first line, at most 300
+/// characters; a bare stop reason (`NoExtensionBias`: no token can come
+/// next, an internal name) said in words.
+fn short(e: &str) -> String {
+    let line = e.lines().next().unwrap_or("").trim();
+    if !line.is_empty() && line.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return "the grammar admits no token here (it is unsatisfiable from this point on)".into();
+    }
+    match line.char_indices().nth(300) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line.to_string(),
     }
 }
 
@@ -170,6 +348,10 @@ impl Constrainer {
 pub struct Constraint {
     matcher: Matcher,
     n_tok: usize,
+    words: Arc<Vec<Vec<u8>>>,
+    numeric: Arc<Vec<u32>>,
+    /// For a JSON grammar: where the output stands, for the digit bound.
+    json: Option<JsonLex>,
 }
 
 impl Constraint {
@@ -178,15 +360,40 @@ impl Constraint {
         Constraint {
             matcher: self.matcher.deep_clone(),
             n_tok: self.n_tok,
+            words: self.words.clone(),
+            numeric: self.numeric.clone(),
+            json: self.json,
         }
     }
 
-    /// Sets every token the grammar does not allow next to -inf.
+    /// Bounds the digits of the JSON numbers this grammar writes
+    /// ([`MAX_MANTISSA_DIGITS`], [`MAX_EXPONENT_DIGITS`]): for JSON schemas
+    /// and the forced tool calls, whose output is JSON outside its markers.
+    pub fn bound_numbers(mut self) -> Constraint {
+        self.json = Some(JsonLex::default());
+        self
+    }
+
+    /// Sets every token the grammar does not allow next to -inf. With the
+    /// digit bound, tokens that would break it are removed too, unless that
+    /// would leave none (a grammar that demands more digits keeps its own).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
-        let allowed = self
+        let mut allowed = self
             .matcher
             .compute_mask_or_eos()
-            .map_err(|e| format!("the output constraint failed: {e}"))?;
+            .map_err(|e| format!("the output constraint failed: {}", short(&e.to_string())))?;
+        if let Some(lex) = self.json {
+            // A token without a digit or a point never breaks the bound.
+            let mut bounded = allowed.clone();
+            for &i in self.numeric.iter() {
+                if allowed.is_allowed(i) && !lex.admits(&self.words[i as usize]) {
+                    bounded.disallow_token(i);
+                }
+            }
+            if !bounded.is_zero() {
+                allowed = bounded;
+            }
+        }
         let n = self.n_tok;
         onebit_model::sampler::mask_logits(logits, |i| i < n && allowed.is_allowed(i as u32));
         Ok(())
@@ -194,9 +401,12 @@ impl Constraint {
 
     /// Advances past the chosen token.
     pub fn commit(&mut self, id: u32) -> Result<(), String> {
+        if let (Some(lex), Some(w)) = (self.json.as_mut(), self.words.get(id as usize)) {
+            lex.token(w);
+        }
         self.matcher
             .consume_token(id)
-            .map_err(|e| format!("the output constraint failed: {e}"))
+            .map_err(|e| format!("the output constraint failed: {}", short(&e.to_string())))
     }
 
     /// The grammar is complete and allows nothing more.

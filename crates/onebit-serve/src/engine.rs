@@ -65,6 +65,9 @@ pub struct TokenLogprob {
 pub enum Finish {
     Stop,
     Length,
+    /// The output constraint failed mid-decode (checked grammars rarely do):
+    /// the choice ends with what it has, `finish_reason` "constraint_error".
+    Constraint,
 }
 
 impl Finish {
@@ -72,6 +75,7 @@ impl Finish {
         match self {
             Finish::Stop => "stop",
             Finish::Length => "length",
+            Finish::Constraint => "constraint_error",
         }
     }
 }
@@ -531,7 +535,8 @@ impl Worker {
         bias_logits(&mut logits, &p.logit_bias);
         if let Some(c) = s.job.constraint.as_mut() {
             if let Err(message) = c.mask(&mut logits) {
-                self.fail(s, message);
+                eprintln!("[serve] a choice ends early: {message}");
+                self.finish(s, Finish::Constraint);
                 return;
             }
         }
@@ -561,7 +566,8 @@ impl Worker {
         let mut complete = false;
         if let Some(c) = s.job.constraint.as_mut() {
             if let Err(message) = c.commit(id) {
-                self.fail(s, message);
+                eprintln!("[serve] a choice ends early: {message}");
+                self.finish(s, Finish::Constraint);
                 return false;
             }
             complete = c.finished();
@@ -594,14 +600,6 @@ impl Worker {
             s.pending.push(id);
         }
         true
-    }
-
-    fn fail(&self, s: &mut Seq, message: String) {
-        let _ = s.job.tx.send(Event::Failed {
-            index: s.job.index,
-            message,
-        });
-        s.done = true;
     }
 
     fn finish(&self, s: &mut Seq, finish: Finish) {

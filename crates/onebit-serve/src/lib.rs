@@ -1,35 +1,59 @@
-//! `onebit serve`: an OpenAI-compatible HTTP server over one loaded model.
+//! `onebit serve`: an OpenAI- and Ollama-compatible HTTP server over one or
+//! more models, picked by the request's `model` and loaded on demand.
 //!
-//! The binary hands over a loaded [`Model`], its [`Tokenizer`], chat template
-//! and stop ids; this crate knows nothing of file formats. One engine thread
+//! The binary hands over, per model, a name and a loader that gives the
+//! loaded [`Model`](onebit_model::Model), its tokenizer, chat template and
+//! stop ids; this crate knows nothing of file formats. One engine thread
 //! owns the model and batches every active sequence into each forward
-//! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime)
-//! parses and checks requests ([`api`]), renders templates, tokenizes, and
-//! turns the engine's tokens into OpenAI's response shapes ([`http`], [`text`]).
+//! ([`engine`]); the HTTP side (axum on a current-thread tokio runtime) is
+//! laid out by role, each module importing only those below it (a test,
+//! `module_order`, reads the sources and holds this):
+//!
+//! 1. [`routes`]: which path goes to which handler;
+//! 2. the protocols, one module each: [`openai`] (chat and completions),
+//!    [`ollama`], [`embed`] (OpenAI's embeddings), each parsing its request
+//!    straight into the engine's request type ([`api::Request`]) and shaping
+//!    the answers;
+//! 3. [`run`]: prompts rendered and tokenized, jobs set up and submitted,
+//!    engine events turned into text, for every protocol alike;
+//! 4. [`app`]: the application state;
+//! 5. leaves, which import no module above: [`api`], [`engine`], [`cache`],
+//!    [`metrics`], [`text`], [`tools`], [`constrain`], [`prompt`], ...
 //!
 //! The port is bound before the model loads, so a fleet's load balancer or
 //! Kubernetes sees the replica at once: [`gate`] answers `/health/live` from
 //! the start, `/health` with 503 until the model is ready and again from the
 //! moment SIGTERM/SIGINT arrives (draining), and forwards everything else to
-//! the routes of [`http`] once they exist.
+//! the [`routes`] once they exist.
 
 pub mod access;
 pub mod affinity;
 pub mod api;
+pub mod app;
 pub mod cache;
 pub mod conn;
 pub mod constrain;
 pub mod embed;
 pub mod engine;
+pub mod fields;
 pub mod gate;
-pub mod http;
 pub mod metrics;
 pub mod ollama;
+pub mod openai;
 pub mod page;
+pub mod pooling;
 pub mod prompt;
+pub mod reply;
+pub mod routes;
+pub mod run;
 pub mod text;
 pub mod tool_args;
 pub mod tools;
+
+#[cfg(test)]
+mod module_order;
+
+pub use app::{generative, Loaded, ModelAbout, ModelSource};
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -37,11 +61,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use onebit_model::spec::SpecPlan;
-use onebit_model::Model;
-use onebit_text::{ChatTemplate, Tokenizer};
 
-use crate::engine::{Engine, EngineConfig};
+use crate::app::{App, Registry};
+use crate::engine::EngineConfig;
+use crate::fields::KeepAlive;
 use crate::gate::{Gate, Phase};
 use crate::metrics::Metrics;
 
@@ -50,8 +73,12 @@ pub struct ServeConfig {
     pub host: String,
     /// 0 picks a free port (the startup line says which).
     pub port: u16,
-    /// The name `/v1/models` lists and responses carry.
-    pub model_name: String,
+    /// Models loaded at once at most; loading one more unloads the least
+    /// recently used.
+    pub max_loaded: usize,
+    /// How long a model stays loaded after its last request, unless the
+    /// request's `keep_alive` says otherwise.
+    pub idle_unload: KeepAlive,
     /// Sequences decoded together at most.
     pub max_seqs: usize,
     /// Sequences waiting for a slot at most; beyond, 503.
@@ -79,42 +106,13 @@ pub struct ServeConfig {
     pub allow_special_in_content: bool,
 }
 
-/// What the server runs: the model and what turns text into its tokens.
-pub struct Loaded {
-    pub model: Model,
-    pub tok: Tokenizer,
-    pub template: Option<ChatTemplate>,
-    pub stops: Vec<u32>,
-    /// One line about the model for the startup line.
-    pub summary: String,
-    /// Speculative decoding (`--lookup`/`--draft`), for requests that keep it on.
-    pub spec: Option<SpecPlan>,
-    /// How embeddings pool, or why this model gives none.
-    pub pooling: Result<embed::Pooling, String>,
-    pub about: ModelAbout,
-}
-
-/// What Ollama's `/api/tags` and `/api/show` report about the model.
-#[derive(Clone, Debug, Default)]
-pub struct ModelAbout {
-    /// The architecture (GGUF `general.architecture`, a pack's family).
-    pub arch: String,
-    /// "gguf" or "fastflowlm".
-    pub format: String,
-    /// Bytes of the file or pack directory.
-    pub bytes: u64,
-    /// The weight type holding most bytes (e.g. "Q4_K").
-    pub quantization: String,
-    /// Parameters, from the tensor shapes.
-    pub parameters: u64,
-}
-
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             host: "127.0.0.1".into(),
             port: 8080,
-            model_name: "model".into(),
+            max_loaded: 1,
+            idle_unload: KeepAlive::For(Duration::from_secs(300)),
             max_seqs: 8,
             max_queue: 64,
             max_n: 8,
@@ -134,28 +132,24 @@ impl Default for ServeConfig {
     }
 }
 
-/// Binds the port, loads the model with `load` (on a blocking thread, while
-/// `/health` answers 503), then serves until SIGINT or SIGTERM; after the
-/// signal `/health` answers 503, no new connection is accepted, and running
+/// Binds the port, loads the first of `models` (the default, on a blocking
+/// thread, while `/health` answers 503), then serves until SIGINT or
+/// SIGTERM, loading the others when a request names them; after the signal
+/// `/health` answers 503, no new connection is accepted, and running
 /// requests get `cfg.shutdown_timeout` to finish.
-pub fn serve(
-    cfg: ServeConfig,
-    load: impl FnOnce() -> Result<Loaded> + Send + 'static,
-) -> Result<()> {
+pub fn serve(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
+    anyhow::ensure!(!models.is_empty(), "no model to serve");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let r = rt.block_on(run(cfg, load));
+    let r = rt.block_on(start(cfg, models));
     // A tokenization still running on the blocking pool is not waited for.
     rt.shutdown_timeout(Duration::from_secs(1));
     r
 }
 
-async fn run(
-    cfg: ServeConfig,
-    load: impl FnOnce() -> Result<Loaded> + Send + 'static,
-) -> Result<()> {
+async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
     let cors = access::cors_layer(&cfg.cors_origins).map_err(anyhow::Error::msg)?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -183,105 +177,92 @@ async fn run(
             header_timeout: cfg.header_timeout,
             max_connections: cfg.max_connections,
             shutdown_timeout: cfg.shutdown_timeout,
+            ..conn::ConnLimits::default()
         },
         metrics.clone(),
         on_signal,
     ));
 
-    let loaded = tokio::select! {
-        r = tokio::task::spawn_blocking(load) => match r {
-            Ok(r) => r?,
-            Err(e) => anyhow::bail!("loading the model failed: {e}"),
-        },
-        _ = signalled.wait_for(|s| *s) => {
-            eprintln!("[serve] stopped before the model was loaded");
-            return Ok(());
-        }
-    };
-    let Loaded {
-        model,
-        tok,
-        template,
-        stops,
-        summary,
-        spec,
-        pooling,
-        about,
-    } = loaded;
-    let drafting = spec.is_some();
-    if let Some(p) = &spec {
-        eprintln!("[serve] speculative decoding: {p:?}");
-    }
-    let ctx = model.max_context();
-    let n_vocab = model.sem.dims.n_vocab;
-    let n_embd = model.sem.dims.n_embd;
-    let grammar_eos = stops.first().copied();
-    let generative = generative(&model.sem, &cfg.model_name);
-    let engine = Engine::start(
-        model,
-        stops,
+    let registry = Registry::new(
+        models,
+        cfg.max_loaded,
+        cfg.idle_unload,
         EngineConfig {
             max_seqs: cfg.max_seqs.max(1),
             max_queue: cfg.max_queue,
             prefill_chunk: cfg.prefill_chunk,
             prefix_cache: cfg.prefix_cache,
             cache_bytes: cfg.cache_bytes,
-            spec: spec.map(Arc::new),
+            spec: None,
         },
         metrics.clone(),
     );
-    let has_template = template.is_some();
-    let max_token_bytes = http::max_token_bytes(&tok);
-    let app = Arc::new(http::App {
-        engine,
-        tok: Arc::new(tok),
-        max_token_bytes,
+    let app = Arc::new(App {
+        models: registry,
         max_body_bytes: cfg.max_body_bytes,
         body_timeout: cfg.body_timeout,
         allow_special_in_content: cfg.allow_special_in_content,
         draining: AtomicBool::new(false),
-        template,
-        grammar_eos,
-        constrainer: std::sync::OnceLock::new(),
-        model_name: cfg.model_name.clone(),
-        n_vocab,
-        ctx,
-        limits: api::Limits {
-            max_n: cfg.max_n,
-            max_tokens: cfg.max_tokens,
-            drafting,
-        },
+        max_n: cfg.max_n,
+        max_tokens: cfg.max_tokens,
         metrics,
-        started: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        pooling,
-        n_embd,
-        generative,
-        about,
+        started: reply::unix_now(),
     });
+    // The default model loads before the routes open.
+    let first = tokio::select! {
+        r = app.model(None) => r.map_err(|e| anyhow::anyhow!("{}", e.message))?,
+        _ = signalled.wait_for(|s| *s) => {
+            eprintln!("[serve] stopped before the model was loaded");
+            return Ok(());
+        }
+    };
     let mut access = cfg.access.clone();
     access.bound_host = cfg.host.to_ascii_lowercase();
-    gate.open(http::router(app.clone(), Arc::new(access), cors));
+    access.cors_origins = cfg.cors_origins.clone();
+    gate.open(routes::router(app.clone(), Arc::new(access), cors));
+    let names = app.models.names();
     eprintln!(
-        "[serve] {} ({summary}) listening on http://{local} - context {ctx}, {} sequences per step, queue {}, prefix cache {}, chat template {}",
-        cfg.model_name,
+        "[serve] {} ({}) listening on http://{local} - context {}, {} sequences per step, queue {}, prefix cache {}, chat template {}; {} model{} ({}), at most {} loaded",
+        first.name,
+        first.summary,
+        first.ctx,
         cfg.max_seqs,
         cfg.max_queue,
         if cfg.prefix_cache { "on" } else { "off" },
-        if has_template { "yes" } else { "none (chat requests answer 400)" },
+        if first.template.is_some() { "yes" } else { "none (chat requests answer 400)" },
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        names.join(", "),
+        app.models.max_loaded,
     );
+    drop(first);
     if !local.ip().is_loopback() && cfg.access.api_keys.is_empty() {
         eprintln!(
             "[serve] warning: listening on {local}, beyond this machine, with no API key: anyone who can reach it can use it (set --api-key, ONEBIT_API_KEY or --api-key-file)"
         );
     }
+    // Idle models unload when their keep-alive ends.
+    let sweeper = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                app.models.sweep();
+            }
+        })
+    };
     // Running requests finish within the timeout (conn::serve bounds it).
     server.await.context("the HTTP server task failed")?;
-    let app2 = app.clone();
-    tokio::task::spawn_blocking(move || app2.engine.shutdown())
-        .await
-        .ok();
+    sweeper.abort();
+    let loaded = app.models.all_loaded();
+    tokio::task::spawn_blocking(move || {
+        for m in loaded {
+            m.engine.shutdown();
+        }
+    })
+    .await
+    .ok();
     eprintln!("[serve] stopped");
     Ok(())
 }
@@ -306,16 +287,4 @@ async fn shutdown_signal() {
         _ = term => {},
     }
     eprintln!("[serve] signal received");
-}
-
-/// Ok for a model that generates; the reason for one that does not (an
-/// embedding model: bidirectional attention has no next token).
-pub fn generative(sem: &onebit_model::Semantics, name: &str) -> Result<(), String> {
-    match sem.mask.value {
-        onebit_model::semantics::Mask::Causal => Ok(()),
-        onebit_model::semantics::Mask::Bidirectional => Err(format!(
-            "model `{name}` ({}) is an embedding model with bidirectional attention and no generative head; it serves /v1/embeddings and /api/embed only",
-            sem.family
-        )),
-    }
 }

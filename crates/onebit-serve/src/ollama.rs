@@ -4,14 +4,17 @@
 //! sampling under `options`, durations in nanoseconds, errors as
 //! `{"error": "..."}`.
 //!
-//! A request is translated into the OpenAI request the `/v1` routes take
-//! (so every value is checked by the same rules) and runs on the same engine.
-//! Fields are decided one by one (docs/ollama.md): those we honour, those
-//! clients send routinely that change nothing here (`keep_alive`: the model
-//! is always loaded; `format: ""`; empty `images`), and everything else is
-//! refused by name with a 400, never ignored in silence.
+//! A request is parsed here straight into the engine's request type
+//! ([`Request`]) and runs through [`crate::run`] like an OpenAI request;
+//! every error names the field as Ollama's clients spell it
+//! (`options.num_predict`, `format`). Fields are decided one by one
+//! (docs/ollama.md): those we honour (`keep_alive` among them: how long the
+//! model stays loaded after the request, `0` unloading it at once and a
+//! negative value never; a request with no prompt or messages only loads
+//! or unloads), those clients send routinely that change nothing here
+//! (`format: ""`, empty `images`), and everything else is refused by name
+//! with a 400, never ignored in silence.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -19,31 +22,28 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
-use onebit_model::sampler::SamplerConfig;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::api::{ApiError, Endpoint};
-use crate::embed::{self, refuse_unknown};
-use crate::engine::{Finish, GenParams, Job};
-use crate::http::{
-    drive, json_response, prepare, queue_full, random_u64, read_body, App, Run, Update,
-};
+use crate::api::{self, ApiError, Endpoint, Prompt, Request, MAX_STOPS};
+use crate::app::{App, Entry, ModelAbout, Served};
+use crate::constrain::{json_options, Grammar};
+use crate::engine::Finish;
+use crate::fields::{inputs, keep_alive, model_name, object, refuse_unknown, KeepAlive};
 use crate::metrics::Metrics;
+use crate::reply::{json_response, retry_after};
+use crate::run::{self, drive, Update};
 use crate::tools::{self, ToolStream};
 
 /// Ollama's sampling defaults, used when `options` states none.
-const DEFAULT_TEMPERATURE: f64 = 0.8;
-const DEFAULT_TOP_K: i64 = 40;
-const DEFAULT_TOP_P: f64 = 0.9;
+const DEFAULT_TEMPERATURE: f32 = 0.8;
+const DEFAULT_TOP_K: usize = 40;
+const DEFAULT_TOP_P: f32 = 0.9;
 
 /// Ollama's error shape, with the same status the `/v1` routes would give.
 fn error(e: ApiError) -> Response {
     let mut r = json_response(e.status, json!({"error": e.message}).to_string());
-    if e.status == 503 {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
+    retry_after(&mut r, e.status);
     r
 }
 
@@ -84,14 +84,6 @@ fn now() -> String {
     )
 }
 
-fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    match serde_json::from_slice(body) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(bad("the body must be a JSON object")),
-        Err(e) => Err(bad(format!("the body is not valid JSON: {e}"))),
-    }
-}
-
 /// A field that must be absent, null, empty or false to mean nothing here.
 fn must_be_empty(o: &Map<String, Value>, name: &str, why: &str) -> Result<(), ApiError> {
     let empty = match o.get(name) {
@@ -108,16 +100,7 @@ fn must_be_empty(o: &Map<String, Value>, name: &str, why: &str) -> Result<(), Ap
     }
 }
 
-/// `model` must be a string when given (this server answers for its one
-/// model under any name, as its `/v1` routes do).
-fn check_model(o: &Map<String, Value>) -> Result<(), ApiError> {
-    match o.get("model") {
-        None | Some(Value::String(_)) => Ok(()),
-        Some(_) => Err(bad("`model` must be a string")),
-    }
-}
-
-/// The `options` Ollama samples with, into the OpenAI request `req`.
+/// The `options` Ollama samples with.
 const OPTIONS: [&str; 9] = [
     "num_predict",
     "temperature",
@@ -130,10 +113,56 @@ const OPTIONS: [&str; 9] = [
     "num_ctx",
 ];
 
+/// Option `key` (named `name`, `options.key`, in errors), null as absent.
+fn opt<'a>(opts: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    opts.get(key).filter(|v| !v.is_null())
+}
+
+/// A number option within `lo..=hi`.
+fn opt_number(
+    opts: &Map<String, Value>,
+    key: &str,
+    name: &'static str,
+    lo: f64,
+    hi: f64,
+) -> Result<Option<f64>, ApiError> {
+    match opt(opts, key) {
+        None => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+            Some(x) => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be between {lo} and {hi}; got {x}"),
+            )),
+            None => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be a number; got {v}"),
+            )),
+        },
+    }
+}
+
+/// An integer option.
+fn opt_integer(
+    opts: &Map<String, Value>,
+    key: &str,
+    name: &'static str,
+) -> Result<Option<i64>, ApiError> {
+    match opt(opts, key) {
+        None => Ok(None),
+        Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+            ApiError::invalid(name, format!("`{name}` must be an integer; got {v}"))
+        }),
+    }
+}
+
+/// `options` into `req`: Ollama's sampling defaults where it states none,
+/// each value checked by the `/v1` rules and refused under its own name.
 fn apply_options(
     app: &App,
+    m: &Served,
     o: &Map<String, Value>,
-    req: &mut Map<String, Value>,
+    req: &mut Request,
 ) -> Result<(), ApiError> {
     let opts = match o.get("options") {
         None | Some(Value::Null) => Map::new(),
@@ -148,81 +177,133 @@ fn apply_options(
             OPTIONS.join(", ")
         )));
     }
-    if let Some(v) = opts.get("repeat_penalty").filter(|v| !v.is_null()) {
+    if let Some(v) = opt(&opts, "repeat_penalty") {
         if v.as_f64() != Some(1.0) {
             return Err(bad(format!(
                 "option `repeat_penalty` {v} is not supported (only 1, off); use presence_penalty or frequency_penalty"
             )));
         }
     }
-    if let Some(v) = opts.get("num_ctx").filter(|v| !v.is_null()) {
+    if let Some(v) = opt(&opts, "num_ctx") {
         match v.as_u64() {
-            Some(n) if n as usize <= app.ctx => {}
+            Some(n) if n as usize <= m.ctx => {}
             _ => {
                 return Err(bad(format!(
                     "option `num_ctx` must be an integer of at most {} (this server's context, fixed at start with --ctx); got {v}",
-                    app.ctx
+                    m.ctx
                 )))
             }
         }
     }
-    match opts.get("num_predict").filter(|v| !v.is_null()) {
-        None => {}
+    const NUM_PREDICT: &str = "options.num_predict";
+    req.max_tokens = match opt_integer(&opts, "num_predict", NUM_PREDICT)? {
         // -1: no limit, -2: fill the context; both are the context's room here.
-        Some(v) if v.as_i64() == Some(-1) || v.as_i64() == Some(-2) => {}
+        None | Some(-1) | Some(-2) => None,
+        Some(x) if x < 1 => {
+            return Err(ApiError::invalid(
+                NUM_PREDICT,
+                format!("`{NUM_PREDICT}` must be at least 1 (or -1, -2); got {x}"),
+            ))
+        }
+        Some(x) if app.max_tokens > 0 && x as u64 > app.max_tokens as u64 => {
+            return Err(ApiError::invalid(
+                NUM_PREDICT,
+                format!(
+                    "`{NUM_PREDICT}` must be at most {} on this server; got {x}",
+                    app.max_tokens
+                ),
+            ))
+        }
+        Some(x) => Some(x as usize),
+    };
+    req.temperature = opt_number(&opts, "temperature", "options.temperature", 0.0, 2.0)?
+        .map_or(DEFAULT_TEMPERATURE, |x| x as f32);
+    req.top_p = match opt_number(&opts, "top_p", "options.top_p", 0.0, 1.0)? {
+        None => DEFAULT_TOP_P,
+        Some(x) if x <= 0.0 => {
+            return Err(ApiError::invalid(
+                "options.top_p",
+                "`options.top_p` must be greater than 0",
+            ))
+        }
+        Some(x) => x as f32,
+    };
+    req.top_k = match opt_integer(&opts, "top_k", "options.top_k")? {
+        None => DEFAULT_TOP_K,
+        Some(x) if (-1..=i64::from(u32::MAX)).contains(&x) => x.max(0) as usize,
+        Some(x) => {
+            return Err(ApiError::invalid(
+                "options.top_k",
+                format!(
+                    "`options.top_k` must be between -1 and {}; got {x}",
+                    u32::MAX
+                ),
+            ))
+        }
+    };
+    req.seed = match opt(&opts, "seed") {
+        None => None,
+        Some(v) => Some(
+            v.as_i64()
+                .map(|x| x as u64)
+                .or_else(|| v.as_u64())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "options.seed",
+                        format!("`options.seed` must be an integer; got {v}"),
+                    )
+                })?,
+        ),
+    };
+    req.stop = match opt(&opts, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) if a.len() > MAX_STOPS => {
+            return Err(ApiError::invalid(
+                "options.stop",
+                format!(
+                    "`options.stop`: at most {MAX_STOPS} stop strings; got {}",
+                    a.len()
+                ),
+            ))
+        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| s.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "options.stop",
+                    "`options.stop` must be a string or a list of strings",
+                )
+            })?,
         Some(v) => {
-            req.insert("max_tokens".into(), v.clone());
+            return Err(ApiError::invalid(
+                "options.stop",
+                format!("`options.stop` must be a string or a list of strings; got {v}"),
+            ))
         }
-    }
-    req.insert(
-        "temperature".into(),
-        opts.get("temperature")
-            .filter(|v| !v.is_null())
-            .cloned()
-            .unwrap_or(json!(DEFAULT_TEMPERATURE)),
-    );
-    req.insert(
-        "top_k".into(),
-        opts.get("top_k")
-            .filter(|v| !v.is_null())
-            .cloned()
-            .unwrap_or(json!(DEFAULT_TOP_K)),
-    );
-    req.insert(
-        "top_p".into(),
-        opts.get("top_p")
-            .filter(|v| !v.is_null())
-            .cloned()
-            .unwrap_or(json!(DEFAULT_TOP_P)),
-    );
-    for k in ["seed", "stop", "presence_penalty", "frequency_penalty"] {
-        if let Some(v) = opts.get(k).filter(|v| !v.is_null()) {
-            req.insert(k.into(), v.clone());
-        }
-    }
+    };
+    req.presence_penalty = opt_number(
+        &opts,
+        "presence_penalty",
+        "options.presence_penalty",
+        -2.0,
+        2.0,
+    )?
+    .unwrap_or(0.0) as f32;
+    req.frequency_penalty = opt_number(
+        &opts,
+        "frequency_penalty",
+        "options.frequency_penalty",
+        -2.0,
+        2.0,
+    )?
+    .unwrap_or(0.0) as f32;
     Ok(())
 }
 
-/// An error from the OpenAI checks, with the parameter said as Ollama's.
-fn rename(mut e: ApiError) -> ApiError {
-    let ollama = match e.param.as_deref() {
-        Some("max_tokens") => "options.num_predict",
-        Some("temperature") => "options.temperature",
-        Some("top_k") => "options.top_k",
-        Some("top_p") => "options.top_p",
-        Some("seed") => "options.seed",
-        Some("stop") => "options.stop",
-        Some("response_format") => "format",
-        _ => return e,
-    };
-    let openai = e.param.take().unwrap_or_default();
-    e.message = e
-        .message
-        .replace(&format!("`{openai}`"), &format!("`{ollama}`"));
-    e
-}
-
-/// `stream` (default true) and the common refusals.
+/// `stream` (default true).
 fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
     match o.get("stream") {
         None | Some(Value::Null) => Ok(true),
@@ -231,37 +312,43 @@ fn stream_flag(o: &Map<String, Value>) -> Result<bool, ApiError> {
     }
 }
 
-/// `format`: `"json"` (any JSON object) or a JSON schema, as the OpenAI
-/// request's `response_format` (so the same constrained decoding and the
-/// same 400 for a schema it cannot handle); `""`/null is plain text.
-fn apply_format(o: &Map<String, Value>, req: &mut Map<String, Value>) -> Result<(), ApiError> {
-    let rf = match o.get("format") {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::String(s)) if s.is_empty() => return Ok(()),
-        Some(Value::String(s)) if s == "json" => json!({"type": "json_object"}),
-        Some(Value::Object(schema)) => json!({
-            "type": "json_schema",
-            "json_schema": {"name": "format", "schema": schema, "strict": true},
-        }),
-        Some(v) => {
-            return Err(bad(format!(
-                "`format` must be \"json\", a JSON schema object or empty; got {v}"
-            )))
+/// `format`: `"json"` (any JSON object) or a JSON schema, strict (keywords
+/// the library does not know are refused, not ignored), so the same
+/// constrained decoding as `response_format`; `""`/null is plain text.
+fn format(o: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
+    match o.get("format") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) if s == "json" => {
+            Ok(Some(Grammar::JsonSchema(json!({"type": "object"}))))
         }
-    };
-    req.insert("response_format".into(), rf);
-    Ok(())
+        Some(Value::Object(schema)) => {
+            let mut schema = schema.clone();
+            if !schema.contains_key("x-guidance") {
+                let mut opts = json_options();
+                opts["lenient"] = json!(false);
+                schema.insert("x-guidance".into(), opts);
+            }
+            Ok(Some(Grammar::JsonSchema(Value::Object(schema))))
+        }
+        Some(v) => Err(ApiError::invalid(
+            "format",
+            format!("`format` must be \"json\", a JSON schema object or empty; got {v}"),
+        )),
+    }
 }
 
 /// `tools`: Ollama's tool list is OpenAI's (`{"type": "function",
-/// "function": {name, description, parameters}}`), passed on as it is and
-/// checked by the same rules; Ollama has no `tool_choice`, so it is `auto`.
-fn apply_tools(o: &Map<String, Value>, req: &mut Map<String, Value>) -> Result<(), ApiError> {
+/// "function": {name, description, parameters}}`), checked by the same
+/// rules; Ollama has no `tool_choice`, so it is `auto`.
+fn apply_tools(o: &Map<String, Value>, req: &mut Request) -> Result<(), ApiError> {
     match o.get("tools") {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Array(a)) if a.is_empty() => Ok(()),
         Some(t @ Value::Array(_)) => {
-            req.insert("tools".into(), t.clone());
+            let mut one = Map::new();
+            one.insert("tools".into(), t.clone());
+            req.tools = api::tool_spec(&one)?;
             Ok(())
         }
         Some(_) => Err(bad("`tools` must be a list of tools")),
@@ -320,26 +407,21 @@ fn ollama_call(c: &tools::Call) -> Value {
 
 /// `think`: passed to the template as `enable_thinking`; `true` needs a
 /// template that knows `<think>`.
-fn apply_think(
-    app: &App,
-    o: &Map<String, Value>,
-    req: &mut Map<String, Value>,
-) -> Result<(), ApiError> {
+fn apply_think(m: &Served, o: &Map<String, Value>, req: &mut Request) -> Result<(), ApiError> {
     match o.get("think") {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Bool(b)) => {
-            let knows = app
-                .template
-                .as_ref()
-                .is_some_and(|t| t.source().contains("<think>"));
+            let knows = m.thinks();
             if *b && !knows {
                 return Err(bad(format!(
                     "`think` is true, but model {} does not think (its chat template knows no <think>)",
-                    app.model_name
+                    m.name
                 )));
             }
             if knows {
-                req.insert("chat_template_kwargs".into(), json!({"enable_thinking": b}));
+                let mut kw = Map::new();
+                kw.insert("enable_thinking".into(), json!(b));
+                req.template_kwargs = Some(kw);
             }
             Ok(())
         }
@@ -358,12 +440,15 @@ const CHAT_FIELDS: [&str; 8] = [
     "think",
 ];
 
-/// Ollama's messages as OpenAI's: role and content; images refused.
-fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+/// Ollama's messages as the engine's chat prompt: role and content (checked
+/// by the `/v1` rules), `tool_name` as `name`, calls in OpenAI's shape;
+/// images refused.
+fn messages(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
     let Some(Value::Array(ms)) = o.get("messages") else {
         return Err(bad("`messages` must be a list of messages"));
     };
-    ms.iter()
+    let list = ms
+        .iter()
         .enumerate()
         .map(|(i, m)| {
             let Value::Object(m) = m else {
@@ -394,26 +479,36 @@ fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
             }
             Ok(Value::Object(out))
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Array)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut one = Map::new();
+    one.insert("messages".into(), Value::Array(list));
+    api::messages(&one).map(Prompt::Chat)
 }
 
 /// `POST /api/chat`.
 pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     Metrics::add(&app.metrics.requests_chat, 1);
     let r = async {
-        let body = read_body(&app, &headers, body).await?;
+        let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &CHAT_FIELDS)?;
-        check_model(&o)?;
-        let mut req = Map::new();
-        req.insert("messages".into(), messages(&o)?);
-        apply_format(&o, &mut req)?;
+        let (name, keep) = (model_name(&o)?, keep_alive(&o)?);
+        let no_messages = match o.get("messages") {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(_) => false,
+        };
+        if no_messages {
+            return load_or_unload(&app, name, keep, Shape::Chat).await;
+        }
+        let m = app.model_kept(name, keep).await?;
+        let mut req = Request::new(messages(&o)?);
+        req.grammar = format(&o)?;
         apply_tools(&o, &mut req)?;
-        apply_options(&app, &o, &mut req)?;
-        apply_think(&app, &o, &mut req)?;
-        let stream = stream_flag(&o)?;
-        run(app.clone(), Endpoint::Chat, req, stream, Shape::Chat).await
+        apply_options(&app, &m, &o, &mut req)?;
+        apply_think(&m, &o, &mut req)?;
+        req.stream = stream_flag(&o)?;
+        answer(app.clone(), m, Endpoint::Chat, req, Shape::Chat).await
     }
     .await;
     finish(&app, r)
@@ -441,10 +536,19 @@ const GENERATE_FIELDS: [&str; 13] = [
 pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     Metrics::add(&app.metrics.requests_completions, 1);
     let r = async {
-        let body = read_body(&app, &headers, body).await?;
+        let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &GENERATE_FIELDS)?;
-        check_model(&o)?;
+        let (name, keep) = (model_name(&o)?, keep_alive(&o)?);
+        let no_prompt = match o.get("prompt") {
+            None | Some(Value::Null) => true,
+            Some(Value::String(s)) => s.is_empty(),
+            Some(_) => false,
+        };
+        if no_prompt && o.get("system").is_none_or(Value::is_null) {
+            return load_or_unload(&app, name, keep, Shape::Generate).await;
+        }
+        let m = app.model_kept(name, keep).await?;
         must_be_empty(&o, "suffix", "fill-in-the-middle is not implemented")?;
         must_be_empty(&o, "template", "the model's template (or --chat-template) is used")?;
         must_be_empty(&o, "context", "send the conversation to /api/chat instead")?;
@@ -464,8 +568,7 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(bad("`raw` must be a boolean")),
         };
-        let mut req = Map::new();
-        let ep = if raw || app.template.is_none() {
+        let (mut req, ep) = if raw || m.template.is_none() {
             if system.is_some() {
                 return Err(bad(if raw {
                     "`system` needs the chat template, which `raw: true` turns off"
@@ -473,25 +576,46 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
                     "`system` needs a chat template, and this model has none (start the server with --chat-template FILE)"
                 }));
             }
-            req.insert("prompt".into(), json!(prompt));
-            Endpoint::Completions
+            (Request::new(Prompt::Text(prompt)), Endpoint::Completions)
         } else {
             let mut ms = Vec::new();
             if let Some(s) = system {
                 ms.push(json!({"role": "system", "content": s}));
             }
             ms.push(json!({"role": "user", "content": prompt}));
-            req.insert("messages".into(), Value::Array(ms));
-            apply_think(&app, &o, &mut req)?;
-            Endpoint::Chat
+            let mut req = Request::new(Prompt::Chat(Value::Array(ms)));
+            apply_think(&m, &o, &mut req)?;
+            (req, Endpoint::Chat)
         };
-        apply_format(&o, &mut req)?;
-        apply_options(&app, &o, &mut req)?;
-        let stream = stream_flag(&o)?;
-        run(app.clone(), ep, req, stream, Shape::Generate).await
+        req.grammar = format(&o)?;
+        apply_options(&app, &m, &o, &mut req)?;
+        req.stream = stream_flag(&o)?;
+        answer(app.clone(), m, ep, req, Shape::Generate).await
     }
     .await;
     finish(&app, r)
+}
+
+/// A request with nothing to generate: Ollama's way to load a model (and
+/// set its keep-alive), or with `keep_alive` 0 to unload it now.
+async fn load_or_unload(
+    app: &App,
+    name: Option<&str>,
+    keep: Option<KeepAlive>,
+    shape: Shape,
+) -> Result<Response, ApiError> {
+    let e = app.models.find(name)?.clone();
+    let reason = if keep == Some(KeepAlive::For(Duration::ZERO)) {
+        app.models.unload(&e, "keep_alive 0");
+        "unload"
+    } else {
+        drop(app.models.acquire(&e, keep).await?);
+        "load"
+    };
+    let mut v = shape.piece(&e.name, "", "");
+    v["done"] = json!(true);
+    v["done_reason"] = json!(reason);
+    Ok(json_response(200, v.to_string()))
 }
 
 fn finish(app: &App, r: Result<Response, ApiError>) -> Response {
@@ -557,66 +681,20 @@ impl Clock {
     }
 }
 
-/// Checks, renders and runs the OpenAI request `req`; answers in `shape`.
-async fn run(
+/// Renders and runs `req` on `m`; answers in `shape`, whole or as NDJSON.
+async fn answer(
     app: Arc<App>,
+    m: Arc<Served>,
     ep: Endpoint,
-    req: Map<String, Value>,
-    stream: bool,
+    req: Request,
     shape: Shape,
 ) -> Result<Response, ApiError> {
     let start = Instant::now();
-    let body = Value::Object(req).to_string().into_bytes();
-    let app2 = app.clone();
-    let mut p = tokio::task::spawn_blocking(move || prepare(&app2, ep, &body))
-        .await
-        .map_err(|e| ApiError::server(format!("preparing the prompt failed: {e}")))?
-        .map_err(rename)?;
-    let room = app.ctx - p.ids.len();
-    let cap = match app.limits.max_tokens {
-        0 => usize::MAX,
-        m => m,
-    };
-    let r = &p.req;
-    let max_new = r.max_tokens.map_or(room, |m| m.min(room)).min(cap);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let cancel = Arc::new(AtomicBool::new(false));
-    let job = Job {
-        prompt: p.ids.clone(),
-        params: GenParams {
-            max_new,
-            sampler: SamplerConfig {
-                temperature: r.temperature,
-                top_k: r.top_k,
-                top_p: r.top_p,
-                seed: r.seed.unwrap_or_else(random_u64),
-            },
-            presence_penalty: r.presence_penalty,
-            frequency_penalty: r.frequency_penalty,
-            logprobs: None,
-            // The server's drafter, if any: greedy output is unchanged by it
-            // and sampled output keeps the target's distribution.
-            speculative: true,
-            logit_bias: Vec::new(),
-        },
-        constraint: p.constraint.take(),
-        index: 0,
-        tx,
-        cancel: cancel.clone(),
-        submitted: start,
-    };
-    if app.engine.submit(vec![job]).is_err() {
-        return Err(queue_full(&app));
-    }
-    let run = Run {
-        rx,
-        cancels: vec![cancel],
-        stops: r.stop.clone(),
-        think: p.think,
-        think_open: p.think_open,
-        logprobs: false,
-        keep_special: p.keep_special,
-    };
+    let (app2, m2) = (app.clone(), m.clone());
+    let mut p = run::blocking(move || run::prepare(&app2, &m2, ep, req, "format")).await?;
+    let run = run::submit(&app, &m, &mut p)?;
+    let affinity = run.affinity.clone();
+    let stream = p.req.stream;
     // Replies are parsed for tool calls (chat with `tools` only).
     let tool_format = p.tool_format.filter(|_| shape == Shape::Chat);
     let clock = Clock {
@@ -624,11 +702,11 @@ async fn run(
         first: None,
         prompt_tokens: p.ids.len(),
     };
-    let model = app.model_name.clone();
+    let model = m.name.clone();
     if !stream {
         let mut clock = clock;
         let (mut content, mut thinking, mut finish) = (String::new(), String::new(), None);
-        let per = drive(&app.tok, run, 1, |u| {
+        let per = drive(&m.tok, run, |u| {
             match u {
                 Update::Delta { split, .. } => {
                     clock.first.get_or_insert_with(Instant::now);
@@ -643,7 +721,7 @@ async fn run(
         let calls = match tool_format {
             Some(f) => {
                 let (rest, calls) = tools::parse(&content, f);
-                if !calls.is_empty() {
+                if !calls.is_empty() || f.forced {
                     content = rest;
                 }
                 calls
@@ -655,7 +733,9 @@ async fn run(
             v["message"]["tool_calls"] = calls.iter().map(ollama_call).collect();
         }
         clock.done(&mut v, finish.unwrap_or(per[0].2), per[0].0);
-        return Ok(json_response(200, v.to_string()));
+        let mut resp = json_response(200, v.to_string());
+        run::mark(&mut resp, affinity);
+        return Ok(resp);
     }
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
     tokio::spawn(async move {
@@ -663,12 +743,12 @@ async fn run(
         let line = |v: &Value| Bytes::from(format!("{v}\n"));
         let gone = out_tx.clone();
         let mut finish = None;
-        let tok = app.tok.clone();
+        let tok = m.tok.clone();
         // A call's text is held back while it is written and sent, parsed,
         // in one piece with `tool_calls` when the answer ends (as Ollama
         // streams calls).
         let mut calls_stream = tool_format.map(ToolStream::whole);
-        let driving = drive(&tok, run, 1, |u| match u {
+        let driving = drive(&tok, run, |u| match u {
             Update::Delta { mut split, .. } => {
                 clock.first.get_or_insert_with(Instant::now);
                 if let Some(ts) = calls_stream.as_mut() {
@@ -725,6 +805,7 @@ async fn run(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-ndjson"),
     );
+    run::mark(&mut resp, affinity);
     Ok(resp)
 }
 
@@ -741,10 +822,10 @@ const EMBED_FIELDS: [&str; 6] = [
 pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let r = async {
         let start = Instant::now();
-        let body = read_body(&app, &headers, body).await?;
+        let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &EMBED_FIELDS)?;
-        check_model(&o)?;
+        let m = app.model_kept(model_name(&o)?, keep_alive(&o)?).await?;
         must_be_empty(&o, "options", "embeddings take no sampling options")?;
         match o.get("truncate") {
             None | Some(Value::Null) | Some(Value::Bool(_)) => {}
@@ -752,21 +833,21 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
         }
         match o.get("dimensions") {
             None | Some(Value::Null) => {}
-            Some(v) if v.as_u64() == Some(app.n_embd as u64) => {}
+            Some(v) if v.as_u64() == Some(m.n_embd as u64) => {}
             Some(v) => {
                 return Err(bad(format!(
                 "`dimensions` must be {} for model {}: it declares no shorter embeddings; got {v}",
-                app.n_embd, app.model_name
+                m.n_embd, m.name
             )))
             }
         }
-        let texts = embed::inputs(o.get("input"), "input")?;
-        let (vectors, n_tokens) = embed::embed(&app, texts).await?;
+        let texts = inputs(o.get("input"), "input")?;
+        let (vectors, n_tokens) = run::embed(&app, &m, texts).await?;
         let ns = start.elapsed().as_nanos() as u64;
         Ok(json_response(
             200,
             json!({
-                "model": app.model_name,
+                "model": m.name,
                 "embeddings": vectors,
                 "total_duration": ns,
                 "load_duration": 0,
@@ -779,8 +860,7 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
     finish(&app, r)
 }
 
-fn details(app: &App) -> Value {
-    let a = &app.about;
+fn details(a: &ModelAbout) -> Value {
     json!({
         "parent_model": "",
         "format": a.format,
@@ -800,40 +880,71 @@ fn parameter_size(n: u64) -> String {
     }
 }
 
-/// `GET /api/tags`: the one model this server runs.
+/// A model as `/api/tags` and `/api/ps` list it; what its last load said
+/// about it (a model never loaded yet has only its name and size).
+fn listed(app: &App, e: &Entry) -> Value {
+    let about = app.models.about(e).unwrap_or_default();
+    json!({
+        "name": e.name,
+        "model": e.name,
+        "modified_at": rfc3339(Duration::from_secs(app.started)),
+        "size": e.bytes,
+        "digest": "",
+        "details": details(&about),
+    })
+}
+
+/// `GET /api/tags`: every model this server serves.
 pub async fn tags(State(app): State<Arc<App>>) -> Response {
-    let modified = rfc3339(Duration::from_secs(app.started));
-    json_response(
-        200,
-        json!({"models": [{
-            "name": app.model_name,
-            "model": app.model_name,
-            "modified_at": modified,
-            "size": app.about.bytes,
-            "digest": "",
-            "details": details(&app),
-        }]})
-        .to_string(),
-    )
+    let models: Vec<Value> = app.models.entries.iter().map(|e| listed(&app, e)).collect();
+    json_response(200, json!({"models": models}).to_string())
+}
+
+/// `GET /api/ps`: the models loaded now, and when each unloads if idle.
+pub async fn ps(State(app): State<Arc<App>>) -> Response {
+    let models: Vec<Value> = app
+        .models
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let (m, expires) = app.models.loaded(e)?;
+            let mut v = listed(&app, e);
+            let left = expires.map(|t| t.saturating_duration_since(Instant::now()));
+            // Never: far in the future, as Ollama says it.
+            let at = left.map_or(Duration::from_secs(253_402_300_799), |d| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    + d
+            });
+            v["expires_at"] = json!(rfc3339(at));
+            v["size_vram"] = json!(0);
+            v["context_length"] = json!(m.ctx);
+            Some(v)
+        })
+        .collect();
+    json_response(200, json!({"models": models}).to_string())
 }
 
 /// `POST /api/show`.
 pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let r = async {
-        let body = read_body(&app, &headers, body).await?;
+        let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
         refuse_unknown(&o, &["model", "name", "verbose", "system"])?;
         must_be_empty(&o, "system", "the system prompt is sent with each request")?;
-        let arch = &app.about.arch;
+        // Older clients send `name`.
+        let name = match model_name(&o)? {
+            Some(n) => Some(n),
+            None => o.get("name").and_then(Value::as_str),
+        };
+        let m = app.model(name).await?;
+        let arch = &m.about.arch;
         let mut caps = vec!["completion"];
-        if app.pooling.is_ok() {
+        if m.pooling.is_ok() {
             caps.push("embedding");
         }
-        if app
-            .template
-            .as_ref()
-            .is_some_and(|t| t.source().contains("<think>"))
-        {
+        if m.thinks() {
             caps.push("thinking");
         }
         Ok(json_response(
@@ -841,13 +952,13 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
             json!({
                 "modelfile": "",
                 "parameters": "",
-                "template": app.template.as_ref().map_or("", |t| t.source()),
-                "details": details(&app),
+                "template": m.template.as_ref().map_or("", |t| t.source()),
+                "details": details(&m.about),
                 "model_info": {
                     "general.architecture": arch,
-                    "general.parameter_count": app.about.parameters,
-                    format!("{arch}.context_length"): app.ctx,
-                    format!("{arch}.embedding_length"): app.n_embd,
+                    "general.parameter_count": m.about.parameters,
+                    format!("{arch}.context_length"): m.ctx,
+                    format!("{arch}.embedding_length"): m.n_embd,
                 },
                 "capabilities": caps,
                 "modified_at": rfc3339(Duration::from_secs(app.started)),

@@ -48,6 +48,10 @@ pub struct CallFormat {
     pub body: Body,
     /// The key holding the arguments.
     pub args_key: &'static str,
+    /// The reply was forced to be calls (`tool_choice` required or named):
+    /// text beside the calls can only be a call cut by `max_tokens`, which
+    /// is dropped, never given as content.
+    pub forced: bool,
 }
 
 /// Hermes / Qwen2.5 / Qwen3 / SmolLM3: `<tool_call>\n{"name": .., "arguments": {..}}\n</tool_call>`.
@@ -58,6 +62,7 @@ pub const HERMES: CallFormat = CallFormat {
     close: "</tool_call>",
     body: Body::Object,
     args_key: "arguments",
+    forced: false,
 };
 
 /// Mistral (v3 tokenizer on): `[TOOL_CALLS][{"name": .., "arguments": {..}}]`.
@@ -68,6 +73,7 @@ pub const MISTRAL: CallFormat = CallFormat {
     close: "",
     body: Body::Array,
     args_key: "arguments",
+    forced: false,
 };
 
 /// Llama 3.1–3.3 JSON tool calling: the reply is `{"name": .., "parameters": {..}}`
@@ -79,6 +85,7 @@ pub const LLAMA3: CallFormat = CallFormat {
     close: "",
     body: Body::Object,
     args_key: "parameters",
+    forced: false,
 };
 
 /// LFM2 / LFM2.5: `<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|>`.
@@ -91,6 +98,7 @@ pub const LFM2: CallFormat = CallFormat {
     close: "<|tool_call_end|>",
     body: Body::Pythonic,
     args_key: "arguments",
+    forced: false,
 };
 
 /// FunctionGemma (Gemma 3 270M tuned for calls): declarations between
@@ -104,6 +112,7 @@ pub const FUNCTIONGEMMA: CallFormat = CallFormat {
     close: "<end_function_call>",
     body: Body::Gemma("<escape>"),
     args_key: "arguments",
+    forced: false,
 };
 
 /// Gemma 4: the same call syntax between `<|tool_call>` and `<tool_call|>`,
@@ -115,6 +124,7 @@ pub const GEMMA4: CallFormat = CallFormat {
     close: "<tool_call|>",
     body: Body::Gemma("<|\"|>"),
     args_key: "arguments",
+    forced: false,
 };
 
 /// The fallback for templates that know no tools: the tools are described in
@@ -126,7 +136,36 @@ pub const GENERIC: CallFormat = CallFormat {
     close: "",
     body: Body::Envelope,
     args_key: "arguments",
+    forced: false,
 };
+
+/// The forced variants of the formats a forced call is written in
+/// ([`Body::json_forcible`] ones and the generic envelope).
+const FORCED_HERMES: CallFormat = CallFormat {
+    forced: true,
+    ..HERMES
+};
+const FORCED_MISTRAL: CallFormat = CallFormat {
+    forced: true,
+    ..MISTRAL
+};
+const FORCED_LLAMA3: CallFormat = CallFormat {
+    forced: true,
+    ..LLAMA3
+};
+const FORCED_GENERIC: CallFormat = CallFormat {
+    forced: true,
+    ..GENERIC
+};
+
+/// `f` for a reply forced to be calls (see [`CallFormat::forced`]); a
+/// format that cannot be forced is written as the generic envelope.
+pub fn forced(f: &'static CallFormat) -> &'static CallFormat {
+    [&FORCED_HERMES, &FORCED_MISTRAL, &FORCED_LLAMA3]
+        .into_iter()
+        .find(|g| g.name == f.name)
+        .unwrap_or(&FORCED_GENERIC)
+}
 
 /// The formats tried in order on a template's source.
 pub const FORMATS: [&CallFormat; 6] = [&HERMES, &MISTRAL, &LFM2, &FUNCTIONGEMMA, &GEMMA4, &LLAMA3];
@@ -525,6 +564,15 @@ impl Py<'_> {
 /// Splits a whole reply into its text and its calls. A reply whose call
 /// blocks do not parse is all text (the client sees what the model wrote).
 pub fn parse(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
+    let (content, calls) = parse_any(text, f);
+    if f.forced {
+        // The grammar admitted calls only: the rest is a cut call's markup.
+        return (String::new(), calls);
+    }
+    (content, calls)
+}
+
+fn parse_any(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
     if f.open.is_empty() {
         let t = text.trim_start();
         let t = t.strip_prefix("<|python_tag|>").unwrap_or(t);
@@ -689,19 +737,21 @@ impl ToolStream {
     pub fn finish(&mut self) -> (String, Vec<Call>) {
         let held = std::mem::take(&mut self.held);
         if !self.in_call {
-            return (held, Vec::new());
+            // Forced: a marker cut short by max_tokens is no content either.
+            return (if self.f.forced { String::new() } else { held }, Vec::new());
         }
         let (content, calls) = parse(&held, self.f);
         (content, calls)
     }
 }
 
-/// The schema of one call to function `f` (its `parameters` as arguments).
-fn call_schema(function: &Value, args_key: &str) -> Value {
-    let params = match function.get("parameters") {
+/// The schema of one call to function `f` (its `parameters` as arguments,
+/// or `params` when given: the reference [`hoist`] leaves in their place).
+fn call_schema(function: &Value, args_key: &str, params: Option<Value>) -> Value {
+    let params = params.unwrap_or_else(|| match function.get("parameters") {
         Some(p @ Value::Object(_)) => p.clone(),
         _ => json!({"type": "object"}),
-    };
+    });
     json!({
         "type": "object",
         "properties": {"name": {"const": function["name"]}, args_key: params},
@@ -718,13 +768,24 @@ pub fn forced_grammar(
     f: &CallFormat,
     special: impl Fn(&str) -> Option<u32>,
 ) -> Grammar {
+    // A tool's `$ref`s point into its own schema; placed inside the wrapper
+    // they would resolve against the wrapper's root, so a schema that has
+    // any is moved under the root's `$defs` and its references rebased.
+    let mut defs = Map::new();
     let allowed: Vec<Value> = spec
         .functions()
         .filter(|func| match &spec.choice {
             ToolChoice::Named(n) => func["name"].as_str() == Some(n),
             _ => true,
         })
-        .map(|func| call_schema(func, f.args_key))
+        .enumerate()
+        .map(|(i, func)| {
+            let params = func
+                .get("parameters")
+                .filter(|p| p.is_object() && has_ref(p))
+                .map(|p| hoist(p, i, &mut defs));
+            call_schema(func, f.args_key, params)
+        })
         .collect();
     let one = if allowed.len() == 1 {
         allowed[0].clone()
@@ -738,6 +799,9 @@ pub fn forced_grammar(
     let with_opts = |mut v: Value| {
         if let Value::Object(o) = &mut v {
             o.insert("x-guidance".into(), json_options());
+            if !defs.is_empty() {
+                o.insert("$defs".into(), Value::Object(defs.clone()));
+            }
         }
         v
     };
@@ -778,6 +842,51 @@ pub fn forced_grammar(
         }
     };
     Grammar::Lark(lark)
+}
+
+/// Keywords whose values are data, not schemas: a `$ref` key inside them
+/// is no reference.
+const DATA_KEYWORDS: [&str; 4] = ["const", "enum", "default", "examples"];
+
+/// Whether a schema holds a `$ref` (outside data keywords).
+fn has_ref(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o.iter().any(|(k, v)| {
+            (k == "$ref" && v.is_string()) || (!DATA_KEYWORDS.contains(&k.as_str()) && has_ref(v))
+        }),
+        Value::Array(a) => a.iter().any(has_ref),
+        _ => false,
+    }
+}
+
+/// Moves tool `i`'s parameter schema to `defs["tool_i"]` with every local
+/// reference (`#`, `#/$defs/X`, any `#/...` pointer) rebased onto it, and
+/// gives the reference that stands in its place.
+fn hoist(params: &Value, i: usize, defs: &mut Map<String, Value>) -> Value {
+    let key = format!("onebit_tool_{i}");
+    let base = format!("#/$defs/{key}");
+    fn rebase(v: &mut Value, base: &str) {
+        match v {
+            Value::Object(o) => {
+                for (k, v) in o.iter_mut() {
+                    match v {
+                        Value::String(r) if k == "$ref" && r.starts_with('#') => {
+                            let rest = r[1..].trim_end_matches('/').to_string();
+                            *r = format!("{base}{rest}");
+                        }
+                        _ if DATA_KEYWORDS.contains(&k.as_str()) => {}
+                        _ => rebase(v, base),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|v| rebase(v, base)),
+            _ => {}
+        }
+    }
+    let mut p = params.clone();
+    rebase(&mut p, &base);
+    defs.insert(key, p);
+    json!({"$ref": base})
 }
 
 /// The system text the fallback adds: the tools and how to call them.
@@ -894,10 +1003,13 @@ pub fn arguments_as_objects(messages: &Value) -> Value {
             .into_iter()
             .flatten()
         {
-            let f = &mut c["function"];
+            // Calls are checked objects (api::parse); whatever else is left alone.
+            let Some(f) = c.get_mut("function").and_then(Value::as_object_mut) else {
+                continue;
+            };
             if let Some(Value::String(s)) = f.get("arguments") {
                 if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(s) {
-                    f["arguments"] = v;
+                    f.insert("arguments".into(), v);
                 }
             }
         }
@@ -1110,6 +1222,88 @@ mod tests {
         };
         assert!(g.starts_with("start: <[5]> %json"), "{g}");
         assert!(g.contains("\"maxItems\":1"), "{g}");
+    }
+
+    /// Issue 31, item 7a: a forced reply cut by max_tokens gives its whole
+    /// calls and no content (the cut call's markup used to be the content).
+    #[test]
+    fn a_forced_reply_cut_short_has_no_content() {
+        let whole = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n";
+        let cut = "<tool_call>\n{\"name\": \"book\", \"argu";
+        let f = forced(&HERMES);
+        assert!(f.forced && f.open == HERMES.open);
+        assert_eq!(parse(cut, f), (String::new(), vec![]));
+        let (content, calls) = parse(&format!("{whole}{cut}"), f);
+        assert_eq!((content.as_str(), calls.len()), ("", 1));
+        // Unforced, the text stays (the model may have said something).
+        assert_eq!(parse(cut, &HERMES).0, cut);
+        // Streamed: nothing of the cut call goes out as content, also when
+        // the cut falls inside the marker.
+        for text in [cut, "<tool_", "\n<tool_call>"] {
+            let mut s = ToolStream::new(f);
+            let mut out = s.push(text);
+            let (rest, _) = s.finish();
+            out.push_str(&rest);
+            assert!(!out.contains("tool"), "{text:?}: {out:?}");
+        }
+        // Every forced format keeps its own markers; the others write the envelope.
+        assert_eq!(forced(&MISTRAL).open, MISTRAL.open);
+        assert_eq!(forced(&LFM2).body, Body::Envelope);
+        assert!(forced(&GENERIC).forced);
+    }
+
+    /// Issue 31, item 6: under a forced choice each tool's `$ref`s resolve
+    /// in its own schema (moved under the root's `$defs`), not against the
+    /// wrapper the grammar builds.
+    #[test]
+    fn forced_tool_schemas_keep_their_own_refs() {
+        let person = json!({
+            "type": "object",
+            "properties": {"who": {"$ref": "#/$defs/Person"}, "again": {"$ref": "#"},
+                           "note": {"const": {"$ref": "#/not/a/ref"}}},
+            "$defs": {"Person": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        });
+        let spec = ToolSpec {
+            tools: vec![
+                json!({"type": "function", "function": {"name": "plain", "parameters": {"type": "object"}}}),
+                json!({"type": "function", "function": {"name": "book", "parameters": person}}),
+            ],
+            choice: ToolChoice::Required,
+            parallel: false,
+        };
+        let Grammar::Lark(g) = forced_grammar(&spec, &HERMES, |_| None) else {
+            panic!()
+        };
+        let at = g.find("%json ").unwrap() + 6;
+        let mut de = serde_json::Deserializer::from_str(&g[at..]).into_iter::<Value>();
+        let root = de.next().unwrap().unwrap();
+        let moved = &root["$defs"]["onebit_tool_1"];
+        assert_eq!(
+            moved["properties"]["who"]["$ref"],
+            "#/$defs/onebit_tool_1/$defs/Person"
+        );
+        assert_eq!(
+            moved["properties"]["again"]["$ref"],
+            "#/$defs/onebit_tool_1"
+        );
+        // Data is not rewritten; a tool with no reference stays in place.
+        assert_eq!(moved["properties"]["note"]["const"]["$ref"], "#/not/a/ref");
+        assert!(root["$defs"].get("onebit_tool_0").is_none());
+        assert_eq!(
+            root["anyOf"][1]["properties"]["arguments"],
+            json!({"$ref": "#/$defs/onebit_tool_1"})
+        );
+        // Following each pointer from the root lands on the tool's own parts.
+        let follow = |r: &str| {
+            r[2..]
+                .split('/')
+                .try_fold(&root, |v, seg| v.get(seg))
+                .cloned()
+        };
+        assert_eq!(
+            follow("#/$defs/onebit_tool_1/$defs/Person"),
+            Some(json!({"type": "object", "properties": {"name": {"type": "string"}}}))
+        );
     }
 
     #[test]

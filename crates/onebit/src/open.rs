@@ -175,8 +175,21 @@ pub fn chat_template(opened: &Opened) -> Option<(String, String)> {
     }
 }
 
-/// The compiled chat template: `file` when given, else the model's own.
-/// None when neither exists (chat is then refused by whoever needs it).
+/// The known chat template of the model's family (a table in its family
+/// file), for a model that carries none, and where it comes from; prints
+/// the `[semantics]` line naming that source.
+pub fn family_chat_template(opened: &Opened) -> Option<(String, String)> {
+    let t = onebit_model::families::known_chat_template(opened.sem.family)?;
+    eprintln!(
+        "[semantics] chat template: the model carries none; using its family's  <- {}",
+        t.source
+    );
+    Some((t.value.to_string(), t.source))
+}
+
+/// The compiled chat template: `file` when given, else the model's own,
+/// else its family's known one. None when none exists (chat is then
+/// refused by whoever needs it).
 pub fn load_chat_template(
     opened: &Opened,
     tok: &Tokenizer,
@@ -198,7 +211,7 @@ pub fn load_chat_template_with(
                 .with_context(|| format!("cannot read the chat template {}", f.display()))?,
             f.display().to_string(),
         ),
-        None => match chat_template(opened) {
+        None => match chat_template(opened).or_else(|| family_chat_template(opened)) {
             Some(t) => t,
             None => return Ok(None),
         },

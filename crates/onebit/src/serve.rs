@@ -1,8 +1,10 @@
-//! `onebit serve`: load the model, its tokenizer, chat template and stop ids,
-//! and hand them to `onebit-serve`.
+//! `onebit serve`: the models to serve (`--model` repeated, `--models-dir`),
+//! each with its name and a loader for the model, its tokenizer, chat
+//! template and stop ids, handed to `onebit-serve`, which loads them on
+//! demand.
 
 use std::path::{Path, PathBuf};
-
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -10,16 +12,33 @@ use clap::Args;
 use onebit_kernels::Precision;
 use onebit_model::state::KvType;
 use onebit_model::ExecConfig;
-use onebit_serve::ServeConfig;
+use onebit_serve::fields::parse_keep_alive;
+use onebit_serve::{ModelSource, ServeConfig};
 use onebit_text::ChatLimits;
 
 use crate::open::{self, load_model, Loaded};
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// A .gguf file or a pack directory.
-    #[arg(long)]
-    model: PathBuf,
+    /// A .gguf file or a pack directory to serve, as `PATH` (named by its
+    /// file stem or directory name) or `NAME=PATH`. Repeatable: the
+    /// request's `model` picks one by name; the first is the default, for
+    /// requests that name none, and loads at start.
+    #[arg(long, value_name = "[NAME=]PATH")]
+    model: Vec<String>,
+    /// Serve every .gguf file and pack directory in DIR too (after the
+    /// --model ones), each named by its file stem or directory name.
+    #[arg(long, value_name = "DIR")]
+    models_dir: Option<PathBuf>,
+    /// Models loaded at once at most; a request for another unloads the
+    /// least recently used.
+    #[arg(long, default_value_t = 1)]
+    max_loaded: usize,
+    /// How long a model stays loaded after its last request, unless the
+    /// request's Ollama `keep_alive` says otherwise: seconds or a duration
+    /// (5m, 1h, 30s); negative: never unload.
+    #[arg(long, default_value = "5m", value_parser = parse_keep_alive)]
+    idle_unload: onebit_serve::fields::KeepAlive,
     /// Speculative decoding for every request that does not send
     /// `"speculative": false`.
     #[command(flatten)]
@@ -166,15 +185,18 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_context: a.ctx,
         kv_type: a.kv_type,
     };
-    let name = a
-        .model
-        .file_name()
-        .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
-        .unwrap_or_else(|| a.model.display().to_string());
+    let paths = models(&a.model, a.models_dir.as_deref())?;
+    if paths.len() > 1 && (a.spec.lookup.is_some() || a.spec.draft.is_some()) {
+        bail!(
+            "--lookup and --draft serve one model; {} are given (--model, --models-dir)",
+            paths.len()
+        );
+    }
     let cfg = ServeConfig {
         host: a.host,
         port: a.port,
-        model_name: name,
+        max_loaded: a.max_loaded.max(1),
+        idle_unload: a.idle_unload,
         max_seqs: a.max_seqs.max(1),
         max_queue: a.max_queue,
         max_n: a.max_n.max(1),
@@ -192,6 +214,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
                 .collect(),
             bound_host: String::new(),
+            cors_origins: Vec::new(),
         },
         cors_origins: a.cors_origin,
         header_timeout: Duration::from_secs(a.header_timeout.max(1)),
@@ -200,19 +223,107 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
         allow_special_in_content: a.allow_special_in_content,
     };
-    let (path, chat_template, max_template_kib) = (a.model, a.chat_template, a.max_template_kib);
-    let spec = a.spec;
-    let verbose = a.verbose;
-    onebit_serve::serve(cfg, move || {
-        load(
-            &path,
-            &exec,
-            chat_template.as_deref(),
-            max_template_kib,
-            &spec,
-            verbose,
-        )
-    })
+    let chat_template = a.chat_template;
+    let max_template_kib = a.max_template_kib;
+    let spec = Arc::new(a.spec);
+    let sources = paths
+        .into_iter()
+        .map(|(name, path)| {
+            let bytes = size_of(&path);
+            let (exec, chat_template, spec) = (exec.clone(), chat_template.clone(), spec.clone());
+            let verbose = a.verbose;
+            ModelSource {
+                name,
+                bytes,
+                load: Arc::new(move || {
+                    load(
+                        &path,
+                        &exec,
+                        chat_template.as_deref(),
+                        max_template_kib,
+                        &spec,
+                        verbose,
+                    )
+                }),
+            }
+        })
+        .collect();
+    onebit_serve::serve(cfg, sources)
+}
+
+/// The (name, path) of every model to serve: each `--model [NAME=]PATH`,
+/// then every .gguf file and directory in `dir`, sorted; a name given
+/// twice is refused with both paths.
+fn models(args: &[String], dir: Option<&Path>) -> Result<Vec<(String, PathBuf)>> {
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for arg in args {
+        let (name, path) = match arg.split_once('=') {
+            Some((n, p)) if !Path::new(arg).exists() && !n.is_empty() && !n.contains('/') => {
+                (n.to_string(), PathBuf::from(p))
+            }
+            _ => {
+                let p = PathBuf::from(arg);
+                (stem(&p), p)
+            }
+        };
+        out.push((name, path));
+    }
+    if let Some(dir) = dir {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read --models-dir {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_dir()
+                    || p.extension().is_some_and(|x| x == "gguf") && !stem(p).starts_with("mmproj")
+            })
+            .collect();
+        found.sort();
+        if found.is_empty() {
+            bail!(
+                "--models-dir {} holds no .gguf file or pack directory",
+                dir.display()
+            );
+        }
+        out.extend(found.into_iter().map(|p| (stem(&p), p)));
+    }
+    if out.is_empty() {
+        bail!("no model to serve: give --model PATH (repeatable) or --models-dir DIR");
+    }
+    for (i, (name, path)) in out.iter().enumerate() {
+        if let Some((_, first)) = out[..i].iter().find(|(n, _)| n == name) {
+            bail!(
+                "two models are named {name:?}: {} and {} (name one with --model NAME=PATH)",
+                first.display(),
+                path.display()
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// A model's name from its path: the file name less `.gguf`, or the
+/// directory name of a pack.
+fn stem(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// Bytes of a file, or of the files of a directory (0 when unreadable:
+/// loading it will say why).
+fn size_of(p: &Path) -> u64 {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(p)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
 }
 
 /// The model, tokenizer, chat template and stop ids, as the server runs them.
@@ -238,7 +349,7 @@ fn load(
         }
         None => {
             eprintln!(
-                "[serve] {} has no chat template: chat requests will be refused (pass --chat-template FILE)",
+                "[serve] {} has no chat template, and its family none known: chat requests will be refused (pass --chat-template FILE)",
                 path.display()
             );
             None

@@ -86,7 +86,6 @@ impl Server {
 
 fn body(prompt: &str, stream: bool) -> Vec<u8> {
     json!({
-        "model": "x",
         "messages": [{"role": "user", "content": prompt}],
         "temperature": 0,
         "max_tokens": MAX_TOKENS,

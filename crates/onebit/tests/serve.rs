@@ -55,7 +55,7 @@ impl Server {
 }
 
 fn greedy(prompt: &str, max_tokens: u32) -> Value {
-    json!({"model": "x", "messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens})
+    json!({"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": max_tokens})
 }
 
 /// One HTTP/1.1 request on a fresh connection; the body, de-chunked.
@@ -468,16 +468,76 @@ fn sigterm_shuts_down_gracefully() {
     assert!(log.iter().any(|l| l.contains("[serve] stopped")), "{log:?}");
 }
 
-#[test]
-fn a_model_without_a_template_refuses_chat_unless_given_one() {
-    let srv = Server::start(onebit_testdata::GEMMA3_270M, &["--threads", "1"]);
-    let (status, v) = srv.post("/v1/chat/completions", &greedy("Hi", 2));
-    assert_eq!(status, 400, "{v}");
-    assert_eq!(v["error"]["code"], "no_chat_template");
-    assert!(v["error"]["message"]
-        .as_str()
+/// One request on a fresh connection: status, the head's header lines
+/// (names lowercased) and the de-chunked body.
+fn http_head(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, String) {
+    let mut s = common::connect(port, Duration::from_secs(120)).unwrap();
+    s.write_all(common::head(method, path, body.len()).as_bytes())
+        .unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (h, rest) = text.split_once("\r\n\r\n").expect("a response head");
+    let mut lines = h.lines();
+    let status = lines
+        .next()
         .unwrap()
-        .contains("--chat-template"));
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        common::dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, headers, body)
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn gemma3_chats_through_its_family_template_when_its_file_has_none() {
+    // Gemma 3 270M's GGUF carries no tokenizer.chat_template: the gemma3
+    // family's known template serves chat.
+    let body = greedy("Name a colour.", 8).to_string();
+    let srv = Server::start(onebit_testdata::GEMMA3_270M, &["--threads", "1"]);
+    let (status, family_head, family) =
+        http_head(srv.port, "POST", "/v1/chat/completions", body.as_bytes());
+    assert_eq!(status, 200, "{family}");
+    let family: Value = serde_json::from_str(&family).unwrap();
+    // The family template's own rule (roles alternate) comes back as a 400.
+    let (status, v) = srv.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("alternate"),
+        "{v}"
+    );
     // Completions need no template.
     let (status, v) = srv.post(
         "/v1/completions",
@@ -493,26 +553,49 @@ fn a_model_without_a_template_refuses_chat_unless_given_one() {
     );
     drop(srv);
 
+    // The same request under testdata's gemma3.jinja, given by hand: the
+    // same prompt tokens (count and hash of their ids) and the same answer.
     let tmpl = onebit_testdata::dir().join("chat-templates/gemma3.jinja");
     let srv = Server::start(
         onebit_testdata::GEMMA3_270M,
         &["--threads", "1", "--chat-template", tmpl.to_str().unwrap()],
     );
+    let (status, given_head, given) =
+        http_head(srv.port, "POST", "/v1/chat/completions", body.as_bytes());
+    assert_eq!(status, 200, "{given}");
+    let given: Value = serde_json::from_str(&given).unwrap();
+    assert_eq!(
+        family["usage"]["prompt_tokens"],
+        given["usage"]["prompt_tokens"]
+    );
+    let hash = |h: &[(String, String)]| header(h, "x-onebit-prefix-hash").map(str::to_string);
+    assert!(hash(&family_head).is_some(), "{family_head:?}");
+    assert_eq!(hash(&family_head), hash(&given_head));
+    assert_eq!(
+        family["choices"][0]["message"]["content"],
+        given["choices"][0]["message"]["content"]
+    );
+}
+
+#[test]
+fn a_model_with_no_known_template_refuses_chat() {
+    // SmolLM2 (family llama, which has no known template) with its
+    // tokenizer.chat_template removed.
+    let src = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+    let g = onebit_formats::gguf::Gguf::open(&src).unwrap();
+    let mut w = onebit_formats::gguf::writer::GgufWriter::from_gguf(&g);
+    w.remove_kv("tokenizer.chat_template");
+    let dir = onebit_testdata::TempDir::new("no-template");
+    let path = dir.file("smollm2-no-template.gguf", &w.to_bytes());
+    drop(g);
+    let srv = Server::start(path.to_str().unwrap(), &["--threads", "1"]);
     let (status, v) = srv.post("/v1/chat/completions", &greedy("Hi", 2));
-    assert_eq!(status, 200, "{v}");
-    // The template's own rule (roles alternate) comes back as a 400.
-    let (status, v) = srv.post(
-        "/v1/chat/completions",
-        &json!({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}),
-    );
     assert_eq!(status, 400, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("alternate"),
-        "{v}"
-    );
+    assert_eq!(v["error"]["code"], "no_chat_template");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--chat-template"));
 }
 
 #[test]
@@ -541,15 +624,27 @@ fn run_chat_uses_the_template() {
     assert!(text.contains("Paris"), "{text}");
     assert!(!text.contains("<|im_end|>"));
 
+    // Gemma 3 270M carries no template: its family's, and a [semantics]
+    // line says where that came from.
     let out = Command::new(common::BIN)
-        .args(["run", "--chat", "--prompt", "hi", "--model"])
+        .args([
+            "run",
+            "--chat",
+            "--max-tokens",
+            "4",
+            "--threads",
+            "1",
+            "--prompt",
+            "hi",
+            "--model",
+        ])
         .arg(onebit_testdata::real_model(onebit_testdata::GEMMA3_270M))
         .output()
         .unwrap();
-    assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("no chat template") && err.contains("--chat-template"),
+        err.contains("[semantics] chat template") && err.contains("gemma3.jinja"),
         "{err}"
     );
 }

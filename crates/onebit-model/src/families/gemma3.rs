@@ -19,7 +19,7 @@ use serde_json::{json, Value as Json};
 
 use super::common::{base, qk_norm};
 use super::decls::{self as k, keys, ContainerKind, Decls};
-use super::{Family, ImportRules, PackNames};
+use super::{Family, ImportRules, KnownTemplate, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
 
@@ -57,6 +57,56 @@ pub const FAMILY: Family = Family {
         eps_key: "rms_norm_eps",
         config: config_json,
     }),
+};
+
+/// The chat template Gemma 3's instruction-tuned models use, for a file that
+/// carries none (Gemma 3 270M's GGUF has no `tokenizer.chat_template`).
+/// The text is Google's, the `chat_template` of the `tokenizer_config.json`
+/// in the google/gemma-3-*-it repositories on Hugging Face, as stored in
+/// testdata/chat-templates/gemma3.jinja (a test checks they agree).
+pub const CHAT_TEMPLATE: KnownTemplate = KnownTemplate {
+    text: r#"{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"#,
+    source: "Google's Gemma 3 chat template (tokenizer_config.json of google/gemma-3-*-it; testdata/chat-templates/gemma3.jinja)",
 };
 
 // gemma3's own keys (the shared ones are in decls.rs).

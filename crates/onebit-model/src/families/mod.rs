@@ -24,7 +24,7 @@ use onebit_formats::q4nx::Q4Kind;
 use serde_json::Value as Json;
 
 use crate::error::{ModelError, Result};
-use crate::semantics::Semantics;
+use crate::semantics::{Semantics, Sourced};
 use decls::Decls;
 
 /// A family: one row, declared in the family's own file (`pub const
@@ -96,6 +96,33 @@ pub const FAMILIES: &[&Family] = &[
 /// there compare logits and continue sequences, which these do not have.
 pub const EMBEDDING_FAMILIES: &[&Family] = &[&gemma_embedding::FAMILY];
 
+/// A chat template a family is known to use, with where its text comes
+/// from: the fallback for a model file that carries no template.
+pub struct KnownTemplate {
+    pub text: &'static str,
+    pub source: &'static str,
+}
+
+/// Families' known chat templates (each declared in its family's file), by
+/// architecture. A family absent here has none: a model of it without a
+/// template of its own takes no chat (ChatML, llama.cpp's fallback, is
+/// wrong for most families).
+pub const CHAT_TEMPLATES: &[(&str, &KnownTemplate)] =
+    &[(gemma3::FAMILY.arch, &gemma3::CHAT_TEMPLATE)];
+
+/// The known chat template of family `arch`, with its source.
+pub fn known_chat_template(arch: &str) -> Option<Sourced<&'static str>> {
+    CHAT_TEMPLATES
+        .iter()
+        .find(|(a, _)| *a == arch)
+        .map(|(a, t)| {
+            Sourced::new(
+                t.text,
+                format!("the {a} family's known template: {}", t.source),
+            )
+        })
+}
+
 pub fn by_arch(arch: &str) -> Option<&'static Family> {
     FAMILIES
         .iter()
@@ -128,4 +155,33 @@ pub fn semantics_from_gguf(g: &Gguf) -> Result<Semantics> {
     })?;
     let dims = |name: &str| g.tensor(name).map(|t| t.dims.clone());
     (fam.semantics)(&Decls::gguf(g, fam.arch, &dims))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_chat_templates_are_the_reference_texts_and_name_their_source() {
+        // gemma3's is Google's template as testdata keeps it (the file the
+        // chat-template renderings of onebit-text are checked against).
+        let reference = include_str!("../../../../testdata/chat-templates/gemma3.jinja");
+        let t = known_chat_template("gemma3").expect("gemma3 has a known template");
+        assert_eq!(t.value, reference);
+        assert!(
+            t.source.contains("gemma3") && t.source.contains("google/gemma-3"),
+            "{}",
+            t.source
+        );
+        // Every row names a family onebit runs, once.
+        for (i, (arch, _)) in CHAT_TEMPLATES.iter().enumerate() {
+            assert!(by_arch(arch).is_some(), "{arch}");
+            assert!(
+                !CHAT_TEMPLATES[..i].iter().any(|(a, _)| a == arch),
+                "{arch}"
+            );
+        }
+        // A family with no row has none: no guess (such as ChatML).
+        assert!(known_chat_template("llama").is_none());
+    }
 }

@@ -1,0 +1,55 @@
+//! The pieces every response is made of: a JSON body with its status, the
+//! OpenAI error shape for an [`ApiError`], and the ids and times responses
+//! carry. A leaf: it knows no route, protocol or model.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::api::ApiError;
+
+/// `body` (JSON text) with `status`.
+pub fn json_response(status: u16, body: String) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A 503 says when to retry.
+pub fn retry_after(r: &mut Response, status: u16) {
+    if status == 503 {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = json_response(self.status, self.body());
+        retry_after(&mut r, self.status);
+        r
+    }
+}
+
+/// Seconds since the epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A fresh random value (ids of responses and calls, unseeded sampling).
+pub fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    static N: AtomicU64 = AtomicU64::new(0);
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}

@@ -1,0 +1,580 @@
+//! Running a request on a model, whatever protocol it came in: the prompt
+//! rendered and tokenized ([`prepare`], on the blocking pool), its jobs set
+//! up and submitted once ([`submit`]: seeds, the `max_tokens` cap, grammars),
+//! the engine's events turned into per-choice text ([`drive`]), and an
+//! embedding run ([`embed`]). The protocols (OpenAI, Ollama) above it only
+//! parse requests and shape answers; below it is only the application state.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::HeaderValue;
+use axum::response::Response;
+use onebit_model::sampler::SamplerConfig;
+use onebit_model::{Logits, Model};
+use onebit_text::{StreamDecoder, Tokenizer};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::affinity::{prefix_hash, AFFINITY_HEADER};
+use crate::api::{ApiError, Endpoint, Prompt, Request};
+use crate::app::{App, Served};
+use crate::constrain::{Constraint, Grammar};
+use crate::engine::{Event, Finish, GenParams, Job, TokenLogprob};
+use crate::prompt;
+use crate::reply::random_u64;
+use crate::text::{Split, StopMatcher, ThinkSplitter};
+use crate::tools::{self, CallFormat};
+
+/// Runs `f` on the blocking pool, never on the runtime's thread (a large
+/// body takes a while to parse, a large prompt seconds to tokenize).
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::server(format!("preparing the request failed: {e}")))?
+}
+
+/// Ok for a model that generates; a 400 naming `model` for one that does
+/// not (an embedding model).
+pub fn check_generative(m: &Served) -> Result<(), ApiError> {
+    match &m.generative {
+        Ok(()) => Ok(()),
+        Err(why) => Err(ApiError::invalid("model", why.clone())),
+    }
+}
+
+/// A request ready to run: its prompt ids and what shapes the output.
+pub struct Prepared {
+    pub req: Request,
+    pub ids: Arc<Vec<u32>>,
+    /// The template knows `<think>`: split a reasoning block off.
+    pub think: bool,
+    /// The rendered prompt ends inside an open `<think>` block.
+    pub think_open: bool,
+    /// Replies are parsed for tool calls in this format.
+    pub tool_format: Option<&'static CallFormat>,
+    /// The output grammar, compiled.
+    pub constraint: Option<Constraint>,
+    /// Control tokens are kept in the text (a call marker is one).
+    pub keep_special: bool,
+}
+
+/// Compiles a request's grammar; a schema or grammar the library cannot
+/// handle is a 400 naming the parameter and llguidance's reason.
+fn compile(m: &Served, g: &Grammar, param: &'static str) -> Result<Constraint, ApiError> {
+    let c = m.constrainer.get_or_init(|| match m.grammar_eos {
+        Some(eos) => crate::constrain::Constrainer::new(&m.tok, eos),
+        None => Err("the model declares no stop token to end a grammar with".into()),
+    });
+    let c = c.as_ref().map_err(|e| {
+        ApiError::invalid(
+            param,
+            format!("constrained decoding is unavailable for this model: {e}"),
+        )
+    })?;
+    let k = c.compile(g).map_err(|e| {
+        let what = match param {
+            "grammar" => "the grammar (`grammar`)",
+            "response_format" => "the JSON schema (`response_format`)",
+            "format" => "the JSON schema (`format`)",
+            _ => "the tools' parameter schemas (`tools`)",
+        };
+        ApiError::invalid(
+            param,
+            format!("{what} cannot be used for constrained decoding: {e}"),
+        )
+        .with_code("unsupported_schema")
+    })?;
+    // A forced call's arguments are JSON: their numbers get the digit bound.
+    Ok(if param == "tools" {
+        k.bound_numbers()
+    } else {
+        k
+    })
+}
+
+/// Renders and tokenizes `req` for model `m`; run it on the blocking pool.
+/// `grammar_param` is the field the client wrote its output format in
+/// (`response_format` for OpenAI, `format` for Ollama), so an error about
+/// it names that field.
+pub fn prepare(
+    app: &App,
+    m: &Served,
+    ep: Endpoint,
+    req: Request,
+    grammar_param: &'static str,
+) -> Result<Prepared, ApiError> {
+    check_generative(m)?;
+    if let Some(&(bad, _)) = req
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= m.n_vocab)
+    {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!(
+                "`logit_bias` names token {bad}, outside the vocabulary ({} tokens)",
+                m.n_vocab
+            ),
+        ));
+    }
+    let mut tool_format = None;
+    let mut keep_special = false;
+    let mut grammar = req.grammar.clone().map(|g| {
+        let param = if matches!(g, Grammar::Lark(_)) {
+            "grammar"
+        } else {
+            grammar_param
+        };
+        (g, param)
+    });
+    let (ids, think, think_open) = match &req.prompt {
+        Prompt::Chat(messages) => {
+            let t = m.template.as_ref().ok_or_else(|| {
+                ApiError::invalid(
+                    "messages",
+                    format!("model {} has no chat template, so it cannot take chat requests; start the server with --chat-template FILE, or use /v1/completions", m.name),
+                )
+                .with_code("no_chat_template")
+            })?;
+            // Tools: the template's own way when it knows tools, else the
+            // generic fallback (tools in a system message, calls as JSON).
+            let spec = req.tools.as_ref();
+            let known = tools::detect(t.source());
+            let has_tool_turns = messages.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some())
+            });
+            let mut kwargs = req.template_kwargs.clone();
+            let fallback;
+            let messages = match known {
+                Some(_) => {
+                    if let Some(spec) = spec.filter(|s| s.parsed()) {
+                        kwargs
+                            .get_or_insert_with(Default::default)
+                            .insert("tools".into(), Value::Array(spec.tools.clone()));
+                    }
+                    if has_tool_turns {
+                        fallback = tools::arguments_as_objects(messages);
+                        &fallback
+                    } else {
+                        messages
+                    }
+                }
+                None if spec.is_some() || has_tool_turns => {
+                    let m = tools::fallback_messages(messages, spec);
+                    fallback = if has_tool_turns {
+                        tools::merge_adjacent_users(m)
+                    } else {
+                        m
+                    };
+                    &fallback
+                }
+                None => messages,
+            };
+            if let Some(spec) = spec.filter(|s| s.parsed()) {
+                let f = match known {
+                    // No grammar for Python literals or Gemma's syntax: a
+                    // forced LFM2 or Gemma call is written (and parsed) as
+                    // the generic JSON envelope.
+                    Some(f) if spec.forced() && !f.body.json_forcible() => &tools::GENERIC,
+                    Some(f) => f,
+                    None => &tools::GENERIC,
+                };
+                tool_format = Some(if spec.forced() { tools::forced(f) } else { f });
+                let special = |s: &str| m.tok.token_to_id(s).filter(|&id| m.tok.is_special(id));
+                keep_special = !f.open.is_empty() && special(f.open).is_some();
+                if spec.forced() {
+                    grammar = Some((tools::forced_grammar(spec, f, special), "tools"));
+                }
+            }
+            let r = prompt::render(t, messages, kwargs.as_ref(), !app.allow_special_in_content)?;
+            check_bytes(m, ep, r.text.len())?;
+            let ids = prompt::ids(&m.tok, &r, messages, app.allow_special_in_content)?;
+            let text = r.text;
+            let think = t.source().contains("<think>");
+            let open = think && {
+                let tail = text.trim_end();
+                tail.rfind("<think>") > tail.rfind("</think>")
+            };
+            (ids, think, open)
+        }
+        Prompt::Text(s) => (
+            check_bytes(m, ep, s.len()).and_then(|_| {
+                m.tok.encode(s, true).map_err(|e| {
+                    ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}"))
+                })
+            })?,
+            false,
+            false,
+        ),
+        Prompt::Tokens(t) => {
+            if let Some(bad) = t.iter().find(|&&id| id as usize >= m.n_vocab) {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!(
+                        "token id {bad} is outside the vocabulary ({} tokens)",
+                        m.n_vocab
+                    ),
+                ));
+            }
+            (t.clone(), false, false)
+        }
+    };
+    if ids.is_empty() {
+        return Err(ApiError::invalid("prompt", "the prompt has no tokens"));
+    }
+    if ids.len() >= m.ctx {
+        return Err(ApiError::invalid(
+            prompt_param(ep),
+            format!(
+                "the prompt has {} tokens, but this server's context holds {} (prompt plus at least one generated token)",
+                ids.len(),
+                m.ctx
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let constraint = match &grammar {
+        Some((g, param)) => Some(compile(m, g, param)?),
+        None => None,
+    };
+    Ok(Prepared {
+        req,
+        ids: Arc::new(ids),
+        think,
+        think_open,
+        tool_format,
+        constraint,
+        keep_special,
+    })
+}
+
+fn prompt_param(ep: Endpoint) -> &'static str {
+    if ep == Endpoint::Chat {
+        "messages"
+    } else {
+        "prompt"
+    }
+}
+
+/// Refuses, before tokenizing, a prompt text too long for the context
+/// whatever its tokens: `bytes` of text need at least
+/// `bytes / max_token_bytes` tokens.
+fn check_bytes(m: &Served, ep: Endpoint, bytes: usize) -> Result<(), ApiError> {
+    let least = bytes / m.max_token_bytes;
+    if least < m.ctx {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        prompt_param(ep),
+        format!(
+            "the prompt is {bytes} bytes, so at least {least} tokens (no token is longer than {} bytes), but this server's context holds {}",
+            m.max_token_bytes, m.ctx
+        ),
+    )
+    .with_code("context_length_exceeded"))
+}
+
+/// Tokens a request may generate: what it asks (all the context's room
+/// when it asks none), within the room and the server's `--max-tokens`.
+pub fn max_new(asked: Option<usize>, room: usize, cap: usize) -> usize {
+    let cap = match cap {
+        0 => usize::MAX,
+        c => c,
+    };
+    asked.map_or(room, |a| a.min(room)).min(cap)
+}
+
+/// The request's choices as jobs on `m`'s engine: choice `i` samples with
+/// seed `seed + i`, each gets its own fork of the grammar. A full queue is
+/// a 503 (and nothing of the request is queued).
+pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> {
+    let req = &p.req;
+    let n = req.n.max(1);
+    let mut constraints: Vec<Option<Constraint>> = (0..n)
+        .map(|i| {
+            if i + 1 < n {
+                p.constraint.as_ref().map(Constraint::fork)
+            } else {
+                p.constraint.take()
+            }
+        })
+        .collect();
+    let max_new = max_new(req.max_tokens, m.ctx - p.ids.len(), app.max_tokens);
+    let base_seed = req.seed.unwrap_or_else(random_u64);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let submitted = Instant::now();
+    let cancels: Vec<Arc<AtomicBool>> = (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let jobs = (0..n)
+        .map(|i| Job {
+            prompt: p.ids.clone(),
+            params: GenParams {
+                max_new,
+                sampler: SamplerConfig {
+                    temperature: req.temperature,
+                    top_k: req.top_k,
+                    top_p: req.top_p,
+                    seed: base_seed.wrapping_add(i as u64),
+                },
+                presence_penalty: req.presence_penalty,
+                frequency_penalty: req.frequency_penalty,
+                logprobs: req.logprobs,
+                speculative: req.speculative,
+                logit_bias: req.logit_bias.clone(),
+            },
+            index: i,
+            tx: tx.clone(),
+            cancel: cancels[i].clone(),
+            submitted,
+            constraint: constraints[i].take(),
+        })
+        .collect();
+    drop(tx);
+    if m.engine.submit(jobs).is_err() {
+        return Err(app.queue_full());
+    }
+    Ok(Run {
+        rx,
+        cancels,
+        stops: req.stop.clone(),
+        think: p.think,
+        think_open: p.think_open,
+        logprobs: req.logprobs.is_some(),
+        keep_special: p.keep_special,
+        affinity: prefix_hash(&p.ids),
+    })
+}
+
+/// A submitted request: the engine's events and what turns them into text.
+pub struct Run {
+    pub rx: mpsc::UnboundedReceiver<Event>,
+    pub cancels: Vec<Arc<AtomicBool>>,
+    pub stops: Vec<String>,
+    pub think: bool,
+    pub think_open: bool,
+    pub logprobs: bool,
+    pub keep_special: bool,
+    /// The prompt's routing hint (see [`crate::affinity`]).
+    pub affinity: HeaderValue,
+}
+
+/// Marks a completion response with its prompt's routing hint: every
+/// completion, whatever its protocol, carries it.
+pub fn mark(r: &mut Response, affinity: HeaderValue) {
+    r.headers_mut().insert(AFFINITY_HEADER, affinity);
+}
+
+/// One generated token as logprobs report it.
+pub struct LpEntry {
+    pub id: u32,
+    pub lp: TokenLogprob,
+}
+
+/// What happened to one choice since the last report.
+pub enum Update {
+    Delta {
+        index: usize,
+        split: Split,
+        logprobs: Vec<LpEntry>,
+    },
+    Finished {
+        index: usize,
+        finish: Finish,
+    },
+}
+
+struct Choice<'t> {
+    dec: StreamDecoder<'t>,
+    stop: StopMatcher,
+    think: ThinkSplitter,
+    tokens: usize,
+    cached: usize,
+    finish: Option<Finish>,
+}
+
+/// Turns engine events into per-choice text updates; returns per choice
+/// (completion tokens, cached tokens, finish).
+pub async fn drive(
+    tok: &Tokenizer,
+    mut run: Run,
+    mut emit: impl FnMut(Update) -> bool,
+) -> Result<Vec<(usize, usize, Finish)>, ApiError> {
+    let n = run.cancels.len();
+    let mut choices: Vec<Choice> = (0..n)
+        .map(|_| Choice {
+            dec: StreamDecoder::with_skip_special(tok, !run.keep_special),
+            stop: StopMatcher::new(run.stops.clone()),
+            think: ThinkSplitter::new(run.think, run.think_open),
+            tokens: 0,
+            cached: 0,
+            finish: None,
+        })
+        .collect();
+    while choices.iter().any(|c| c.finish.is_none()) {
+        let Some(ev) = run.rx.recv().await else {
+            return Err(ApiError::server(
+                "the engine stopped before finishing the request",
+            ));
+        };
+        let (index, piece, lp, end) = match ev {
+            Event::Started { index, cached } => {
+                choices[index].cached = cached;
+                continue;
+            }
+            Event::Failed { message, .. } => return Err(ApiError::server(message)),
+            Event::Token { index, id, logprob } => {
+                let c = &mut choices[index];
+                if c.finish.is_some() {
+                    continue; // already ended by a stop string
+                }
+                c.tokens += 1;
+                let piece = c
+                    .dec
+                    .push(id)
+                    .map_err(|e| ApiError::server(format!("detokenizing: {e}")))?;
+                (index, piece, logprob.map(|lp| LpEntry { id, lp }), None)
+            }
+            Event::Done { index, finish } => {
+                let c = &mut choices[index];
+                if c.finish.is_some() {
+                    continue;
+                }
+                let mut rest = c.dec.finish();
+                if finish == Finish::Length {
+                    // Cut by max_tokens mid-character: the decoder holds the
+                    // incomplete bytes back and would give them as U+FFFD.
+                    let whole = rest.trim_end_matches('\u{FFFD}').len();
+                    rest.truncate(whole);
+                }
+                (index, rest, None, Some(finish))
+            }
+        };
+        let c = &mut choices[index];
+        let mut text = c.stop.push(&piece);
+        let mut end = end;
+        if c.stop.stopped {
+            run.cancels[index].store(true, Ordering::Relaxed);
+            end = Some(Finish::Stop);
+        } else if end.is_some() {
+            text.push_str(&c.stop.finish());
+        }
+        let mut split = c.think.push(&text);
+        if end.is_some() {
+            let rest = c.think.finish();
+            split.reasoning.push_str(&rest.reasoning);
+            split.content.push_str(&rest.content);
+        }
+        let logprobs: Vec<LpEntry> = lp.into_iter().filter(|_| run.logprobs).collect();
+        if (!split.is_empty() || !logprobs.is_empty())
+            && !emit(Update::Delta {
+                index,
+                split,
+                logprobs,
+            })
+        {
+            break;
+        }
+        if let Some(finish) = end {
+            c.finish = Some(finish);
+            if !emit(Update::Finished { index, finish }) {
+                break;
+            }
+        }
+    }
+    Ok(choices
+        .iter()
+        .map(|c| (c.tokens, c.cached, c.finish.unwrap_or(Finish::Stop)))
+        .collect())
+}
+
+/// The vectors of `texts` on model `m` and the number of tokens they took:
+/// each text runs alone on a fresh sequence, on the engine thread between
+/// decode steps, so its vector is the same whatever else the server does.
+pub async fn embed(
+    app: &App,
+    m: &Arc<Served>,
+    texts: Vec<String>,
+) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
+    let pooling = m.pooling.clone().map_err(|why| {
+        ApiError::invalid(
+            "model",
+            format!("model {} cannot give embeddings: {why}", m.name),
+        )
+    })?;
+    // Tokenize on the blocking pool, as prompts are.
+    let m2 = m.clone();
+    let ids: Vec<Vec<u32>> = blocking(move || {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let ids = m2.tok.encode(t, true).map_err(|e| {
+                    ApiError::invalid("input", format!("cannot tokenize input {i}: {e}"))
+                })?;
+                if ids.is_empty() {
+                    return Err(ApiError::invalid(
+                        "input",
+                        format!("input {i} has no tokens"),
+                    ));
+                }
+                if ids.len() > m2.ctx {
+                    return Err(ApiError::invalid(
+                        "input",
+                        format!(
+                            "input {i} has {} tokens, but this server's context holds {}",
+                            ids.len(),
+                            m2.ctx
+                        ),
+                    )
+                    .with_code("context_length_exceeded"));
+                }
+                Ok(ids)
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?;
+    let n_tokens = ids.iter().map(Vec::len).sum();
+    let (tx, rx) = oneshot::channel();
+    let task = Box::new(move |model: &Model| {
+        let width = model.sem.dims.n_embd;
+        let r = ids
+            .iter()
+            .map(|ids| {
+                let mut state = model.new_state();
+                model
+                    .forward(&mut state, ids, Logits::Hidden)
+                    .map(|rows| pooling.pool_through(&rows, width, |v| model.pooled_head(v)))
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, String>>();
+        let _ = tx.send(r);
+    });
+    if m.engine.run_task(task).is_err() {
+        return Err(app.queue_full());
+    }
+    let vectors = rx
+        .await
+        .map_err(|_| ApiError::server("the engine stopped before finishing the request"))?
+        .map_err(ApiError::server)?;
+    Ok((vectors, n_tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_new_is_the_least_of_ask_room_and_cap() {
+        // Asked 10 with room 100 and no cap (0): 10. Asked none: the room,
+        // within the cap. Asked past the room: the room.
+        assert_eq!(max_new(Some(10), 100, 0), 10);
+        assert_eq!(max_new(None, 100, 0), 100);
+        assert_eq!(max_new(None, 100, 40), 40);
+        assert_eq!(max_new(Some(500), 100, 0), 100);
+        assert_eq!(max_new(Some(50), 100, 40), 40);
+    }
+}

@@ -1,0 +1,205 @@
+//! `onebit serve` with many models: three names over the two real models
+//! (SmolLM2-135M under its file stem and again as `smol2`, Gemma 3 270M as
+//! `gemma`) with `--max-loaded 2`. Each request gets its own model's greedy
+//! answer, the same as `onebit run` on that model; loading a third evicts
+//! the least recently used; `keep_alive: 0` unloads; an unknown name is a
+//! 404 in each protocol's error shape.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod common;
+use common::Server;
+
+const PROMPT: &str = "The capital of France is";
+const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+fn call(port: u16, method: &str, path: &str, body: &Value) -> (u16, Value) {
+    let data = if body.is_null() {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let (s, b) = common::request(port, method, path, &data, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let v = serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path}: {e}: {b}"));
+    (s, v)
+}
+
+/// `onebit run`'s greedy continuation of PROMPT on `model` (6 tokens).
+fn run_greedy(model: &std::path::Path) -> String {
+    let out = Command::new(common::BIN)
+        .args([
+            "run",
+            "--threads",
+            "1",
+            "--max-tokens",
+            "6",
+            "--prompt",
+            PROMPT,
+            "--model",
+        ])
+        .arg(model)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The served continuation of PROMPT by model `name` (6 greedy tokens).
+fn served(port: u16, name: &str) -> String {
+    let (s, v) = call(
+        port,
+        "POST",
+        "/v1/completions",
+        &json!({"model": name, "prompt": PROMPT, "max_tokens": 6, "temperature": 0}),
+    );
+    assert_eq!(s, 200, "{name}: {v}");
+    assert_eq!(v["model"], name, "{v}");
+    v["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+/// The names `/api/ps` lists as loaded, sorted.
+fn loaded(port: u16) -> Vec<String> {
+    let (s, v) = call(port, "GET", "/api/ps", &Value::Null);
+    assert_eq!(s, 200, "{v}");
+    let mut names: Vec<String> = v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits (10 s at most) for `/api/ps` to list exactly `want`.
+fn wait_loaded(port: u16, want: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = loaded(port);
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "loaded {now:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn three_models_two_loaded_picked_by_name_evicted_lru_and_unloaded_by_keep_alive() {
+    let smol = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+    let gemma = onebit_testdata::real_model(onebit_testdata::GEMMA3_270M);
+    let want_smol = run_greedy(&smol);
+    let want_gemma = run_greedy(&gemma);
+    assert_ne!(want_smol, want_gemma, "the two models must answer apart");
+    let srv = Server::start(
+        onebit_testdata::SMOLLM2_135M,
+        &[
+            "--threads",
+            "1",
+            "--max-loaded",
+            "2",
+            "--model",
+            &format!("gemma={}", gemma.display()),
+            "--model",
+            &format!("smol2={}", smol.display()),
+        ],
+    );
+    let port = srv.port;
+
+    // Every model is listed; only the default one is loaded at start.
+    let (s, v) = call(port, "GET", "/v1/models", &Value::Null);
+    assert_eq!(s, 200, "{v}");
+    let listed: Vec<(&str, bool)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap(), m["loaded"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(listed, [(SMOL, true), ("gemma", false), ("smol2", false)]);
+    let (s, v) = call(port, "GET", "/v1/models/gemma", &Value::Null);
+    assert_eq!((s, v["id"].as_str()), (200, Some("gemma")), "{v}");
+    wait_loaded(port, &[SMOL]);
+
+    // Alternating: each its own model's answer. Loading smol2 as the third
+    // evicts SMOL, used least recently (before gemma); then SMOL again
+    // evicts smol2 (gemma was used after it).
+    assert_eq!(served(port, "gemma"), want_gemma);
+    wait_loaded(port, &[SMOL, "gemma"]);
+    assert_eq!(served(port, "smol2"), want_smol);
+    wait_loaded(port, &["gemma", "smol2"]);
+    assert_eq!(served(port, "gemma"), want_gemma);
+    assert_eq!(served(port, SMOL), want_smol);
+    wait_loaded(port, &[SMOL, "gemma"]);
+    // Ollama's `:latest` tag names the same model.
+    let (s, v) = call(
+        port,
+        "POST",
+        "/api/generate",
+        &json!({"model": "gemma:latest", "prompt": PROMPT, "raw": true, "stream": false,
+                "options": {"temperature": 0, "num_predict": 6}, "keep_alive": 0}),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["response"].as_str().unwrap(), want_gemma, "{v}");
+    // keep_alive 0: gemma unloads once its request is done.
+    wait_loaded(port, &[SMOL]);
+    // A request with nothing to generate and keep_alive 0 unloads at once.
+    let (s, v) = call(
+        port,
+        "POST",
+        "/api/generate",
+        &json!({"model": SMOL, "keep_alive": 0}),
+    );
+    assert_eq!((s, v["done_reason"].as_str()), (200, Some("unload")), "{v}");
+    wait_loaded(port, &[]);
+    // And the next request loads it again.
+    assert_eq!(served(port, SMOL), want_smol);
+
+    // Unknown names: 404, in OpenAI's shape on /v1, Ollama's on /api.
+    let (s, v) = call(
+        port,
+        "POST",
+        "/v1/chat/completions",
+        &json!({"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(s, 404, "{v}");
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    assert_eq!(v["error"]["param"], "model", "{v}");
+    let (s, v) = call(
+        port,
+        "POST",
+        "/api/chat",
+        &json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}], "stream": false}),
+    );
+    assert_eq!(s, 404, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("nope"), "{v}");
+    let (s, _) = call(port, "GET", "/v1/models/nope", &Value::Null);
+    assert_eq!(s, 404);
+
+    // Metrics per model: loads and unloads as above.
+    let (_, text) = common::request(port, "GET", "/metrics", b"", Duration::from_secs(30)).unwrap();
+    let metric = |line: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {line} in\n{text}"))
+    };
+    assert_eq!(metric("onebit_model_loads_total{model=\"gemma\"}"), 1);
+    assert_eq!(metric("onebit_model_unloads_total{model=\"gemma\"}"), 1);
+    assert_eq!(metric("onebit_model_loads_total{model=\"smol2\"}"), 1);
+    assert_eq!(
+        metric(&format!("onebit_model_loads_total{{model=\"{SMOL}\"}}")),
+        3
+    );
+    assert_eq!(
+        metric(&format!("onebit_model_loaded{{model=\"{SMOL}\"}}")),
+        1
+    );
+    assert_eq!(metric("onebit_model_loaded{model=\"gemma\"}"), 0);
+}
