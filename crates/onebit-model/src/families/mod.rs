@@ -13,6 +13,7 @@ pub mod gemma_embedding;
 pub mod hunyuan;
 pub mod lfm2;
 pub mod llama;
+pub mod moe;
 pub mod nanbeige;
 pub mod phi3;
 pub mod qwen2;
