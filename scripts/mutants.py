@@ -22,8 +22,15 @@ FORWARD = "crates/onebit-model/src/forward.rs"
 MODEL_TESTS = ["-p", "onebit-model"]
 PACK_TESTS = ["-p", "onebit-model", "--test", "pack", "--lib"]
 NAMES = "crates/onebit-model/src/pack/names.rs"
+MOE = "crates/onebit-model/src/moe.rs"
 
 MUTANTS = [
+    ("qwen3moe: chosen experts' weights not renormalized", "crates/onebit-model/src/families/qwen3moe.rs",
+     "norm_default: true,", "norm_default: false,", MODEL_TESTS),
+    ("moe: the routed scale not applied", MOE,
+     "chosen.iter_mut().for_each(|(_, w)| *w *= s);", "", MODEL_TESTS),
+    ("moe: the selection bias also weighs the chosen experts", MOE,
+     "chosen.push((e, scores[e]));", "chosen.push((e, select(e)));", MODEL_TESTS),
     ("gemma3: every 6th layer full -> i % 6 == 0", G3,
      "if (i + 1) % p == 0 {", "if i % p == 0 {", MODEL_TESTS),
     ("gemma3: sliding base 10000 when absent -> the model's base", G3,

@@ -218,3 +218,51 @@ fn gemma4_per_layer_ffn_widths_and_v_from_k_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// Routed-experts declarations onebit does not run are refused by the
+/// key's or tensor's name: DeepSeek's group-limited routing, a gating the
+/// family's graph does not run, more chosen experts than there are, dense
+/// layers qwen3moe does not have, a stacked expert tensor of the wrong
+/// shape.
+#[test]
+fn qwen3moe_routing_it_does_not_run_is_refused_by_name() {
+    let cases: [(&str, Value, &str); 4] = [
+        (
+            "qwen3moe.expert_group_count",
+            Value::U32(4),
+            "group-limited",
+        ),
+        ("qwen3moe.expert_gating_func", Value::U32(2), "runs Softmax"),
+        (
+            "qwen3moe.expert_used_count",
+            Value::U32(9),
+            "at most the expert count",
+        ),
+        (
+            "qwen3moe.leading_dense_block_count",
+            Value::U32(1),
+            "does not have",
+        ),
+    ];
+    for (key, v, what) in cases {
+        let e = load_variant("qwen3moe", |w| {
+            w.set_kv(key, v.clone());
+        })
+        .unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{key}: {e}");
+    }
+    let e = load_variant("qwen3moe", |w| {
+        // 7 experts where the model declares 8.
+        w.set_tensor(
+            "blk.1.ffn_up_exps.weight",
+            &[64, 32, 7],
+            GgmlType::F32,
+            vec![0; 64 * 32 * 7 * 4],
+        );
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.1.ffn_up_exps.weight") && e.contains("[64, 32, 8]"),
+        "{e}"
+    );
+}

@@ -19,6 +19,7 @@ pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
+pub mod qwen3moe;
 
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::Q4Kind;
@@ -90,6 +91,7 @@ pub const FAMILIES: &[&Family] = &[
     &qwen35::FAMILY,
     &nanbeige::FAMILY,
     &gemma4::FAMILY,
+    &qwen3moe::FAMILY,
 ];
 
 /// Embedding-only families (bidirectional attention, no generation): loaded
