@@ -27,6 +27,10 @@ MOE = "crates/onebit-model/src/moe.rs"
 MUTANTS = [
     ("qwen3moe: chosen experts' weights not renormalized", "crates/onebit-model/src/families/qwen3moe.rs",
      "norm_default: true,", "norm_default: false,", MODEL_TESTS),
+    ("lfm2moe: leading dense layers treated as routed", "crates/onebit-model/src/semantics.rs",
+     "        il >= self.leading_dense.value", "        il < usize::MAX", MODEL_TESTS),
+    ("lfm2moe: exp_probs_b ignored when choosing", MOE,
+     "        Some(b) => scores[e] + b[e],", "        Some(_) => scores[e],", MODEL_TESTS),
     ("moe: the routed scale not applied", MOE,
      "chosen.iter_mut().for_each(|(_, w)| *w *= s);", "", MODEL_TESTS),
     ("moe: the selection bias also weighs the chosen experts", MOE,

@@ -266,3 +266,30 @@ fn qwen3moe_routing_it_does_not_run_is_refused_by_name() {
         "{e}"
     );
 }
+
+/// lfm2moe reads its gating from `expert_gating_func`: a gating onebit
+/// does not run (3, llama.cpp's softmax over the chosen weights) is
+/// refused by the key's name; a leading dense layer count that leaves no
+/// routed layer, by the key's name too.
+#[test]
+fn lfm2moe_gating_and_dense_layers_it_does_not_run_are_refused_by_name() {
+    let cases: [(&str, Value, &str); 2] = [
+        (
+            "lfm2moe.expert_gating_func",
+            Value::U32(3),
+            "not one onebit runs",
+        ),
+        (
+            "lfm2moe.leading_dense_block_count",
+            Value::U32(6),
+            "no layer routes",
+        ),
+    ];
+    for (key, v, what) in cases {
+        let e = load_variant("lfm2moe", |w| {
+            w.set_kv(key, v.clone());
+        })
+        .unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{key}: {e}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod gemma4;
 pub mod gemma_embedding;
 pub mod hunyuan;
 pub mod lfm2;
+pub mod lfm2moe;
 pub mod llama;
 pub mod moe;
 pub mod nanbeige;
@@ -92,6 +93,7 @@ pub const FAMILIES: &[&Family] = &[
     &nanbeige::FAMILY,
     &gemma4::FAMILY,
     &qwen3moe::FAMILY,
+    &lfm2moe::FAMILY,
 ];
 
 /// Embedding-only families (bidirectional attention, no generation): loaded
