@@ -31,6 +31,8 @@ MUTANTS = [
      "        il >= self.leading_dense.value", "        il < usize::MAX", MODEL_TESTS),
     ("lfm2moe: exp_probs_b ignored when choosing", MOE,
      "        Some(b) => scores[e] + b[e],", "        Some(_) => scores[e],", MODEL_TESTS),
+    ("qwen35moe: the shared expert's gate off", "crates/onebit-model/src/families/qwen35moe.rs",
+     "    shared_gate: true,", "    shared_gate: false,", MODEL_TESTS),
     ("moe: the routed scale not applied", MOE,
      "chosen.iter_mut().for_each(|(_, w)| *w *= s);", "", MODEL_TESTS),
     ("moe: the selection bias also weighs the chosen experts", MOE,

@@ -20,6 +20,7 @@ pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
+pub mod qwen35moe;
 pub mod qwen3moe;
 
 use onebit_formats::gguf::Gguf;
@@ -94,6 +95,7 @@ pub const FAMILIES: &[&Family] = &[
     &gemma4::FAMILY,
     &qwen3moe::FAMILY,
     &lfm2moe::FAMILY,
+    &qwen35moe::FAMILY,
 ];
 
 /// Embedding-only families (bidirectional attention, no generation): loaded
