@@ -384,6 +384,285 @@ def spec_gemma_embedding(hp):
     return keys, t
 
 
+def routing_code(hp):
+    """The routed families' fixture design, so that every token's k-th and (k+1)-th router
+    scores are far apart (a choice that flips between two engines moves the logits far):
+    the first n_expert dims of each token embedding hold a code, the ranks 1..n_expert of a
+    random permutation times code_scale / n_expert; no matrix writes those dims back into
+    the residual stream (their rows of attn_output and ffn_down_exps are 0) and the norm
+    weights there are exactly 1, so the code reaches every layer's router unchanged but for
+    the RMS scale. Layer i's router reads code dim (e + 3 i) % n_expert for expert e with
+    weight router_gain, plus N(0, (router_noise/sqrt(n_embd))^2) on every dim."""
+    e, ne = hp["n_embd"], hp["n_expert"]
+    keep = np.ones(e)
+    keep[:ne] = 0.0
+    one = 1.0 - keep
+
+    def router(i):
+        p = np.zeros((ne, e))
+        for x in range(ne):
+            p[x, (x + 3 * i) % ne] = hp["router_gain"]
+        return ("normal", (ne, e), hp.get("router_noise", 0.1) / math.sqrt(e), 0.0, np.ones((ne, e)), p)
+
+    return {"embd": ("routing_code", (hp["n_vocab"], e), hp["embd_std"], ne, hp["code_scale"]),
+            "out_rows": keep[:, None], "down_rows": keep[None, :, None], "norm": (keep, one), "router": router}
+
+
+def spec_qwen3moe(hp):
+    """The qwen3 body (q/k RMSNorm before NEOX RoPE) with routed experts in every layer
+    (src/models/qwen3moe.cpp): ffn_gate_inp, stacked ffn_{gate,up,down}_exps; the routing
+    code of routing_code()."""
+    arch, u32 = "qwen3moe", gguf.GGUFValueType.UINT32
+    e, ne, ff, nh, hd = hp["n_embd"], hp["n_expert"], hp["n_ff_exp"], hp["n_head"], hp["head_dim"]
+    rc = routing_code(hp)
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
+        (f"{arch}.rope.dimension_count", hd, u32),
+        (f"{arch}.expert_count", ne, u32), (f"{arch}.expert_used_count", hp["n_expert_used"], u32),
+        (f"{arch}.expert_feed_forward_length", ff, u32)]
+    t = [("token_embd.weight", rc["embd"])]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        # attn_norm .. ffn_norm of the llama-like block, then the routed FFN; a stacked
+        # tensor's NumPy shape is [experts, outputs, inputs] (ggml [inputs, outputs, experts]).
+        blk = llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))[:-3]
+        blk = [(n, ("normal", (e, nh * hd), 0.5 / math.sqrt(nh * hd), 0.0, rc["out_rows"]))
+               if n.endswith("attn_output.weight") else
+               (n, ("normal", (e,), 0.1, 0.0, *rc["norm"])) if n.endswith("ffn_norm.weight") else (n, init)
+               for n, init in blk]
+        t += blk + [(b + "ffn_gate_inp.weight", rc["router"](i)),
+                    (b + "ffn_gate_exps.weight", ("normal", (ne, ff, e), 1 / math.sqrt(e), 0.0)),
+                    (b + "ffn_up_exps.weight", ("normal", (ne, ff, e), 1 / math.sqrt(e), 0.0)),
+                    (b + "ffn_down_exps.weight", ("normal", (ne, e, ff), 0.5 / math.sqrt(ff), 0.0, rc["down_rows"]))]
+    return keys, t + head(hp)
+
+
+def spec_lfm2moe(hp):
+    """lfm2's short-conv and attention layers; the first leading_dense layers' FFNs dense, the
+    others routed (src/models/lfm2.cpp, lfm2moe): sigmoid gating, exp_probs_b choosing; the
+    routing code of routing_code(), whose dims no conv, attention or FFN output writes."""
+    arch, u32 = "lfm2moe", gguf.GGUFValueType.UINT32
+    e, L, ne, ff = hp["n_embd"], hp["n_layer"], hp["n_expert"], hp["n_ff_exp"]
+    rc = routing_code(hp)
+    kv = [hp["n_head_kv"] if i in hp["attn_layers"] else 0 for i in range(L)]
+    keys = [(k, kv, gguf.GGUFValueType.ARRAY) if k == f"{arch}.attention.head_count_kv" else (k, v, ty)
+            for k, v, ty in common_keys(arch, hp)] + [
+        (f"{arch}.shortconv.l_cache", hp["l_cache"], u32),
+        (f"{arch}.expert_count", ne, u32), (f"{arch}.expert_used_count", hp["n_expert_used"], u32),
+        (f"{arch}.expert_feed_forward_length", ff, u32), (f"{arch}.expert_gating_func", 2, u32),
+        (f"{arch}.leading_dense_block_count", hp["leading_dense"], u32)]
+    out_rows = lambda n_out, n_in: ("normal", (n_out, n_in), 0.5 / math.sqrt(n_in), 0.0, rc["out_rows"])
+    t = [("token_embd.weight", rc["embd"])]
+    for i in range(L):
+        b = f"blk.{i}."
+        if i in hp["attn_layers"]:
+            blk = llama_like_block(i, hp, qk_norms=("attn_q_norm.weight", "attn_k_norm.weight"))[:-4]
+            t += [(n, out_rows(e, e)) if n.endswith("attn_output.weight") else (n, init) for n, init in blk]
+        else:
+            t += [(b + "attn_norm.weight", norm(e)), (b + "shortconv.in_proj.weight", w(3 * e, e)),
+                  (b + "shortconv.conv.weight", ("normal", (e, hp["l_cache"]), 0.4, 0.0)),
+                  (b + "shortconv.out_proj.weight", out_rows(e, e))]
+        t.append((b + "ffn_norm.weight", ("normal", (e,), 0.1, 0.0, *rc["norm"])))
+        if i < hp["leading_dense"]:
+            t += [(b + "ffn_gate.weight", w(hp["n_ff"], e)), (b + "ffn_up.weight", w(hp["n_ff"], e)),
+                  (b + "ffn_down.weight", out_rows(e, hp["n_ff"]))]
+        else:
+            t += [(b + "ffn_gate_inp.weight", rc["router"](i)),
+                  (b + "ffn_gate_exps.weight", ("normal", (ne, ff, e), 1 / math.sqrt(e), 0.0)),
+                  (b + "ffn_up_exps.weight", ("normal", (ne, ff, e), 1 / math.sqrt(e), 0.0)),
+                  (b + "ffn_down_exps.weight", ("normal", (ne, e, ff), 0.5 / math.sqrt(ff), 0.0, rc["down_rows"])),
+                  (b + "exp_probs_b.bias", ("const", np.array(hp["exp_probs_b"], dtype=np.float32)))]
+    return keys, t + [("token_embd_norm.weight", norm(e))]
+
+
+def spec_qwen35moe(hp):
+    """qwen35's gated delta-net and gated attention layers, every FFN routed experts plus a
+    shared expert gated by sigmoid(ffn_gate_inp_shexp h) (src/models/qwen35moe.cpp); the
+    routing code of routing_code()."""
+    arch, u32 = "qwen35moe", gguf.GGUFValueType.UINT32
+    e, hd, nh, nkv = hp["n_embd"], hp["head_dim"], hp["n_head"], hp["n_head_kv"]
+    ds, nk, nv, ck = hp["ssm_state"], hp["ssm_k_heads"], hp["ssm_v_heads"], hp["ssm_conv_kernel"]
+    ne, ff, fs = hp["n_expert"], hp["n_ff_exp"], hp["n_ff_shexp"]
+    rc = routing_code(hp)
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
+        (f"{arch}.rope.dimension_count", hp["n_rot"], u32),
+        (f"{arch}.rope.dimension_sections", hp["rope_sections"], gguf.GGUFValueType.ARRAY),
+        (f"{arch}.ssm.conv_kernel", ck, u32), (f"{arch}.ssm.state_size", ds, u32),
+        (f"{arch}.ssm.group_count", nk, u32), (f"{arch}.ssm.time_step_rank", nv, u32),
+        (f"{arch}.ssm.inner_size", nv * ds, u32),
+        (f"{arch}.full_attention_interval", hp["full_attention_interval"], u32),
+        (f"{arch}.expert_count", ne, u32), (f"{arch}.expert_used_count", hp["n_expert_used"], u32),
+        (f"{arch}.expert_feed_forward_length", ff, u32),
+        (f"{arch}.expert_shared_feed_forward_length", fs, u32)]
+    conv = (2 * nk + nv) * ds
+    out_rows = lambda n_out, n_in: ("normal", (n_out, n_in), 0.5 / math.sqrt(n_in), 0.0, rc["out_rows"])
+    t = [("token_embd.weight", rc["embd"])]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t.append((b + "attn_norm.weight", norm(e)))
+        if (i + 1) % hp["full_attention_interval"] == 0:
+            t += [(b + "attn_q.weight", w(2 * nh * hd, e)), (b + "attn_k.weight", w(nkv * hd, e)),
+                  (b + "attn_v.weight", w(nkv * hd, e)), (b + "attn_output.weight", out_rows(e, nh * hd)),
+                  (b + "attn_q_norm.weight", norm(hd, 0.2)), (b + "attn_k_norm.weight", norm(hd, 0.2))]
+        else:
+            t += [(b + "attn_qkv.weight", w(conv, e)), (b + "attn_gate.weight", w(nv * ds, e)),
+                  (b + "ssm_conv1d.weight", ("normal", (conv, ck), 0.3, 0.0)),
+                  (b + "ssm_dt.bias", ("normal", (nv,), 0.5, -2.0)),
+                  (b + "ssm_a", ("uniform", (nv,), 0.5, 4.0, -1.0)),
+                  (b + "ssm_beta.weight", w(nv, e)), (b + "ssm_alpha.weight", w(nv, e)),
+                  (b + "ssm_norm.weight", norm(ds)), (b + "ssm_out.weight", out_rows(e, nv * ds))]
+        t += [(b + "post_attention_norm.weight", ("normal", (e,), 0.1, 0.0, *rc["norm"])),
+              (b + "ffn_gate_inp.weight", rc["router"](i)),
+              (b + "ffn_gate_exps.weight", ("normal", (ne, ff, e), 1 / math.sqrt(e), 0.0)),
+              (b + "ffn_up_exps.weight", ("normal", (ne, ff, e), 1 / math.sqrt(e), 0.0)),
+              (b + "ffn_down_exps.weight", ("normal", (ne, e, ff), 0.5 / math.sqrt(ff), 0.0, rc["down_rows"])),
+              (b + "ffn_gate_inp_shexp.weight", ("normal", (e,), 2 / math.sqrt(e), 0.0)),
+              (b + "ffn_gate_shexp.weight", w(fs, e)), (b + "ffn_up_shexp.weight", w(fs, e)),
+              (b + "ffn_down_shexp.weight", out_rows(e, fs))]
+    return keys, t + head(hp)
+
+
+def rms(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def reference_qwen3moe(path, hp, toks):
+    """An independent float64 NumPy forward of qwen3moe (the semantics in meta.json:model),
+    returning the logits, per layer and token the gap between the k-th and (k+1)-th router
+    score (softmax probability), and the chosen experts."""
+    T = {t.name: np.array(t.data, dtype=np.float64) for t in gguf.GGUFReader(str(path)).tensors}
+    e, nh, nkv, hd, eps = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["head_dim"], hp["eps"]
+    k_used, n = hp["n_expert_used"], len(toks)
+    x = T["token_embd.weight"][toks]
+    pos = np.arange(n)
+    inv = hp["rope_base"] ** (-np.arange(0, hd, 2) / hd)
+    ang = pos[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope(v):  # NEOX: pairs (i, i + hd/2)
+        a, b = v[..., : hd // 2], v[..., hd // 2:]
+        return np.concatenate([a * cos - b * sin, a * sin + b * cos], -1)
+
+    gaps, chosen = [], []
+    for i in range(hp["n_layer"]):
+        g = lambda s: T[f"blk.{i}.{s}"]
+        h = rms(x, g("attn_norm.weight"), eps)
+        q = rope(rms((h @ g("attn_q.weight").T).reshape(n, nh, hd), g("attn_q_norm.weight"), eps))
+        kk = rope(rms((h @ g("attn_k.weight").T).reshape(n, nkv, hd), g("attn_k_norm.weight"), eps))
+        v = (h @ g("attn_v.weight").T).reshape(n, nkv, hd)
+        o = np.zeros((n, nh, hd))
+        for hh in range(nh):
+            kv = hh // (nh // nkv)
+            sc = q[:, hh] @ kk[:, kv].T / math.sqrt(hd)
+            sc[np.triu_indices(n, 1)] = -np.inf
+            p = np.exp(sc - sc.max(1, keepdims=True))
+            o[:, hh] = (p / p.sum(1, keepdims=True)) @ v[:, kv]
+        x = x + o.reshape(n, nh * hd) @ g("attn_output.weight").T
+        h = rms(x, g("ffn_norm.weight"), eps)
+        lg = h @ g("ffn_gate_inp.weight").T
+        pr = np.exp(lg - lg.max(1, keepdims=True))
+        pr /= pr.sum(1, keepdims=True)
+        f = np.zeros_like(x)
+        for t in range(n):
+            order = np.argsort(-pr[t], kind="stable")
+            gaps.append(float(pr[t, order[k_used - 1]] - pr[t, order[k_used]]))
+            chosen.append(sorted(int(c) for c in order[:k_used]))
+            wts = pr[t, order[:k_used]] / pr[t, order[:k_used]].sum()
+            for ex, wt in zip(order[:k_used], wts):
+                gt = g("ffn_gate_exps.weight")[ex] @ h[t]
+                up = g("ffn_up_exps.weight")[ex] @ h[t]
+                f[t] += wt * (g("ffn_down_exps.weight")[ex] @ (gt / (1 + np.exp(-gt)) * up))
+        x = x + f
+    out = T["output.weight"] if "output.weight" in T else T["token_embd.weight"]
+    return rms(x, T["output_norm.weight"], eps) @ out.T, np.array(gaps).reshape(hp["n_layer"], n), chosen
+
+
+def attention_neox(x_h, g, hp, n, qk_norm=True):
+    """Causal GQA attention with q/k RMSNorm before NEOX RoPE over the whole head (float64)."""
+    nh, nkv, hd, eps = hp["n_head"], hp["n_head_kv"], hp["head_dim"], hp["eps"]
+    inv = hp["rope_base"] ** (-np.arange(0, hd, 2) / hd)
+    ang = np.arange(n)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope(v):
+        a, b = v[..., : hd // 2], v[..., hd // 2:]
+        return np.concatenate([a * cos - b * sin, a * sin + b * cos], -1)
+
+    q = (x_h @ g("attn_q.weight").T).reshape(n, nh, hd)
+    k = (x_h @ g("attn_k.weight").T).reshape(n, nkv, hd)
+    if qk_norm:
+        q, k = rms(q, g("attn_q_norm.weight"), eps), rms(k, g("attn_k_norm.weight"), eps)
+    q, k = rope(q), rope(k)
+    v = (x_h @ g("attn_v.weight").T).reshape(n, nkv, hd)
+    o = np.zeros((n, nh, hd))
+    for hh in range(nh):
+        kv = hh // (nh // nkv)
+        sc = q[:, hh] @ k[:, kv].T / math.sqrt(hd)
+        sc[np.triu_indices(n, 1)] = -np.inf
+        p = np.exp(sc - sc.max(1, keepdims=True))
+        o[:, hh] = (p / p.sum(1, keepdims=True)) @ v[:, kv]
+    return o.reshape(n, nh * hd) @ g("attn_output.weight").T
+
+
+def reference_lfm2moe(path, hp, toks):
+    """An independent float64 NumPy forward of lfm2moe (meta.json:model): logits, the gap between
+    the k-th and (k+1)-th selection score (sigmoid + exp_probs_b) per routed layer and token,
+    and the chosen experts."""
+    T = {t.name: np.array(t.data, dtype=np.float64) for t in gguf.GGUFReader(str(path)).tensors}
+    e, eps, L, k_used, n = hp["n_embd"], hp["eps"], hp["l_cache"], hp["n_expert_used"], len(toks)
+    x = T["token_embd.weight"][toks]
+    gaps, chosen = [], []
+    for i in range(hp["n_layer"]):
+        g = lambda s: T[f"blk.{i}.{s}"]
+        h = rms(x, g("attn_norm.weight"), eps)
+        if i in hp["attn_layers"]:
+            x = x + attention_neox(h, g, hp, n)
+        else:
+            bcx = h @ g("shortconv.in_proj.weight").T
+            b_, c_, xx = bcx[:, :e], bcx[:, e:2 * e], bcx[:, 2 * e:]
+            bx = np.vstack([np.zeros((L - 1, e)), b_ * xx])
+            kern = g("shortconv.conv.weight")  # [e, L]: tap j multiplies input t - (L - 1) + j
+            conv = np.stack([(bx[t:t + L] * kern.T).sum(0) for t in range(n)])
+            x = x + (c_ * conv) @ g("shortconv.out_proj.weight").T
+        h = rms(x, g("ffn_norm.weight"), eps)
+        if i < hp["leading_dense"]:
+            gt, up = h @ g("ffn_gate.weight").T, h @ g("ffn_up.weight").T
+            x = x + (gt / (1 + np.exp(-gt)) * up) @ g("ffn_down.weight").T
+            continue
+        sc = 1 / (1 + np.exp(-(h @ g("ffn_gate_inp.weight").T)))
+        sel = sc + g("exp_probs_b.bias")
+        f = np.zeros_like(x)
+        for t in range(n):
+            order = np.argsort(-sel[t], kind="stable")
+            gaps.append(float(sel[t, order[k_used - 1]] - sel[t, order[k_used]]))
+            chosen.append(sorted(int(c) for c in order[:k_used]))
+            wts = sc[t, order[:k_used]] / sc[t, order[:k_used]].sum()
+            for ex, wt in zip(order[:k_used], wts):
+                gt = g("ffn_gate_exps.weight")[ex] @ h[t]
+                up = g("ffn_up_exps.weight")[ex] @ h[t]
+                f[t] += wt * (g("ffn_down_exps.weight")[ex] @ (gt / (1 + np.exp(-gt)) * up))
+        x = x + f
+    out = T["output.weight"] if "output.weight" in T else T["token_embd.weight"]
+    routed = hp["n_layer"] - hp["leading_dense"]
+    return rms(x, T["token_embd_norm.weight"], eps) @ out.T, np.array(gaps).reshape(routed, n), chosen
+
+
+def router_check(reference):
+    """meta.json's numpy_float64_reference_check for a routed family: the reference forward
+    against llama.cpp, and the smallest router gap on the f32 and the dequantized weights."""
+    def check(out, hp, toks, f32_logits, dequant_path, dequant_logits):
+        l32, g32, c32 = reference(out / "f32.gguf", hp, toks)
+        ldq, gdq, cdq = reference(dequant_path, hp, toks)
+        m = float(np.abs(f32_logits).max())
+        return {"f32_max_abs_diff_rel_to_max_abs_logit": float(np.abs(l32 - f32_logits).max() / m),
+                "dequant_max_abs_diff_rel_to_max_abs_logit": float(np.abs(ldq - dequant_logits).max() / m),
+                "min_router_gap_f32": float(g32.min()), "min_router_gap_dequant": float(gdq.min()),
+                "min_router_gap_f32_at_layer_token": [int(v) for v in np.unravel_index(g32.argmin(), g32.shape)],
+                "choices_differing_f32_vs_dequant": sum(a != b for a, b in zip(c32, cdq)),
+                "router_gap_note": "gap = k-th minus (k+1)-th router selection score (softmax probability, or "
+                                   "sigmoid + exp_probs_b), float64 NumPy forward, routed layers x tokens"}
+    return check
+
+
 BASE = {"n_vocab": N_VOCAB, "embd_std": 0.5, "out_gain": 2.0, "n_ctx_train": 4096}
 
 GEMMA4_HP = dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, head_dim_swa=16, n_ff=128, n_layer=7,
@@ -507,6 +786,50 @@ FAMILIES = {
     "gemma4-nople": dict(
         spec=spec_gemma4, arch="gemma4", seed=1011, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=0), model=GEMMA4_MODEL),
+    "qwen3moe": dict(
+        spec=spec_qwen3moe, arch="qwen3moe", seed=1013, quant="Q4_0", check=router_check(reference_qwen3moe),
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=4, n_expert=8,
+                n_expert_used=2, n_ff_exp=32, router_gain=4.0, code_scale=2.0, eps=1e-6, rope_base=1000000.0, tied=False,
+                bos=None),
+        model={"layer_kinds": ["full_attention"] * 4,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 32, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
+               "ffn": "routed experts in every layer: p = softmax(ffn_gate_inp h) over all 8 experts; the 2 "
+                      "largest, weights p_e / sum of the 2 (norm_w true); f = sum_e w_e ffn_down_exps[e]("
+                      "silu(ffn_gate_exps[e] h) * ffn_up_exps[e] h); no shared expert, no scale",
+               "tied_embeddings": False}),
+    "lfm2moe": dict(
+        spec=spec_lfm2moe, arch="lfm2moe", seed=1014, quant="Q4_0", check=router_check(reference_lfm2moe),
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, attn_layers=[2, 5],
+                l_cache=3, leading_dense=2, n_expert=8, n_expert_used=2, n_ff_exp=32, router_gain=1.0,
+                router_noise=0.02, code_scale=2.0, exp_probs_b=[1.0, 0, 0, 0, 0, 0, 0, 0], eps=1e-5,
+                rope_base=1000000.0, tied=True, bos=1, n_ctx_train=128000),
+        model={"layer_kinds": ["short_conv", "short_conv", "full_attention", "short_conv", "short_conv",
+                               "full_attention"],
+               "layer_kind_rule": "llama.cpp: layer il is short-conv (recurrent) iff head_count_kv[il] == 0",
+               "ffn": "layers 0-1 dense (leading_dense_block_count 2), SiLU-gated; layers 2-5 routed: s = "
+                      "sigmoid(ffn_gate_inp h) (expert_gating_func 2); the 2 largest s + exp_probs_b chosen; "
+                      "weights s_e (without the bias) / their sum; f = sum_e w_e ffn_down_exps[e](silu("
+                      "ffn_gate_exps[e] h) * ffn_up_exps[e] h)",
+               "exp_probs_b": "1 for expert 0, else 0: expert 0 is always chosen, weighted by its own score",
+               "rope": {"type": "NEOX", "n_rot": 16, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim on Q and K (attention layers), before RoPE",
+               "final_norm_tensor": "token_embd_norm.weight", "tied_embeddings": True}),
+    "qwen35moe": dict(
+        spec=spec_qwen35moe, arch="qwen35moe", seed=1015, quant="Q8_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=4, n_rot=8,
+                rope_sections=[2, 1, 1, 0], eps=1e-6, rope_base=10000000.0, ssm_conv_kernel=4, ssm_state=16,
+                ssm_k_heads=2, ssm_v_heads=4, full_attention_interval=4, n_expert=8, n_expert_used=2,
+                n_ff_exp=32, n_ff_shexp=64, router_gain=4.0, code_scale=2.0, tied=False, bos=None,
+                n_ctx_train=262144),
+        model={"layer_kinds": ["linear_attention"] * 3 + ["full_attention"],
+               "layer_kind_rule": "layer il is linear iff (il + 1) % qwen35moe.full_attention_interval != 0",
+               "mixers": "as qwen35 (gated delta net; gated full attention, q/k RMSNorm before IMROPE)",
+               "ffn": "p = softmax(ffn_gate_inp h) over 8 experts; the 2 largest renormalized; f = sum_e w_e "
+                      "ffn_down_exps[e](silu(ffn_gate_exps[e] h) * ffn_up_exps[e] h) + sigmoid("
+                      "ffn_gate_inp_shexp . h) * ffn_down_shexp(silu(ffn_gate_shexp h) * ffn_up_shexp h)",
+               "norms": "'+1' folded in, except ssm_norm", "post_attention_norm": "the pre-FFN norm",
+               "tied_embeddings": False}),
     "nanbeige": dict(
         spec=spec_nanbeige, arch="nanbeige", seed=1009, quant="Q8_0",
         hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=3, num_loops=2,
@@ -541,12 +864,25 @@ def make_tensors(tensors, seed):
         elif init[0] == "uniform":  # ("uniform", shape, lo, hi, sign)
             _, shape, lo, hi, sign = init
             out.append((name, (sign * rng.uniform(lo, hi, size=shape)).astype(np.float32)))
+        elif init[0] == "routing_code":
+            out.append((name, None))
         else:
-            _, shape, std, mean, *times = init  # times: an optional array the draw is multiplied by
+            # times: an optional array the draw is multiplied by; plus: one then added
+            _, shape, std, mean, *rest = init
             z = rng.standard_normal(shape)
             x = mean + std * z
             x = x.astype(np.float32)
-            out.append((name, x * times[0].astype(np.float32) if times else x))
+            if rest:
+                x = x * rest[0].astype(np.float32)
+            if len(rest) > 1:
+                x = x + rest[1].astype(np.float32)
+            out.append((name, x))
+        if init[0] == "routing_code":  # ("routing_code", shape, std, n_code, scale): see routing_code()
+            _, shape, std, n_code, scale = init
+            x = std * rng.standard_normal(shape)
+            for row in x:
+                row[:n_code] = scale * (rng.permutation(n_code) + 1) / n_code
+            out[-1] = (name, x.astype(np.float32))
     return out
 
 
@@ -701,6 +1037,10 @@ def main():
         rq["files"]["dequant_f32_batch"] = f"{q}{x}.dequant.logits.bin"
         rq["quant_vs_dequant_f32"] = compare(load(f"{q}{x}.logits.bin", dq.shape), dq)
         rq["f32_vs_quant"] = compare(load(f"f32{x}.logits.bin", dq.shape), load(f"{q}{x}.logits.bin", dq.shape))
+    check = None
+    if fam.get("check"):
+        check = fam["check"](out, hp, tokens, load("f32.logits.bin", (len(tokens), -1)), dequant,
+                             load(f"{q}.dequant.logits.bin", (len(tokens), -1)))
     dequant.unlink()
 
     sysinfo = subprocess.run([str(a.driver), "sysinfo"], check=True, capture_output=True, text=True).stdout.strip()
@@ -724,6 +1064,8 @@ def main():
         },
         "runs": runs,
     }
+    if check is not None:
+        meta["numpy_float64_reference_check"] = check
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
     if a.compare:

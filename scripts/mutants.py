@@ -22,8 +22,21 @@ FORWARD = "crates/onebit-model/src/forward.rs"
 MODEL_TESTS = ["-p", "onebit-model"]
 PACK_TESTS = ["-p", "onebit-model", "--test", "pack", "--lib"]
 NAMES = "crates/onebit-model/src/pack/names.rs"
+MOE = "crates/onebit-model/src/moe.rs"
 
 MUTANTS = [
+    ("qwen3moe: chosen experts' weights not renormalized", "crates/onebit-model/src/families/qwen3moe.rs",
+     "norm_default: true,", "norm_default: false,", MODEL_TESTS),
+    ("lfm2moe: leading dense layers treated as routed", "crates/onebit-model/src/semantics.rs",
+     "        il >= self.leading_dense.value", "        il < usize::MAX", MODEL_TESTS),
+    ("lfm2moe: exp_probs_b ignored when choosing", MOE,
+     "        Some(b) => scores[e] + b[e],", "        Some(_) => scores[e],", MODEL_TESTS),
+    ("qwen35moe: the shared expert's gate off", "crates/onebit-model/src/families/qwen35moe.rs",
+     "    shared_gate: true,", "    shared_gate: false,", MODEL_TESTS),
+    ("moe: the routed scale not applied", MOE,
+     "chosen.iter_mut().for_each(|(_, w)| *w *= s);", "", MODEL_TESTS),
+    ("moe: the selection bias also weighs the chosen experts", MOE,
+     "chosen.push((e, scores[e]));", "chosen.push((e, select(e)));", MODEL_TESTS),
     ("gemma3: every 6th layer full -> i % 6 == 0", G3,
      "if (i + 1) % p == 0 {", "if i % p == 0 {", MODEL_TESTS),
     ("gemma3: sliding base 10000 when absent -> the model's base", G3,

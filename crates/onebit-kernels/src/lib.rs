@@ -13,5 +13,5 @@ pub mod quant;
 pub mod rope;
 
 pub use isa::Isa;
-pub use matmul::{matmul, matmul_many, Precision, QMatrix};
+pub use matmul::{matmul, matmul_each, matmul_many, Precision, QMatrix};
 pub use pool::Pool;

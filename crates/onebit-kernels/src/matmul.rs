@@ -39,8 +39,11 @@ use crate::quant::{self, ActFormat};
 
 #[cfg(target_arch = "x86_64")]
 use crate::quant::x86::{self, Isa, Operands};
+
+mod each;
 #[cfg(target_arch = "aarch64")]
 use crate::quant::{arm, Isa};
+pub use each::{matmul_each, Input, Product};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Precision {
@@ -337,6 +340,8 @@ struct Scratch {
     acts: Vec<u8>,
     tmp: Vec<u8>,
     dsts: Vec<OutPtr>,
+    /// [`matmul_each`]'s quantized inputs, one after another.
+    each: Vec<u8>,
 }
 
 thread_local! {
@@ -740,7 +745,7 @@ fn matmul_scalar(
 mod tests {
     use super::*;
 
-    fn matrix(t: GgmlType, rows: usize, cols: usize, seed: u64) -> QMatrix {
+    pub(super) fn matrix(t: GgmlType, rows: usize, cols: usize, seed: u64) -> QMatrix {
         let bytes = t.row_bytes(cols as u64).unwrap() as usize * rows;
         let mut z = seed;
         let mut data: Vec<u8> = (0..bytes)

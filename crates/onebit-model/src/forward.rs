@@ -21,7 +21,7 @@ use crate::mixers::{At, Run, Scratch, SeqRows};
 use crate::rows::{par_rows, sized};
 use crate::semantics::{proportional_factors, Activation, Mask, RopeSpec, Semantics};
 use crate::state::{LayerState, SeqState};
-use crate::weights::Weights;
+use crate::weights::{Ffn, Weights};
 
 /// Prompt tokens per forward pass of [`Model::forward`]: enough rows for
 /// the wide matmul kernels, few enough that the activations of a long prompt
@@ -429,9 +429,26 @@ impl Model {
         Ok(out)
     }
 
-    /// Writes the feed-forward output into `ff`.
+    /// Writes the feed-forward output into `ff`: the layer's dense FFN or
+    /// its routed experts (`moe.rs`).
     fn feed_forward(&self, il: usize, h: &[f32], n: usize, bufs: &mut FfnBufs) {
-        let f = &self.weights.layers[il].ffn;
+        let act = match self.sem.activation.value {
+            Activation::SiluGate => GluAct::Silu,
+            Activation::GeluTanhGate => GluAct::GeluTanh,
+        };
+        let f = match &self.weights.layers[il].ffn {
+            Ffn::Dense(f) => f,
+            Ffn::Routed(r) => {
+                let m = &self
+                    .sem
+                    .moe
+                    .as_ref()
+                    .expect("routed weights are loaded only for a declared Moe")
+                    .value;
+                let out = sized(&mut bufs.ff, n * self.sem.dims.n_embd);
+                return crate::moe::routed_ffn(&self.pool, self.precision, act, m, r, h, n, out);
+            }
+        };
         let FfnBufs { gate, up, ff } = bufs;
         let mut outs = [sized(gate, n * f.gate.rows), sized(up, n * f.up.rows)];
         matmul_many(
@@ -443,10 +460,6 @@ impl Model {
             &mut outs,
         );
         let [g, u] = outs;
-        let act = match self.sem.activation.value {
-            Activation::SiluGate => GluAct::Silu,
-            Activation::GeluTanhGate => GluAct::GeluTanh,
-        };
         glu_par(&self.pool, act, g, u);
         let out = sized(ff, n * f.down.rows);
         matmul(&self.pool, self.precision, &f.down, g, n, out);

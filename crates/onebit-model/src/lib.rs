@@ -6,6 +6,7 @@ pub mod families;
 pub mod forward;
 pub mod load;
 mod mixers;
+pub mod moe;
 pub mod pack;
 mod rows;
 pub mod sampler;

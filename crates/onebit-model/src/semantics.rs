@@ -127,6 +127,58 @@ pub enum Activation {
     GeluTanhGate,
 }
 
+/// How a routed-experts FFN turns its router's logits into scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts' logits.
+    Softmax,
+    /// A sigmoid of each expert's logit.
+    Sigmoid,
+}
+
+/// A routed-experts (mixture-of-experts) FFN, a kind of FFN a family
+/// declares for its layers from `leading_dense` on (the layers before run
+/// the dense FFN of `Dims::n_ff`). Per token `h`:
+///
+/// ```text
+/// l = ffn_gate_inp(h) [+ ffn_gate_inp.bias];  p = gating(l)
+/// chosen = the n_used experts of largest p [+ exp_probs_b]   (the bias only chooses)
+/// w_e = p_e for e in chosen;  [w /= max(sum w, 2^-14)];  w *= scale
+/// f = sum over chosen, largest first: w_e * down_e(act(gate_e(h)) * up_e(h))
+/// [f += [sigmoid(ffn_gate_inp_shexp(h)) *] down_s(act(gate_s(h)) * up_s(h))]
+/// ```
+///
+/// Each rule carries its source; what the forward does not run is refused
+/// by the family file, by name.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moe {
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// Each expert's hidden width.
+    pub n_ff_exp: usize,
+    pub gating: Sourced<Gating>,
+    /// `exp_probs_b` is added to the scores to choose the experts (not to
+    /// weigh them).
+    pub selection_bias: Sourced<bool>,
+    /// The chosen experts' weights are divided by their sum.
+    pub norm_weights: Sourced<bool>,
+    /// The chosen experts' weights are multiplied by this.
+    pub scale: Sourced<f32>,
+    /// The shared expert's hidden width, when the layers have one.
+    pub shared: Sourced<Option<usize>>,
+    /// The shared expert's output is multiplied by sigmoid(ffn_gate_inp_shexp(h)).
+    pub shared_gate: Sourced<bool>,
+    /// Layers before this one run the dense FFN.
+    pub leading_dense: Sourced<usize>,
+}
+
+impl Moe {
+    /// Whether layer `il` runs the routed experts.
+    pub fn routed(&self, il: usize) -> bool {
+        il >= self.leading_dense.value
+    }
+}
+
 /// Sizes of the model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dims {
@@ -185,6 +237,9 @@ pub struct Semantics {
     /// Matrices applied, in order, to the pooled embedding (sentence-
     /// transformers' dense layers): (tensor name, rows, cols). Empty: none.
     pub pooled_head: Sourced<Vec<(String, usize, usize)>>,
+    /// The routed-experts FFN, when the model has one (see [`Moe`]); None:
+    /// every layer's FFN is dense.
+    pub moe: Option<Sourced<Moe>>,
 }
 
 /// The attention mask.
@@ -492,6 +547,61 @@ impl Semantics {
                 v.conv_kernel, v.n_k_heads, v.head_k_dim, v.n_v_heads, v.head_v_dim, v.n_k_heads
             );
             line("delta net", what, &dn.source);
+        }
+        if let Some(m) = &self.moe {
+            let v = &m.value;
+            line(
+                "routed experts",
+                format!(
+                    "{} experts of width {}, {} chosen per token",
+                    v.n_expert, v.n_ff_exp, v.n_used
+                ),
+                &m.source,
+            );
+            line(
+                "expert gating",
+                format!("{:?}", v.gating.value).to_lowercase(),
+                &v.gating.source,
+            );
+            line(
+                "expert selection bias",
+                if v.selection_bias.value {
+                    "exp_probs_b added to the scores to choose, not to weigh".into()
+                } else {
+                    "none".into()
+                },
+                &v.selection_bias.source,
+            );
+            line(
+                "expert weights renormalized",
+                v.norm_weights.value.to_string(),
+                &v.norm_weights.source,
+            );
+            line(
+                "expert weights scale",
+                v.scale.value.to_string(),
+                &v.scale.source,
+            );
+            line(
+                "shared expert",
+                match v.shared.value {
+                    Some(w) => format!(
+                        "width {w}{}",
+                        if v.shared_gate.value {
+                            ", gated by sigmoid(ffn_gate_inp_shexp)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    None => "none".into(),
+                },
+                &format!("{}; gate: {}", v.shared.source, v.shared_gate.source),
+            );
+            line(
+                "leading dense layers",
+                v.leading_dense.value.to_string(),
+                &v.leading_dense.source,
+            );
         }
         out
     }

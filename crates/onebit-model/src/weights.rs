@@ -9,7 +9,7 @@ use onebit_formats::{blocks, ByteView, GgmlType};
 use onebit_kernels::QMatrix;
 
 use crate::error::{ModelError, Result};
-use crate::semantics::{LayerKind, NormForm, QkNorm, Semantics};
+use crate::semantics::{LayerKind, Moe, NormForm, QkNorm, Semantics};
 
 /// A tensor as a container holds it. `dims` in ggml order (contiguous first).
 #[derive(Clone, Debug)]
@@ -114,12 +114,35 @@ pub struct FfnWeights {
     pub down: QMatrix,
 }
 
+/// A routed-experts FFN's weights (`Semantics::moe`).
+pub struct RoutedWeights {
+    /// `ffn_gate_inp`: [n_expert rows][n_embd].
+    pub router: QMatrix,
+    pub router_bias: Option<Vec<f32>>,
+    /// `exp_probs_b`: added to the scores to choose the experts.
+    pub selection_bias: Option<Vec<f32>>,
+    /// Each expert's slices of the stacked `ffn_{gate,up,down}_exps`
+    /// (or of the fused `ffn_gate_up_exps`): views of the tensors' bytes.
+    pub experts: Vec<FfnWeights>,
+    pub shared: Option<FfnWeights>,
+    /// `ffn_gate_inp_shexp`: [1 row][n_embd].
+    pub shared_gate: Option<QMatrix>,
+}
+
+/// A layer's feed-forward: dense, or routed experts.
+// One per layer, held for the model's life: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Ffn {
+    Dense(FfnWeights),
+    Routed(RoutedWeights),
+}
+
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     pub mixer: Mixer,
     pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
-    pub ffn: FfnWeights,
+    pub ffn: Ffn,
     pub post_ffn_norm: Option<Vec<f32>>,
     pub per_layer: Option<PerLayerBranch>,
     /// The layer output scale (Gemma 4).
@@ -160,7 +183,16 @@ impl Weights {
                 Mixer::ShortConv(c) => m.extend([&c.in_proj, &c.out_proj]),
                 Mixer::DeltaNet(d) => m.extend([&d.qkv, &d.gate, &d.beta, &d.alpha, &d.out]),
             }
-            m.extend([&l.ffn.gate, &l.ffn.up, &l.ffn.down]);
+            match &l.ffn {
+                Ffn::Dense(f) => m.extend([&f.gate, &f.up, &f.down]),
+                Ffn::Routed(r) => {
+                    m.push(&r.router);
+                    m.extend(r.shared_gate.iter());
+                    for f in r.experts.iter().chain(r.shared.iter()) {
+                        m.extend([&f.gate, &f.up, &f.down]);
+                    }
+                }
+            }
             if let Some(p) = &l.per_layer {
                 m.extend([&p.inp_gate, &p.proj]);
             }
@@ -226,6 +258,55 @@ impl<'a> Loader<'a> {
                 let bytes = whole.data.slice(at * rb, rows * rb);
                 at += rows;
                 QMatrix::new(whole.dtype, rows, cols, bytes).map_err(|e| self.err(name, e))
+            })
+            .collect()
+    }
+
+    /// A stacked 3-D tensor of `n` matrices of `rows` x `cols` (ggml dims
+    /// [cols, rows, n]), one view per matrix, each cut into row parts of
+    /// the given heights (one part: the whole matrix).
+    fn stacked(
+        &self,
+        name: &str,
+        parts: &[usize],
+        cols: usize,
+        n: usize,
+    ) -> Result<Vec<Vec<QMatrix>>> {
+        let t = self.get(name)?;
+        let rows: usize = parts.iter().sum();
+        let want = [cols as u64, rows as u64, n as u64];
+        if t.dims != want {
+            return Err(self.err(
+                name,
+                format!(
+                    "has shape {:?}, expected {want:?} (ggml order: inputs, outputs, experts)",
+                    t.dims
+                ),
+            ));
+        }
+        let rb = t.dtype.row_bytes(cols as u64).ok_or_else(|| {
+            self.err(
+                name,
+                format!("rows of {cols} are not whole {} blocks", t.dtype),
+            )
+        })? as usize;
+        if t.bytes.len() != rb * rows * n {
+            return Err(self.err(
+                name,
+                format!("holds {} bytes, expected {}", t.bytes.len(), rb * rows * n),
+            ));
+        }
+        (0..n)
+            .map(|e| {
+                let mut at = e * rows * rb;
+                parts
+                    .iter()
+                    .map(|&r| {
+                        let bytes = t.bytes.slice(at, r * rb);
+                        at += r * rb;
+                        QMatrix::new(t.dtype, r, cols, bytes).map_err(|m| self.err(name, m))
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -326,26 +407,36 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         let post_attn_norm = post_norm(body.post_mixer_norm)?;
         let post_ffn_norm = post_norm(body.post_ffn_norm)?;
         // Phi-3 fuses gate and up into ffn_up (gate rows first).
-        let (gate, up) = if !l.has(&n("ffn_gate.weight")) && l.has(&n("ffn_up.weight")) {
-            let mut parts = l.split_matrix(&n("ffn_up.weight"), &[d.n_ff, d.n_ff], d.n_embd)?;
-            let up = parts.pop().expect("two parts");
-            (parts.pop().expect("two parts"), up)
-        } else {
-            (
-                l.matrix(&n("ffn_gate.weight"), d.n_ff, d.n_embd)?,
-                l.matrix(&n("ffn_up.weight"), d.n_ff, d.n_embd)?,
-            )
+        let fused = !l.has(&n("ffn_gate.weight")) && l.has(&n("ffn_up.weight"));
+        let gate_up = || -> Result<(QMatrix, QMatrix)> {
+            if fused {
+                let mut parts = l.split_matrix(&n("ffn_up.weight"), &[d.n_ff, d.n_ff], d.n_embd)?;
+                let up = parts.pop().expect("two parts");
+                Ok((parts.pop().expect("two parts"), up))
+            } else {
+                Ok((
+                    l.matrix(&n("ffn_gate.weight"), d.n_ff, d.n_embd)?,
+                    l.matrix(&n("ffn_up.weight"), d.n_ff, d.n_embd)?,
+                ))
+            }
+        };
+        let ffn = match &sem.moe {
+            Some(m) if m.value.routed(i) => Ffn::Routed(routed(&l, sem, &m.value, i)?),
+            _ => {
+                let (gate, up) = gate_up()?;
+                Ffn::Dense(FfnWeights {
+                    gate,
+                    up,
+                    down: l.matrix(&n("ffn_down.weight"), d.n_embd, d.n_ff)?,
+                })
+            }
         };
         layers.push(LayerWeights {
             attn_norm: l.norm(&n(body.mixer_norm), d.n_embd)?,
             mixer,
             post_attn_norm,
             ffn_norm: l.norm(&n(body.ffn_norm), d.n_embd)?,
-            ffn: FfnWeights {
-                gate,
-                up,
-                down: l.matrix(&n("ffn_down.weight"), d.n_embd, d.n_ff)?,
-            },
+            ffn,
             post_ffn_norm,
             per_layer: if pl > 0 {
                 Some(PerLayerBranch {
@@ -376,6 +467,82 @@ pub fn load(src: &dyn TensorSource, sem: &Semantics) -> Result<Weights> {
         per_layer_input,
         layers,
         pooled_head,
+    })
+}
+
+/// Layer `i`'s routed experts, their router and shared expert.
+fn routed(l: &Loader, sem: &Semantics, m: &Moe, i: usize) -> Result<RoutedWeights> {
+    let d = &sem.dims;
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let (e, ff, ne) = (d.n_embd, m.n_ff_exp, m.n_expert);
+    let (gates, ups): (Vec<QMatrix>, Vec<QMatrix>) = if l.has(&n("ffn_gate_up_exps.weight")) {
+        let pairs = l.stacked(&n("ffn_gate_up_exps.weight"), &[ff, ff], e, ne)?;
+        pairs
+            .into_iter()
+            .map(|mut p| {
+                let up = p.pop().expect("two parts");
+                (p.pop().expect("two parts"), up)
+            })
+            .unzip()
+    } else {
+        let one = |name: &str| -> Result<Vec<QMatrix>> {
+            Ok(l.stacked(&n(name), &[ff], e, ne)?
+                .into_iter()
+                .map(|mut p| p.pop().expect("one part"))
+                .collect())
+        };
+        (one("ffn_gate_exps.weight")?, one("ffn_up_exps.weight")?)
+    };
+    let downs = l.stacked(&n("ffn_down_exps.weight"), &[e], ff, ne)?;
+    let experts = gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((gate, up), mut down)| FfnWeights {
+            gate,
+            up,
+            down: down.pop().expect("one part"),
+        })
+        .collect();
+    let selection_bias = if m.selection_bias.value {
+        Some(l.vector(&n("exp_probs_b.bias"), ne)?)
+    } else {
+        if l.has(&n("exp_probs_b.bias")) {
+            return Err(l.err(
+                &n("exp_probs_b.bias"),
+                format!(
+                    "is present, but the routing declares no selection bias ({})",
+                    m.selection_bias.source
+                ),
+            ));
+        }
+        None
+    };
+    let shared = match m.shared.value {
+        Some(w) => Some(FfnWeights {
+            gate: l.matrix(&n("ffn_gate_shexp.weight"), w, e)?,
+            up: l.matrix(&n("ffn_up_shexp.weight"), w, e)?,
+            down: l.matrix(&n("ffn_down_shexp.weight"), e, w)?,
+        }),
+        None => None,
+    };
+    let shared_gate = if m.shared_gate.value {
+        let name = n("ffn_gate_inp_shexp.weight");
+        let t = l.get(&name)?;
+        if t.dims != [e as u64] && t.dims != [e as u64, 1] {
+            return Err(l.err(&name, format!("has shape {:?}, expected [{e}]", t.dims)));
+        }
+        Some(QMatrix::new(t.dtype, 1, e, t.bytes).map_err(|m| l.err(&name, m))?)
+    } else {
+        None
+    };
+    Ok(RoutedWeights {
+        router: l.matrix(&n("ffn_gate_inp.weight"), ne, e)?,
+        router_bias: l.vector_opt(&n("ffn_gate_inp.bias"), ne)?,
+        selection_bias,
+        experts,
+        shared,
+        shared_gate,
     })
 }
 

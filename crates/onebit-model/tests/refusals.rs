@@ -218,3 +218,78 @@ fn gemma4_per_layer_ffn_widths_and_v_from_k_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// Routed-experts declarations onebit does not run are refused by the
+/// key's or tensor's name: DeepSeek's group-limited routing, a gating the
+/// family's graph does not run, more chosen experts than there are, dense
+/// layers qwen3moe does not have, a stacked expert tensor of the wrong
+/// shape.
+#[test]
+fn qwen3moe_routing_it_does_not_run_is_refused_by_name() {
+    let cases: [(&str, Value, &str); 4] = [
+        (
+            "qwen3moe.expert_group_count",
+            Value::U32(4),
+            "group-limited",
+        ),
+        ("qwen3moe.expert_gating_func", Value::U32(2), "runs Softmax"),
+        (
+            "qwen3moe.expert_used_count",
+            Value::U32(9),
+            "at most the expert count",
+        ),
+        (
+            "qwen3moe.leading_dense_block_count",
+            Value::U32(1),
+            "does not have",
+        ),
+    ];
+    for (key, v, what) in cases {
+        let e = load_variant("qwen3moe", |w| {
+            w.set_kv(key, v.clone());
+        })
+        .unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{key}: {e}");
+    }
+    let e = load_variant("qwen3moe", |w| {
+        // 7 experts where the model declares 8.
+        w.set_tensor(
+            "blk.1.ffn_up_exps.weight",
+            &[64, 32, 7],
+            GgmlType::F32,
+            vec![0; 64 * 32 * 7 * 4],
+        );
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.1.ffn_up_exps.weight") && e.contains("[64, 32, 8]"),
+        "{e}"
+    );
+}
+
+/// lfm2moe reads its gating from `expert_gating_func`: a gating onebit
+/// does not run (3, llama.cpp's softmax over the chosen weights) is
+/// refused by the key's name; a leading dense layer count that leaves no
+/// routed layer, by the key's name too.
+#[test]
+fn lfm2moe_gating_and_dense_layers_it_does_not_run_are_refused_by_name() {
+    let cases: [(&str, Value, &str); 2] = [
+        (
+            "lfm2moe.expert_gating_func",
+            Value::U32(3),
+            "not one onebit runs",
+        ),
+        (
+            "lfm2moe.leading_dense_block_count",
+            Value::U32(6),
+            "no layer routes",
+        ),
+    ];
+    for (key, v, what) in cases {
+        let e = load_variant("lfm2moe", |w| {
+            w.set_kv(key, v.clone());
+        })
+        .unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{key}: {e}");
+    }
+}

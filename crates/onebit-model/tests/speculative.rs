@@ -17,16 +17,11 @@ use onebit_model::spec::{decode_step, Dist, Draft, DraftModel, Drafter, PromptLo
 use onebit_model::{load, ExecConfig, Logits, Model, SeqState};
 use onebit_testdata::{real_model, Fixture, Rng, TempDir, GEMMA3_270M, SMOLLM2_135M};
 
-const FAMILIES: &[&str] = &[
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "lfm2",
-    "hunyuan-dense",
-    "phi3",
-    "qwen35",
-];
+/// Every registered family (each has its fixture, named by its GGUF
+/// architecture): a family added to the registry is speculated here too.
+fn families() -> impl Iterator<Item = &'static str> {
+    onebit_model::families::FAMILIES.iter().map(|f| f.arch)
+}
 
 fn exec() -> ExecConfig {
     ExecConfig {
@@ -180,7 +175,7 @@ fn fixture_prompt(fx: &Fixture) -> Vec<u32> {
 
 #[test]
 fn every_family_fixture_speculates_bit_identically() {
-    for family in FAMILIES {
+    for family in families() {
         let fx = Fixture::new(family);
         for w in ["f32".to_string(), fx.quant()] {
             let m = load_file(&fx.dir.join(format!("{w}.gguf")));

@@ -182,6 +182,7 @@ pub fn base(
             format!("{family}: causal (a generative model)"),
         ),
         pooled_head: Sourced::new(Vec::new(), format!("{family}: none")),
+        moe: None,
     })
 }
 

@@ -68,6 +68,18 @@ keys! {
     LAYER_TYPES = "", ["layer_types"];
     FINAL_SOFTCAP = "final_logit_softcapping", ["final_logit_softcapping"];
     USE_QK_NORM = "", ["use_qk_norm"];
+    // Routed experts (families/moe.rs reads them).
+    EXPERT_COUNT = "expert_count", ["num_experts", "num_local_experts", "n_routed_experts"];
+    EXPERT_USED_COUNT = "expert_used_count", ["num_experts_per_tok"];
+    EXPERT_FF = "expert_feed_forward_length", ["moe_intermediate_size"];
+    EXPERT_SHARED_COUNT = "expert_shared_count", ["n_shared_experts", "num_shared_experts"];
+    EXPERT_SHARED_FF = "expert_shared_feed_forward_length", ["shared_expert_intermediate_size"];
+    EXPERT_WEIGHTS_NORM = "expert_weights_norm", ["norm_topk_prob"];
+    EXPERT_WEIGHTS_SCALE = "expert_weights_scale", ["routed_scaling_factor"];
+    EXPERT_GATING_FUNC = "expert_gating_func", ["scoring_func"];
+    EXPERT_GROUP_COUNT = "expert_group_count", ["n_group"];
+    EXPERT_SELECTION_BIAS = "", ["use_expert_bias"];
+    LEADING_DENSE = "leading_dense_block_count", ["first_k_dense_replace", "num_dense_layers"];
 }
 
 enum Source<'a> {

@@ -61,10 +61,16 @@ keys! {
 }
 
 pub fn semantics(d: &Decls) -> Result<Semantics> {
+    body(d, "lfm2")
+}
+
+/// The LFM2 body (its layer kinds, short-conv length, q/k norm and final
+/// norm), as `family` (lfm2, or lfm2moe whose FFNs route) reads it.
+pub fn body(d: &Decls, family: &'static str) -> Result<Semantics> {
     let mut s = base(
         d,
-        "lfm2",
-        Sourced::new(RopeStyle::Halves, "lfm2: neox (halves) RoPE"),
+        family,
+        Sourced::new(RopeStyle::Halves, format!("{family}: neox (halves) RoPE")),
         &[],
     )?;
     let n_layer = s.dims.n_layer;
@@ -85,7 +91,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
                 Some("full_attention") | Some("attention") => Ok(LayerKind::Full),
                 _ => Err(d.err(
                     k::LAYER_TYPES,
-                    format!("layer type {t} is not one lfm2 runs"),
+                    format!("layer type {t} is not one {family} runs"),
                 )),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -108,7 +114,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     } else {
         return Err(d.err(
             k::N_HEAD_KV,
-            "lfm2 needs per-layer KV head counts (or layer_types) to tell conv layers",
+            format!("{family} needs per-layer KV head counts (or layer_types) to tell conv layers"),
         ));
     };
     s.layer_kinds = kinds;
@@ -119,13 +125,18 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     }
     let l = d.positive(SHORTCONV_L_CACHE)?;
     s.short_conv = Some(Sourced::new(l, d.src(SHORTCONV_L_CACHE)));
-    s.qk_norm = qk_norm(d, true, QkNorm::BeforeRope, "lfm2: q/k RMSNorm before RoPE")?;
+    s.qk_norm = qk_norm(
+        d,
+        true,
+        QkNorm::BeforeRope,
+        &format!("{family}: q/k RMSNorm before RoPE"),
+    )?;
     s.body = Sourced::new(
         Body {
             output_norm: "token_embd_norm.weight",
             ..Body::default()
         },
-        "lfm2: the final norm is GGUF's token_embd_norm",
+        format!("{family}: the final norm is GGUF's token_embd_norm"),
     );
     Ok(s)
 }

@@ -12,12 +12,16 @@ pub mod gemma4;
 pub mod gemma_embedding;
 pub mod hunyuan;
 pub mod lfm2;
+pub mod lfm2moe;
 pub mod llama;
+pub mod moe;
 pub mod nanbeige;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
+pub mod qwen35moe;
+pub mod qwen3moe;
 
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::Q4Kind;
@@ -89,6 +93,9 @@ pub const FAMILIES: &[&Family] = &[
     &qwen35::FAMILY,
     &nanbeige::FAMILY,
     &gemma4::FAMILY,
+    &qwen3moe::FAMILY,
+    &lfm2moe::FAMILY,
+    &qwen35moe::FAMILY,
 ];
 
 /// Embedding-only families (bidirectional attention, no generation): loaded

@@ -50,12 +50,18 @@ keys! {
 const DEFAULT_INTERVAL: usize = 4;
 
 pub fn semantics(d: &Decls) -> Result<Semantics> {
+    body(d, "qwen35")
+}
+
+/// The Qwen3.5 body (layer kinds, delta-net sizes, gated attention, norms),
+/// as `family` (qwen35, or qwen35moe whose FFNs route) reads it.
+pub fn body(d: &Decls, family: &'static str) -> Result<Semantics> {
     let mut s = base(
         d,
-        "qwen35",
+        family,
         Sourced::new(
             RopeStyle::Halves,
-            "qwen35: M-RoPE on text positions = halves",
+            format!("{family}: M-RoPE on text positions = halves"),
         ),
         &[],
     )?;
@@ -103,7 +109,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
                 Some(i) => (i, d.src(FULL_ATTN_INTERVAL)),
                 None => (
                     DEFAULT_INTERVAL,
-                    format!("qwen35 default interval {DEFAULT_INTERVAL}"),
+                    format!("{family} default interval {DEFAULT_INTERVAL}"),
                 ),
             };
             let kinds = (0..n_layer)
@@ -147,24 +153,24 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     ));
     s.attn_output_gate = Sourced::new(
         true,
-        "qwen35: attn_q yields [q | gate] per head; output x sigmoid(gate)",
+        format!("{family}: attn_q yields [q | gate] per head; output x sigmoid(gate)"),
     );
     s.qk_norm = qk_norm(
         d,
         true,
         QkNorm::BeforeRope,
-        "qwen35: q/k RMSNorm before RoPE",
+        &format!("{family}: q/k RMSNorm before RoPE"),
     )?;
     s.norm_form = Sourced::new(
         NormForm::Plain,
-        "qwen35 GGUF: norms stored as 1 + w (ssm_norm plain)",
+        format!("{family} GGUF: norms stored as 1 + w (ssm_norm plain)"),
     );
     s.body = Sourced::new(
         Body {
             ffn_norm: "post_attention_norm.weight",
             ..Body::default()
         },
-        "qwen35: the pre-feed-forward norm is GGUF's post_attention_norm",
+        format!("{family}: the pre-feed-forward norm is GGUF's post_attention_norm"),
     );
     Ok(s)
 }
