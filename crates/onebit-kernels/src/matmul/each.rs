@@ -112,7 +112,11 @@ fn shared_path(
             let layout = encodings[enc[j]].2;
             // Repacked copies made now, not inside the dispatch below.
             kernel_rows(p.w, pool, layout);
-            let per = chunk_rows(p.w.rows, threads, chunks_per_thread(n_tok));
+            let per = chunk_rows(
+                p.w.rows,
+                threads,
+                chunks_per_thread(n_tok >= wide_from(p.w.dtype)),
+            );
             let mut r0 = 0;
             while r0 < p.w.rows {
                 chunks.push((j, r0, (r0 + per).min(p.w.rows)));
