@@ -73,7 +73,7 @@ fn bad_requests_of_issue_31_are_4xx_or_a_stated_finish() {
     let (status, text) = post(
         &s,
         "/api/chat",
-        &json!({"model": "m", "stream": false, "messages": [user, {"role": "assistant", "content": "", "tool_calls": [1]}]}),
+        &json!({"stream": false, "messages": [user, {"role": "assistant", "content": "", "tool_calls": [1]}]}),
     );
     assert_eq!(status, 400, "{text}");
     assert!(
@@ -106,7 +106,7 @@ fn bad_requests_of_issue_31_are_4xx_or_a_stated_finish() {
     let (status, text) = post(
         &s,
         "/api/chat",
-        &json!({"model": "m", "stream": false, "messages": [user], "format": {"$ref": "#"}}),
+        &json!({"stream": false, "messages": [user], "format": {"$ref": "#"}}),
     );
     assert_eq!(status, 400, "{text}");
     let e = json_of(status, &text)["error"]
