@@ -14,17 +14,20 @@ use onebit_model::load;
 use onebit_testdata::{real_model, GEMMA3_270M, SMOLLM2_135M};
 
 const PROMPT: usize = 512;
+/// Tokens decoded after the prompt: their K and V rows are held too.
+const GEN: usize = 16;
 
 /// The child's peak RSS in bytes for `onebit bench` on `model`.
 fn peak_rss(model: &std::path::Path) -> u64 {
     let prompt = PROMPT.to_string();
+    let gen = GEN.to_string();
     peak_rss_of(
         model,
         &[
             "--prompt-tokens",
             &prompt,
             "--gen-tokens",
-            "16",
+            &gen,
             "--kv-type",
             "f32",
         ],
@@ -65,8 +68,9 @@ fn check(file: &str) {
     let path = real_model(file);
     let sem = load::open(&path).expect("the model opens").sem;
     let d = &sem.dims;
-    // f32 K and V rows for every attention layer, one per prompt position.
-    let kv = (d.n_layer * d.n_head_kv * (d.head_dim_k + d.head_dim_v) * 4 * PROMPT) as u64;
+    // f32 K and V rows for every attention layer, one per position the run
+    // holds: the prompt's and the decoded tokens'.
+    let kv = (d.n_layer * d.n_head_kv * (d.head_dim_k + d.head_dim_v) * 4 * (PROMPT + GEN)) as u64;
     let size = std::fs::metadata(&path).expect("model file").len();
     let budget = (size + kv) * 11 / 10;
     // The lower of two runs: thread timing moves the allocator's high-water
