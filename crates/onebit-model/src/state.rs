@@ -234,6 +234,22 @@ impl SeqState {
         true
     }
 
+    /// Bytes the state would hold at `n` positions: every attention layer's
+    /// K and V rows at each position, plus the fixed short-conv and
+    /// delta-net states as they are.
+    pub fn bytes_at(&self, n: usize) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attention(c) => {
+                    c.k.ty().bytes(c.k.width() * n) + c.v.ty().bytes(c.v.width() * n)
+                }
+                LayerState::ShortConv { history } => 4 * history.len(),
+                LayerState::DeltaNet { history, s } => 4 * (history.len() + s.len()),
+            })
+            .sum::<usize>()
+    }
+
     /// Bytes held by the state.
     pub fn bytes(&self) -> usize {
         self.layers

@@ -182,3 +182,20 @@ fn gemma4_shared_kv_layers_store_no_kv_of_their_own() {
         "{widths:?}"
     );
 }
+
+/// `bytes_at(n)` (what a server budgets a full context with) is what a
+/// state holds after running `n` positions, in every family and KV type:
+/// the fixed recurrent states counted once, the attention rows per position.
+#[test]
+fn bytes_at_n_positions_is_what_a_state_holds_after_n_tokens() {
+    for (family, kv, m) in models() {
+        let toks = Fixture::new(family).tokens("tokens");
+        let fresh = m.new_state();
+        let mut st = m.new_state();
+        assert_eq!(fresh.bytes_at(0), st.bytes(), "{family} {kv}");
+        m.forward(&mut st, &toks[..8], Logits::Last).unwrap();
+        assert_eq!(fresh.bytes_at(8), st.bytes(), "{family} {kv}: after 8");
+        m.forward(&mut st, &toks[8..9], Logits::Last).unwrap();
+        assert_eq!(fresh.bytes_at(9), st.bytes(), "{family} {kv}: after 9");
+    }
+}

@@ -89,7 +89,9 @@ pub struct ServeConfig {
     /// states none); 0: up to the context.
     pub max_tokens: usize,
     pub prefix_cache: bool,
-    pub cache_bytes: usize,
+    /// The prefix cache's budget; None: one full context's state of the
+    /// model, at most 1 GiB (`engine::default_cache_bytes`).
+    pub cache_bytes: Option<usize>,
     pub max_body_bytes: usize,
     pub prefill_chunk: usize,
     /// Who may use the server (keys, hosts).
@@ -118,7 +120,7 @@ impl Default for ServeConfig {
             max_n: 8,
             max_tokens: 0,
             prefix_cache: true,
-            cache_bytes: 1 << 30,
+            cache_bytes: None,
             max_body_bytes: 4 << 20,
             prefill_chunk: 512,
             access: access::Access::default(),

@@ -275,7 +275,7 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
             max_queue: 4,
             prefill_chunk: 64,
             prefix_cache: false,
-            cache_bytes: 1 << 20,
+            cache_bytes: Some(1 << 20),
             spec: None,
         },
         Arc::new(onebit_serve::metrics::Metrics::default()),

@@ -34,7 +34,7 @@ fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine
             max_queue: 64,
             prefill_chunk: 7, // small: prompts prefill over several steps
             prefix_cache: cache,
-            cache_bytes: 64 << 20,
+            cache_bytes: Some(64 << 20),
             spec: None,
         },
         Arc::new(Metrics::default()),

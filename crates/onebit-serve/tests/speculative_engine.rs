@@ -32,7 +32,7 @@ fn engine(family: &str, spec: Option<SpecPlan>, metrics: Arc<Metrics>) -> Engine
             max_queue: 64,
             prefill_chunk: 16,
             prefix_cache: false,
-            cache_bytes: 0,
+            cache_bytes: Some(0),
             spec: spec.map(Arc::new),
         },
         metrics,

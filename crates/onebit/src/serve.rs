@@ -66,9 +66,10 @@ pub struct ServeArgs {
     /// Do not reuse the states of earlier requests that share a prefix.
     #[arg(long)]
     no_prefix_cache: bool,
-    /// Memory the prefix cache may hold, in MiB.
-    #[arg(long, default_value_t = 1024)]
-    cache_mib: usize,
+    /// Memory the prefix cache may hold, in MiB (default: one sequence's
+    /// state at the full context, at most 1024).
+    #[arg(long)]
+    cache_mib: Option<usize>,
     /// Largest `n` (choices per request) accepted.
     #[arg(long, default_value_t = 8)]
     max_n: usize,
@@ -203,7 +204,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_tokens: a.max_tokens,
         max_body_bytes: a.max_body_mib.saturating_mul(1 << 20),
         prefix_cache: !a.no_prefix_cache,
-        cache_bytes: a.cache_mib << 20,
+        cache_bytes: a.cache_mib.map(|m| m << 20),
         prefill_chunk: a.prefill_chunk.max(1),
         access: onebit_serve::access::Access {
             api_keys,
