@@ -11,6 +11,8 @@ use onebit_formats::gguf::{self, writer::GgufWriter, Gguf, Value};
 use onebit_formats::q4nx::{self, Q4Shape, Q8Shape, TileForm};
 use onebit_formats::safetensors::{SafeTensors, StDtype};
 use onebit_serve::api::{self, Endpoint, Limits};
+use onebit_serve::constrain::{Constrainer, Grammar};
+use onebit_serve::{prompt, tools};
 use onebit_text::{ChatLimits, ChatTemplate, TemplateTokens, Tokenizer};
 
 /// A harness: takes any bytes, returns normally.
@@ -260,5 +262,101 @@ pub fn request(data: &[u8]) {
         assert!(r.n >= 1 && r.n <= limits.max_n, "n = {}", r.n);
         assert!(r.stop.len() <= api::MAX_STOPS);
         assert!(r.max_tokens.is_none_or(|m| m >= 1));
+        arrive(&r);
+    }
+}
+
+/// What a request meets on arrival beyond parsing (issue 31: the tool
+/// history and the constraints): built once for the target.
+struct Arrival {
+    tok: Tokenizer,
+    /// A ChatML template that writes tools and tool calls itself.
+    with_tools: ChatTemplate,
+    /// One that knows no tools: the generic fallback renders them.
+    plain: ChatTemplate,
+    constrainer: Constrainer,
+}
+
+fn arrival() -> &'static Arrival {
+    static A: std::sync::OnceLock<Arrival> = std::sync::OnceLock::new();
+    A.get_or_init(|| {
+        let g = Gguf::from_bytes(
+            "tiny-llama.gguf",
+            include_bytes!("corpus/gguf/tiny-llama.gguf"),
+        )
+        .expect("the seed model parses");
+        let tok = Tokenizer::from_gguf(&g).expect("the seed model has a tokenizer");
+        let t = |src: &str| {
+            ChatTemplate::with_limits(
+                src,
+                TemplateTokens::from_tokenizer(&tok),
+                ChatLimits {
+                    max_output_bytes: CHAT_MAX_OUTPUT,
+                    fuel: 200_000,
+                },
+            )
+            .expect("the harness's templates compile")
+        };
+        let with_tools = t(include_str!(
+            "../testdata/chat-templates/chatml-think-tools.jinja"
+        ));
+        let plain = t("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n");
+        let constrainer = Constrainer::new(&tok, 2).expect("a constrainer over the seed vocabulary");
+        Arrival {
+            tok,
+            with_tools,
+            plain,
+            constrainer,
+        }
+    })
+}
+
+/// The server's arrival path for a parsed request, on the harness's model:
+/// the tool history made objects or folded into the generic fallback, the
+/// rendering with user strings marked plain and its tokens, the forced
+/// call's grammar, and every constraint compiled. Errors are answers; only
+/// a panic (or a hang) is a bug.
+fn arrive(r: &api::Request) {
+    let a = arrival();
+    let mut grammars: Vec<Grammar> = r.grammar.iter().cloned().collect();
+    if let api::Prompt::Chat(messages) = &r.prompt {
+        let spec = r.tools.as_ref();
+        // The template's own tool format.
+        let mut kwargs = r.template_kwargs.clone();
+        if let Some(spec) = spec.filter(|s| s.parsed()) {
+            kwargs
+                .get_or_insert_with(Default::default)
+                .insert("tools".into(), serde_json::Value::Array(spec.tools.clone()));
+        }
+        let own = tools::arguments_as_objects(messages);
+        // The generic fallback.
+        let folded = tools::merge_adjacent_users(tools::fallback_messages(messages, spec));
+        for (t, m, kw) in [
+            (&a.with_tools, &own, kwargs.as_ref()),
+            (&a.plain, &folded, r.template_kwargs.as_ref()),
+        ] {
+            if let Ok(rendered) = prompt::render(t, m, kw, true) {
+                let _ = prompt::ids(&a.tok, &rendered, m, false);
+            }
+        }
+        if let Some(spec) = spec.filter(|s| s.parsed() && s.forced()) {
+            let special = |s: &str| a.tok.token_to_id(s).filter(|&id| a.tok.is_special(id));
+            for f in [tools::detect(a.with_tools.source()), Some(&tools::GENERIC)]
+                .into_iter()
+                .flatten()
+            {
+                grammars.push(tools::forced_grammar(spec, tools::forced(f), special));
+            }
+        }
+    }
+    for g in &grammars {
+        if let Ok(mut c) = a.constrainer.compile(g) {
+            let mut logits = vec![0f32; a.tok.vocab_size()];
+            if c.mask(&mut logits).is_ok() {
+                if let Some(id) = logits.iter().position(|l| l.is_finite()) {
+                    let _ = c.commit(id as u32);
+                }
+            }
+        }
     }
 }
