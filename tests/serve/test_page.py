@@ -22,7 +22,8 @@ from scripts/python-deps.sh.) Screenshots are saved as SHOTS + "chat.png",
    Regenerate with fewer tokens replaces the answer (the greedy answer
    shortened, not a second answer); editing the question and resending
    replaces question and answer; a deleted conversation stays deleted.
-5. reasoning_content deltas (a stubbed stream) are folded in a <details>.
+5. reasoning_content deltas (a stubbed stream) are folded in a <details>;
+   stored conversations that cannot be read are said so and kept aside.
 Exits 1 on failure; prints "page ok" at the end.
 """
 import html.parser
@@ -382,6 +383,14 @@ try:
     fold.find_element(By.TAG_NAME, "summary").click()
     assert "a greeting." in fold.text
     print("reasoning folded")
+
+    # Stored conversations that cannot be read are said so and kept aside.
+    driver.execute_script("localStorage.setItem('onebit-chats', '{broken')")
+    load(driver)
+    errors = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".msg.error")]
+    assert len(errors) == 1 and "could not all be read" in errors[0], errors
+    assert driver.execute_script("return localStorage.getItem('onebit-chats-unreadable')") == "{broken"
+    print(f"unreadable storage: {errors[0]!r}")
     print("page ok")
 finally:
     driver.quit()

@@ -28,7 +28,7 @@ fn chat_page_in_headless_chromium() {
             key,
         ],
     );
-    let root = onebit_testdata::dir().join("..");
+    let root = onebit_testdata::dir().join("..").canonicalize().unwrap();
     let shots = root.join("target/page-");
     let names = ["chat.png", "code.png", "reload.png"];
     for n in names {
