@@ -9,7 +9,8 @@ from scripts/python-deps.sh.) Screenshots are saved as SHOTS + "chat.png",
 "code.png" and "reload.png", and their paths printed.
 
 1. The renderer (the page's window.onebitRender test hook) against
-   markdown-it-py, a CommonMark reference implementation, on fixed markdown;
+   markdown-it-py, a CommonMark reference implementation (with GFM tables),
+   on fixed markdown;
    and what model text must never become: scripts, images, unsafe links.
 2. The model picker lists what /v1/models lists. SmolLM2, asked the capital
    of France (sent with Enter), streams an answer that says Paris; a long
@@ -87,6 +88,11 @@ CASES = [
     "    indented code\n    more\n\nafter",
     "- list\n\n  ```sh\n  echo hi\n  ```",
     "Here:\n```python\nprint(1)\n```\nDone.",
+    "| a | b |\n| --- | --- |\n| 1 | `x|` |\n| 2 |",
+    "Name | Left | Mid | Right\n:--- | :- | :-: | --:\n*x* | y | z | w | extra\n\nafter",
+    "Text before\n| h |\n| - |\n| \\| pipe |",
+    "| only head |\n|---|", "| a | b |\n| --- |\n| not | a table |",
+    "a | b\n--- | ---\nno trailing blank\n> quote ends it",
     "Here's a simple Python function:\n\n```python\ndef square(x):\n    return x * x\n```\n\n"
     "This function takes a single argument `x` and returns its **square**. For example:\n\n"
     "1. `square(2)` is 4\n2. `square(3)` is 9",
@@ -106,6 +112,8 @@ class Tree(html.parser.HTMLParser):
     def handle_starttag(self, tag, attrs):
         keep = {k: v for k, v in attrs if k in ("href", "start", "title", "src", "alt")
                 or (k == "class" and tag == "code")}
+        if "style" in dict(attrs):  # "text-align: center;" and "text-align:center" alike
+            keep["style"] = dict(attrs)["style"].replace(" ", "").rstrip(";")
         node = [tag, keep, []]
         self.stack[-1][2].append(node)
         if tag not in self.VOID:
@@ -136,7 +144,7 @@ def normalize(html_text):
         out = []
         for k in kids:
             if isinstance(k, str):
-                if tag in ("root", "ul", "ol", "li", "blockquote"):
+                if tag in ("root", "ul", "ol", "li", "blockquote", "table", "thead", "tbody", "tr"):
                     k = k.strip("\n")
                 if out and out[-1][0] == "br":
                     k = k.lstrip("\n")
@@ -163,7 +171,7 @@ def tags(tree):
 
 
 def check_renderer(driver):
-    md = MarkdownIt("commonmark", {"html": False})
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
     render = lambda text: driver.execute_script("return window.onebitRender(arguments[0])", text)
     bad = []
     for case in CASES:
@@ -188,6 +196,11 @@ def check_renderer(driver):
     print(f"renderer: {len(CASES)} cases as markdown-it-py renders them; scripts, images and unsafe links stay text")
 
 
+def until(driver, test, timeout=30):
+    """Waits for test(driver); an element the page redrew meanwhile is looked up again."""
+    return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(test)
+
+
 def server_models():
     req = urllib.request.Request(url + "/v1/models", headers={"Authorization": "Bearer " + key})
     with urllib.request.urlopen(req) as r:
@@ -207,7 +220,7 @@ def load(driver):
     """Opens or reloads the page and waits until it has drawn the stored
     conversation with the server's models in the picker."""
     driver.get(url + "/")
-    WebDriverWait(driver, 30).until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    until(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
 
 
 def set_field(driver, id_, value):
@@ -217,8 +230,7 @@ def set_field(driver, id_, value):
 
 
 def pick_model(driver, name):
-    wait = WebDriverWait(driver, 30)
-    wait.until(lambda d: name in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#model option")])
+    until(driver, lambda d: name in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#model option")])
     driver.find_element(By.CSS_SELECTOR, f"#model option[value='{name}']").click()
 
 
@@ -228,9 +240,9 @@ def answers(driver):
 
 def wait_done(driver, count):
     """Waits for `count` assistant messages, the last one finished."""
-    WebDriverWait(driver, 180, ignored_exceptions=(StaleElementReferenceException,)).until(
+    until(driver,
         lambda d: len(answers(d)) == count and answers(d)[-1].get_attribute("data-state") == "done"
-        and not d.find_element(By.ID, "send").get_attribute("disabled"))
+        and not d.find_element(By.ID, "send").get_attribute("disabled"), 180)
     errors = driver.find_elements(By.CSS_SELECTOR, ".msg.error")
     assert not errors, [e.text for e in errors]
     return answers(driver)[-1]
@@ -254,8 +266,7 @@ try:
     models = server_models()
     assert len(models) == 2, models
     smol, qwen = (next(m for m in models if s in m.lower()) for s in ("smollm2", "qwen"))
-    WebDriverWait(driver, 30).until(
-        lambda d: [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#model option")] == models)
+    until(driver, lambda d: [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#model option")] == models)
     pick_model(driver, smol)
     driver.find_element(By.ID, "system").send_keys("You are a helpful assistant.")
     set_field(driver, "max", "24")
@@ -278,8 +289,7 @@ try:
     set_field(driver, "max", "400")
     driver.find_element(By.ID, "prompt").send_keys("Write a long story about a dragon.")
     driver.find_element(By.ID, "send").click()
-    WebDriverWait(driver, 120).until(
-        lambda d: len(answers(d)) == 2 and answers(d)[1].find_element(By.CSS_SELECTOR, ".content").text.strip())
+    until(driver, lambda d: len(answers(d)) == 2 and answers(d)[1].find_element(By.CSS_SELECTOR, ".content").text.strip(), 120)
     driver.find_element(By.ID, "stop").click()
     meta = wait_done(driver, 2).find_element(By.CSS_SELECTOR, ".meta").text
     assert "(stopped)" in meta, meta
@@ -306,7 +316,7 @@ try:
         "origin": url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
     copy = box.find_element(By.CSS_SELECTOR, ".codeblock .copy")
     copy.click()
-    WebDriverWait(driver, 10).until(lambda d: copy.text == "Copied")
+    until(driver, lambda d: copy.text == "Copied", 10)
     clip = driver.execute_async_script("navigator.clipboard.readText().then(arguments[0], e => arguments[0]('error: ' + e))")
     stored = current_chat(driver)["messages"][1]["content"]
     fenced = stored.split("```python\n", 1)[1].split("```", 1)[0].rstrip("\n")
