@@ -7,6 +7,8 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 # Ollama's official client (tests/serve/test_ollama_client.py) and selenium,
 # which drives headless Chromium through the chat page (tests/serve/test_page.py).
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore ollama==0.6.3 selenium==4.45.0
+# markdown-it-py, a CommonMark reference, the chat page's renderer is checked against.
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore markdown-it-py==4.3.0
 # The drop-in client matrix (issue 29): Anthropic's official client, LangChain's
 # OpenAI and Ollama integrations, and litellm's openai/ and ollama_chat/ routes.
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore anthropic==2.15.0 langchain-openai==1.7.4 langchain-ollama==1.1.0 langchain-core==1.8.3 litellm==1.110.2

@@ -1,7 +1,10 @@
-//! The chat page at `/` in headless Chromium (tests/serve/test_page.py):
-//! SmolLM2 is asked the capital of France through the page, with an API key
-//! set on the server, and the streamed answer must say Paris. The screenshot
-//! lands in target/page-chat.png.
+//! The chat page at `/` in headless Chromium (tests/serve/test_page.py),
+//! against a server with an API key and two models, SmolLM2 (first, so the
+//! default) and Qwen2.5-Coder-0.5B-Instruct: the markdown renderer against
+//! markdown-it-py, the model picker, streaming, Stop, a fenced code block from
+//! Qwen's greedy answer rendered as `<pre><code>` with a copy button,
+//! conversations that survive a reload, regenerate, edit-and-resend, delete
+//! and folded reasoning. Screenshots land in target/page-{chat,code,reload}.png.
 
 use std::process::Command;
 
@@ -9,19 +12,32 @@ mod common;
 use common::Server;
 
 #[test]
-fn chat_page_streams_an_answer_in_headless_chromium() {
+fn chat_page_in_headless_chromium() {
     let key = "page-test-key";
+    let qwen = onebit_testdata::real_model(onebit_testdata::QWEN25_CODER_05B);
     let srv = Server::start(
         onebit_testdata::SMOLLM2_135M,
-        &["--threads", "1", "--api-key", key],
+        &[
+            "--model",
+            qwen.to_str().unwrap(),
+            "--max-loaded",
+            "2",
+            "--threads",
+            "1",
+            "--api-key",
+            key,
+        ],
     );
-    let root = onebit_testdata::dir().join("..");
-    let shot = root.join("target/page-chat.png");
-    let _ = std::fs::remove_file(&shot);
+    let root = onebit_testdata::dir().join("..").canonicalize().unwrap();
+    let shots = root.join("target/page-");
+    let names = ["chat.png", "code.png", "reload.png"];
+    for n in names {
+        let _ = std::fs::remove_file(format!("{}{n}", shots.display()));
+    }
     let out = Command::new("python3")
         .arg(root.join("tests/serve/test_page.py"))
         .arg(format!("http://127.0.0.1:{}", srv.port))
-        .arg(&shot)
+        .arg(&shots)
         .arg(key)
         .output()
         .expect("python3 runs");
@@ -29,8 +45,14 @@ fn chat_page_streams_an_answer_in_headless_chromium() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stdout.contains("page ok"),
-        "the page test failed (Chromium comes from scripts/browser-deps.sh, selenium from scripts/python-deps.sh):\n{stdout}\n{stderr}"
+        "the page test failed (Chromium comes from scripts/browser-deps.sh, selenium and markdown-it-py from scripts/python-deps.sh):\n{stdout}\n{stderr}"
     );
-    assert!(shot.exists(), "no screenshot at {}", shot.display());
+    for n in names {
+        let shot = format!("{}{n}", shots.display());
+        assert!(
+            std::path::Path::new(&shot).exists(),
+            "no screenshot at {shot}"
+        );
+    }
     eprintln!("{stdout}");
 }
