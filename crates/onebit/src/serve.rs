@@ -30,6 +30,13 @@ pub struct ServeArgs {
     /// --model ones), each named by its file stem or directory name.
     #[arg(long, value_name = "DIR")]
     models_dir: Option<PathBuf>,
+    /// Serve every model of the local store too (`onebit list`; the Hub's
+    /// cache layout), each named as `onebit list` prints it.
+    #[arg(long)]
+    store: bool,
+    /// Pull a --model given by name (ORG/REPO[:QUANT]) that the store lacks.
+    #[arg(long)]
+    pull: bool,
     /// Models loaded at once at most; a request for another unloads the
     /// least recently used.
     #[arg(long, default_value_t = 1)]
@@ -185,7 +192,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_context: a.ctx,
         kv_type: a.kv_type,
     };
-    let paths = models(&a.model, a.models_dir.as_deref())?;
+    let paths = models(&a.model, a.models_dir.as_deref(), a.store, a.pull)?;
     if paths.len() > 1 && (a.spec.lookup.is_some() || a.spec.draft.is_some()) {
         bail!(
             "--lookup and --draft serve one model; {} are given (--model, --models-dir)",
@@ -251,22 +258,35 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     onebit_serve::serve(cfg, sources)
 }
 
-/// The (name, path) of every model to serve: each `--model [NAME=]PATH`,
-/// then every .gguf file and directory in `dir`, sorted; a name given
-/// twice is refused with both paths.
-fn models(args: &[String], dir: Option<&Path>) -> Result<Vec<(String, PathBuf)>> {
+/// The (name, path) of every model to serve: each `--model [NAME=]PATH`
+/// (a PATH that does not exist but reads as ORG/REPO[:QUANT] is a model of
+/// the store, named so), then every .gguf file and directory in `dir`,
+/// sorted, then with `store` every model of the store; a name given twice
+/// is refused with both paths.
+fn models(
+    args: &[String],
+    dir: Option<&Path>,
+    store: bool,
+    pull: bool,
+) -> Result<Vec<(String, PathBuf)>> {
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for arg in args {
         let (name, path) = match arg.split_once('=') {
             Some((n, p)) if !Path::new(arg).exists() && !n.is_empty() && !n.contains('/') => {
-                (n.to_string(), PathBuf::from(p))
+                (Some(n.to_string()), PathBuf::from(p))
             }
-            _ => {
-                let p = PathBuf::from(arg);
-                (stem(&p), p)
-            }
+            _ => (None, PathBuf::from(arg)),
         };
-        out.push((name, path));
+        let by_name = !path.exists() && onebit_hub::Ref::looks_like(&path.to_string_lossy());
+        let resolved = crate::models::resolve(&path, pull)?;
+        let name = match name {
+            Some(n) => n,
+            None if by_name => onebit_hub::Ref::parse(&path.to_string_lossy())
+                .map_err(anyhow::Error::msg)?
+                .to_string(),
+            None => stem(&path),
+        };
+        out.push((name, resolved));
     }
     if let Some(dir) = dir {
         let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -286,8 +306,23 @@ fn models(args: &[String], dir: Option<&Path>) -> Result<Vec<(String, PathBuf)>>
         }
         out.extend(found.into_iter().map(|p| (stem(&p), p)));
     }
+    if store {
+        let s = onebit_hub::Store::from_env();
+        let found = s.list();
+        if found.is_empty() && out.is_empty() {
+            bail!(
+                "--store: the store {} holds no model (`onebit pull ORG/REPO[:QUANT]` fetches one)",
+                s.root.display()
+            );
+        }
+        for l in found {
+            if !out.iter().any(|(_, p)| *p == l.path) {
+                out.push((l.name, l.path));
+            }
+        }
+    }
     if out.is_empty() {
-        bail!("no model to serve: give --model PATH (repeatable) or --models-dir DIR");
+        bail!("no model to serve: give --model PATH (repeatable), --models-dir DIR or --store");
     }
     for (i, (name, path)) in out.iter().enumerate() {
         if let Some((_, first)) = out[..i].iter().find(|(n, _)| n == name) {
