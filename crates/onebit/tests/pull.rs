@@ -563,3 +563,81 @@ fn the_real_smollm2_pulled_by_name_answers_as_its_file() {
     assert_eq!(by_name, by_path);
     assert!(by_path.contains("Paris"), "{by_path}");
 }
+
+/// `onebit serve ARGS` with the Hub and the store of `e`, once it listens:
+/// the child and its port.
+fn serve(e: &Env, args: &[&str]) -> (Child, u16) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--port", "0"])
+        .args(args)
+        .env("HF_ENDPOINT", e.hub.endpoint())
+        .env("HF_HUB_CACHE", &e.store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start onebit serve");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                if let Some(at) = line.find("listening on http://") {
+                    let addr = &line[at + "listening on http://".len()..];
+                    let port = addr.split([':', ' ']).nth(1).unwrap().parse().unwrap();
+                    // Keep draining stderr so the server never blocks on it.
+                    std::thread::spawn(move || for _ in rx {});
+                    return (child, port);
+                }
+                seen.push(line);
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server did not start:\n{}", seen.join("\n"));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_official_clients_pull_list_ps_retrieve_and_delete_through_the_server() {
+    let e = env("pull-serve");
+    let repo = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF";
+    let real = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+    link(&real, &e.hub.repo(repo).join(onebit_testdata::SMOLLM2_135M));
+    let model = format!("smol={}", real.display());
+    let (mut child, port) = serve(&e, &["--model", &model, "--max-loaded", "2"]);
+    let name = format!("{repo}:Q4_1");
+    let script = onebit_testdata::dir().join("../tests/serve/test_pull_clients.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), &name, "smol"])
+        .output()
+        .expect("python3 runs");
+    let _ = child.kill();
+    let _ = child.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("6 passed, 0 failed"),
+        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !e.store
+            .join("models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF")
+            .exists(),
+        "/api/delete left the model in the store"
+    );
+}
