@@ -641,3 +641,22 @@ fn the_official_clients_pull_list_ps_retrieve_and_delete_through_the_server() {
         "/api/delete left the model in the store"
     );
 }
+
+#[test]
+fn a_part_of_a_split_gguf_is_refused_by_name_not_loaded() {
+    // The llama fixture whole, marked as part 1 of 2 as gguf-split marks it.
+    let src = fixture("llama", "Q4_K_M.gguf");
+    let g = onebit_formats::gguf::Gguf::open(&src).unwrap();
+    let mut w = onebit_formats::gguf::writer::GgufWriter::from_gguf(&g);
+    w.set_kv("split.no", onebit_formats::gguf::Value::U16(0));
+    w.set_kv("split.count", onebit_formats::gguf::Value::U16(2));
+    let tmp = TempDir::new("pull-split-load");
+    let part = tmp.file("m-Q4_K_M-00001-of-00002.gguf", &w.to_bytes());
+    drop(g);
+    let e = env("pull-split-load-env");
+    let err = fails(&e, &["inspect", "--model", part.to_str().unwrap()]);
+    assert!(
+        err.contains("m-Q4_K_M-00001-of-00002.gguf: is one part of a split GGUF (split.count = 2)"),
+        "{err}"
+    );
+}
