@@ -34,6 +34,9 @@ pub struct Opened {
     pub sem: Semantics,
 }
 
+/// The GGUF key a split file's parts carry: how many parts there are.
+pub const SPLIT_COUNT: &str = "split.count";
+
 pub fn open(path: &Path) -> Result<Opened> {
     if path.is_dir() {
         if !Pack::is_pack(path) {
@@ -53,6 +56,21 @@ pub fn open(path: &Path) -> Result<Opened> {
         });
     }
     let gguf = Gguf::open(path)?;
+    // A part of a split GGUF (llama.cpp's gguf-split: `split.count` parts,
+    // the tensors spread over them) is refused by name, not read as a model
+    // that lacks tensors.
+    if let Some(n) = gguf
+        .get(SPLIT_COUNT)
+        .and_then(|v| v.as_i64())
+        .filter(|n| *n > 1)
+    {
+        return Err(ModelError::Unsupported {
+            path: path.to_path_buf(),
+            what: format!(
+                "is one part of a split GGUF ({SPLIT_COUNT} = {n}); loading split files is not implemented: merge the parts into one file first (llama.cpp's gguf-split --merge)"
+            ),
+        });
+    }
     let sem = families::semantics_from_gguf(&gguf)?;
     Ok(Opened {
         container: Container::Gguf(gguf),

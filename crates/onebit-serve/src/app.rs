@@ -8,7 +8,7 @@
 //! (routes -> protocols -> run -> app): it imports only leaf modules.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -164,6 +164,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// When the server started, in seconds since the epoch.
     pub started: u64,
+    /// Where `/api/pull` and `/api/delete` go (None: they are refused).
+    pub catalog: Option<Arc<dyn Catalog>>,
 }
 
 impl App {
@@ -180,7 +182,7 @@ impl App {
         name: Option<&str>,
         keep: Option<KeepAlive>,
     ) -> Result<Arc<Served>, ApiError> {
-        let e = self.models.find(name)?.clone();
+        let e = self.models.find(name)?;
         self.models.acquire(&e, keep).await
     }
 
@@ -292,6 +294,36 @@ pub fn generative(sem: &onebit_model::Semantics, name: &str) -> Result<(), Strin
 /// business, not this crate's).
 pub type Loader = Arc<dyn Fn() -> anyhow::Result<Loaded> + Send + Sync>;
 
+/// One step of a pull, as `/api/pull` streams it.
+#[derive(Clone, Debug)]
+pub enum PullStep {
+    /// A file: its hash, size and bytes in so far.
+    File {
+        digest: String,
+        total: u64,
+        completed: u64,
+    },
+    /// Anything else (`pulling manifest`, a resume, `verifying sha256 digest`).
+    Status(String),
+}
+
+/// Where models by name come from: the binary's local store and the Hub
+/// behind it, for `/api/pull` and `/api/delete`. Blocking calls (the
+/// server runs them off its runtime's thread).
+pub trait Catalog: Send + Sync {
+    /// Fetches the model `name` names (`ORG/REPO[:QUANT]`) into the store,
+    /// telling `step` as it goes; the source to serve it as.
+    /// An error is its HTTP status and message.
+    fn pull(
+        &self,
+        name: &str,
+        step: &mut dyn FnMut(PullStep),
+    ) -> Result<ModelSource, (u16, String)>;
+    /// Removes the model `name` from the store; an error is its HTTP
+    /// status and message.
+    fn delete(&self, name: &str) -> Result<(), (u16, String)>;
+}
+
 /// One model the server can serve: its name and how to load it.
 pub struct ModelSource {
     /// The name requests pick it by (a file stem, a pack directory name, or
@@ -335,7 +367,9 @@ pub struct Entry {
 /// least recently used evicted first, idle ones unloaded when their
 /// keep-alive ends.
 pub struct Registry {
-    pub entries: Vec<Arc<Entry>>,
+    /// The models served, in order (the first is the default); `/api/pull`
+    /// adds to it, `/api/delete` takes from it.
+    entries: RwLock<Vec<Arc<Entry>>>,
     pub max_loaded: usize,
     /// How long a model stays loaded after a request that states no
     /// `keep_alive` (`--idle-unload`).
@@ -353,24 +387,9 @@ impl Registry {
         engine: EngineConfig,
         metrics: Arc<Metrics>,
     ) -> Registry {
-        let entries = sources
-            .into_iter()
-            .map(|s| {
-                Arc::new(Entry {
-                    name: s.name,
-                    bytes: s.bytes,
-                    load: s.load,
-                    state: Mutex::new(State::Unloaded),
-                    changed: Notify::new(),
-                    about: Mutex::new(None),
-                    requests: AtomicU64::new(0),
-                    loads: AtomicU64::new(0),
-                    unloads: AtomicU64::new(0),
-                })
-            })
-            .collect();
+        let entries = sources.into_iter().map(entry).collect();
         Registry {
-            entries,
+            entries: RwLock::new(entries),
             max_loaded: max_loaded.max(1),
             idle,
             engine,
@@ -381,14 +400,23 @@ impl Registry {
 
     /// The entry `name` picks: its name, or its name with Ollama's
     /// `:latest` tag; none given, the first (the default model).
-    pub fn find(&self, name: Option<&str>) -> Result<&Arc<Entry>, ApiError> {
+    pub fn find(&self, name: Option<&str>) -> Result<Arc<Entry>, ApiError> {
+        let entries = self.entries();
         let Some(name) = name else {
-            return Ok(&self.entries[0]);
+            return entries.first().cloned().ok_or_else(|| {
+                ApiError::invalid(
+                    "model",
+                    "this server serves no model now; name one to pull it (POST /api/pull)",
+                )
+                .status(404)
+                .with_code("model_not_found")
+            });
         };
         let bare = name.strip_suffix(":latest").unwrap_or(name);
-        self.entries
+        entries
             .iter()
             .find(|e| e.name == name || e.name == bare)
+            .cloned()
             .ok_or_else(|| {
                 ApiError::invalid(
                     "model",
@@ -402,8 +430,40 @@ impl Registry {
             })
     }
 
-    pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|e| e.name.as_str()).collect()
+    pub fn names(&self) -> Vec<String> {
+        self.entries().iter().map(|e| e.name.clone()).collect()
+    }
+
+    /// The models served now, in order.
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Serves `s` too (a model just pulled); one of its name already served
+    /// is kept, and returned.
+    pub fn add(&self, s: ModelSource) -> Arc<Entry> {
+        let mut v = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = v.iter().find(|e| e.name == s.name) {
+            return e.clone();
+        }
+        let e = entry(s);
+        v.push(e.clone());
+        e
+    }
+
+    /// Stops serving `name`: unloaded (its memory freed when its running
+    /// requests end) and out of the list.
+    pub fn remove(&self, name: &str) -> Option<Arc<Entry>> {
+        let e = {
+            let mut v = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let i = v.iter().position(|e| e.name == name)?;
+            v.remove(i)
+        };
+        self.unload(&e, "deleted");
+        Some(e)
     }
 
     /// The loaded model of `e`, loading it first (evicting the least
@@ -490,8 +550,8 @@ impl Registry {
     /// Unloads least recently used models until one more fits.
     fn make_room(&self, loading: &Arc<Entry>) {
         loop {
-            let held = self
-                .entries
+            let entries = self.entries();
+            let held = entries
                 .iter()
                 .filter(|e| !Arc::ptr_eq(e, loading))
                 .filter(|e| !matches!(*lock(&e.state), State::Unloaded))
@@ -499,8 +559,7 @@ impl Registry {
             if held < self.max_loaded {
                 return;
             }
-            let lru = self
-                .entries
+            let lru = entries
                 .iter()
                 .filter_map(|e| match &*lock(&e.state) {
                     State::Loaded { used, .. } => Some((*used, e.clone())),
@@ -537,7 +596,7 @@ impl Registry {
     /// Unloads every idle model whose keep-alive has ended.
     pub fn sweep(&self) {
         let now = Instant::now();
-        for e in &self.entries {
+        for e in &self.entries() {
             let due = match &*lock(&e.state) {
                 State::Loaded {
                     served,
@@ -605,7 +664,7 @@ impl Registry {
             ),
         ] {
             let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-            for e in &self.entries {
+            for e in &self.entries() {
                 let _ = writeln!(
                     out,
                     "{metric}{{model=\"{}\"}} {}",
@@ -622,11 +681,25 @@ impl Registry {
 
     /// Every loaded model (for health and shutdown).
     pub fn all_loaded(&self) -> Vec<Arc<Served>> {
-        self.entries
+        self.entries()
             .iter()
             .filter_map(|e| self.loaded(e).map(|l| l.0))
             .collect()
     }
+}
+
+fn entry(s: ModelSource) -> Arc<Entry> {
+    Arc::new(Entry {
+        name: s.name,
+        bytes: s.bytes,
+        load: s.load,
+        state: Mutex::new(State::Unloaded),
+        changed: Notify::new(),
+        about: Mutex::new(None),
+        requests: AtomicU64::new(0),
+        loads: AtomicU64::new(0),
+        unloads: AtomicU64::new(0),
+    })
 }
 
 /// Resets a load that did not finish.

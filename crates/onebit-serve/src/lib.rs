@@ -43,6 +43,7 @@ pub mod openai;
 pub mod page;
 pub mod pooling;
 pub mod prompt;
+pub mod pull;
 pub mod reply;
 pub mod routes;
 pub mod run;
@@ -140,18 +141,31 @@ impl Default for ServeConfig {
 /// `/health` answers 503, no new connection is accepted, and running
 /// requests get `cfg.shutdown_timeout` to finish.
 pub fn serve(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
+    serve_with(cfg, models, None)
+}
+
+/// As [`serve`], with `catalog` behind `/api/pull` and `/api/delete`.
+pub fn serve_with(
+    cfg: ServeConfig,
+    models: Vec<ModelSource>,
+    catalog: Option<Arc<dyn app::Catalog>>,
+) -> Result<()> {
     anyhow::ensure!(!models.is_empty(), "no model to serve");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let r = rt.block_on(start(cfg, models));
+    let r = rt.block_on(start(cfg, models, catalog));
     // A tokenization still running on the blocking pool is not waited for.
     rt.shutdown_timeout(Duration::from_secs(1));
     r
 }
 
-async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
+async fn start(
+    cfg: ServeConfig,
+    models: Vec<ModelSource>,
+    catalog: Option<Arc<dyn app::Catalog>>,
+) -> Result<()> {
     let cors = access::cors_layer(&cfg.cors_origins).map_err(anyhow::Error::msg)?;
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -209,6 +223,7 @@ async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
         max_tokens: cfg.max_tokens,
         metrics,
         started: reply::unix_now(),
+        catalog,
     });
     // The default model loads before the routes open.
     let first = tokio::select! {

@@ -604,7 +604,7 @@ async fn load_or_unload(
     keep: Option<KeepAlive>,
     shape: Shape,
 ) -> Result<Response, ApiError> {
-    let e = app.models.find(name)?.clone();
+    let e = app.models.find(name)?;
     let reason = if keep == Some(KeepAlive::For(Duration::ZERO)) {
         app.models.unload(&e, "keep_alive 0");
         "unload"
@@ -896,7 +896,12 @@ fn listed(app: &App, e: &Entry) -> Value {
 
 /// `GET /api/tags`: every model this server serves.
 pub async fn tags(State(app): State<Arc<App>>) -> Response {
-    let models: Vec<Value> = app.models.entries.iter().map(|e| listed(&app, e)).collect();
+    let models: Vec<Value> = app
+        .models
+        .entries()
+        .iter()
+        .map(|e| listed(&app, e))
+        .collect();
     json_response(200, json!({"models": models}).to_string())
 }
 
@@ -904,7 +909,7 @@ pub async fn tags(State(app): State<Arc<App>>) -> Response {
 pub async fn ps(State(app): State<Arc<App>>) -> Response {
     let models: Vec<Value> = app
         .models
-        .entries
+        .entries()
         .iter()
         .filter_map(|e| {
             let (m, expires) = app.models.loaded(e)?;

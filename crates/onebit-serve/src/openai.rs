@@ -46,7 +46,7 @@ fn model_object(app: &App, e: &Entry) -> Value {
 pub async fn models(State(app): State<Arc<App>>) -> Response {
     let data: Vec<Value> = app
         .models
-        .entries
+        .entries()
         .iter()
         .map(|e| model_object(&app, e))
         .collect();
@@ -56,7 +56,7 @@ pub async fn models(State(app): State<Arc<App>>) -> Response {
 /// `GET /v1/models/{id}`: one model, or a 404 naming it.
 pub async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
     match app.models.find(Some(&id)) {
-        Ok(e) => json_response(200, model_object(&app, e).to_string()),
+        Ok(e) => json_response(200, model_object(&app, &e).to_string()),
         Err(e) => e.into_response(),
     }
 }

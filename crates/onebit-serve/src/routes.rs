@@ -10,14 +10,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use serde_json::json;
 
 use crate::access::{self, Access};
 use crate::app::App;
 use crate::reply::json_response;
-use crate::{embed, ollama, openai, page};
+use crate::{embed, ollama, openai, page, pull};
 
 /// The routes, behind (outermost first) the Host and key checks, then CORS
 /// when origins are configured. CORS sits inside the Host check (a rebinding
@@ -41,6 +41,8 @@ pub fn router(
         .route("/api/tags", get(ollama::tags))
         .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
+        .route("/api/pull", post(pull::pull))
+        .route("/api/delete", delete(pull::delete))
         .route("/", get(page::page))
         .route("/health", get(health))
         .route("/metrics", get(metrics))

@@ -22,7 +22,7 @@ use crate::ModelArgs;
 #[derive(Args)]
 pub struct ChatArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    pub model: ModelArgs,
     /// A Jinja chat template to use instead of the model's.
     #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,

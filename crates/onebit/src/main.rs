@@ -21,6 +21,7 @@ mod bench;
 mod chat;
 mod eval;
 mod import;
+mod models;
 mod open;
 use open::{load_model, Loaded};
 mod serve;
@@ -104,13 +105,42 @@ enum Cmd {
     },
     /// Measure prompt processing and decode speed.
     Bench(bench::BenchArgs),
+    /// Fetch a model from the Hugging Face Hub (or HF_ENDPOINT) into the
+    /// local store, the Hub's cache layout (HF_HUB_CACHE, else
+    /// ~/.cache/huggingface/hub); prints the model's path.
+    Pull(models::PullArgs),
+    /// The models of the local store: name, family, quant, size, context, path.
+    List,
+    /// Remove a model from the local store.
+    Rm(models::RmArgs),
+}
+
+impl Cmd {
+    /// The model arguments of a command that loads one.
+    fn model_args(&mut self) -> Option<&mut ModelArgs> {
+        match self {
+            Cmd::Run(a) => Some(&mut a.model),
+            Cmd::Chat(a) => Some(&mut a.model),
+            Cmd::Bench(a) => Some(&mut a.model),
+            Cmd::Embed { model, .. }
+            | Cmd::Tokenize { model, .. }
+            | Cmd::Logits { model, .. }
+            | Cmd::Inspect { model, .. }
+            | Cmd::Eval { model, .. } => Some(model),
+            Cmd::Serve(_) | Cmd::Import(_) | Cmd::Pull(_) | Cmd::List | Cmd::Rm(_) => None,
+        }
+    }
 }
 
 #[derive(Args)]
 pub struct ModelArgs {
-    /// A .gguf file or a pack directory.
+    /// A .gguf file, a pack directory, or a model of the local store by
+    /// name (ORG/REPO[:QUANT], as `onebit pull` takes it).
     #[arg(long)]
     pub model: PathBuf,
+    /// Pull the model named by --model first when the store lacks it.
+    #[arg(long)]
+    pub pull: bool,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -179,7 +209,16 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(m) = cli.cmd.model_args() {
+        match models::resolve(&m.model, m.pull) {
+            Ok(p) => m.model = p,
+            Err(e) => {
+                eprintln!("error: {}", error_text(&e));
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
         Cmd::Embed { model, text } => embed(model, text),
@@ -200,6 +239,9 @@ fn main() -> ExitCode {
         Cmd::Import(a) => import::import(a),
         Cmd::Eval { model, text } => eval(model, &text),
         Cmd::Bench(a) => bench::bench(a),
+        Cmd::Pull(a) => models::pull(a),
+        Cmd::List => models::list(),
+        Cmd::Rm(a) => models::rm(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -30,6 +30,13 @@ pub struct ServeArgs {
     /// --model ones), each named by its file stem or directory name.
     #[arg(long, value_name = "DIR")]
     models_dir: Option<PathBuf>,
+    /// Serve every model of the local store too (`onebit list`; the Hub's
+    /// cache layout), each named as `onebit list` prints it.
+    #[arg(long)]
+    store: bool,
+    /// Pull a --model given by name (ORG/REPO[:QUANT]) that the store lacks.
+    #[arg(long)]
+    pull: bool,
     /// Models loaded at once at most; a request for another unloads the
     /// least recently used.
     #[arg(long, default_value_t = 1)]
@@ -186,7 +193,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_context: a.ctx,
         kv_type: a.kv_type,
     };
-    let paths = models(&a.model, a.models_dir.as_deref())?;
+    let paths = models(&a.model, a.models_dir.as_deref(), a.store, a.pull)?;
     if paths.len() > 1 && (a.spec.lookup.is_some() || a.spec.draft.is_some()) {
         bail!(
             "--lookup and --draft serve one model; {} are given (--model, --models-dir)",
@@ -224,50 +231,172 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
         allow_special_in_content: a.allow_special_in_content,
     };
-    let chat_template = a.chat_template;
-    let max_template_kib = a.max_template_kib;
-    let spec = Arc::new(a.spec);
+    let how = Arc::new(HowToLoad {
+        exec,
+        chat_template: a.chat_template,
+        max_template_kib: a.max_template_kib,
+        spec: Arc::new(a.spec),
+        verbose: a.verbose,
+    });
     let sources = paths
         .into_iter()
-        .map(|(name, path)| {
-            let bytes = size_of(&path);
-            let (exec, chat_template, spec) = (exec.clone(), chat_template.clone(), spec.clone());
-            let verbose = a.verbose;
-            ModelSource {
-                name,
-                bytes,
-                load: Arc::new(move || {
-                    load(
-                        &path,
-                        &exec,
-                        chat_template.as_deref(),
-                        max_template_kib,
-                        &spec,
-                        verbose,
-                    )
-                }),
-            }
-        })
+        .map(|(name, path)| how.source(name, path))
         .collect();
-    onebit_serve::serve(cfg, sources)
+    let catalog: Arc<dyn onebit_serve::app::Catalog> = Arc::new(StoreCatalog { how });
+    onebit_serve::serve_with(cfg, sources, Some(catalog))
 }
 
-/// The (name, path) of every model to serve: each `--model [NAME=]PATH`,
-/// then every .gguf file and directory in `dir`, sorted; a name given
-/// twice is refused with both paths.
-fn models(args: &[String], dir: Option<&Path>) -> Result<Vec<(String, PathBuf)>> {
+/// What every model served is loaded with.
+struct HowToLoad {
+    exec: ExecConfig,
+    chat_template: Option<PathBuf>,
+    max_template_kib: usize,
+    spec: Arc<crate::spec::SpecArgs>,
+    verbose: bool,
+}
+
+impl HowToLoad {
+    fn source(self: &Arc<Self>, name: String, path: PathBuf) -> ModelSource {
+        let how = self.clone();
+        ModelSource {
+            name,
+            bytes: size_of(&path),
+            load: Arc::new(move || {
+                load(
+                    &path,
+                    &how.exec,
+                    how.chat_template.as_deref(),
+                    how.max_template_kib,
+                    &how.spec,
+                    how.verbose,
+                )
+            }),
+        }
+    }
+}
+
+/// `/api/pull` and `/api/delete`: the local store and the Hub behind it
+/// (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HUB_CACHE` as `onebit pull` reads them).
+struct StoreCatalog {
+    how: Arc<HowToLoad>,
+}
+
+impl onebit_serve::app::Catalog for StoreCatalog {
+    fn pull(
+        &self,
+        name: &str,
+        step: &mut dyn FnMut(onebit_serve::app::PullStep),
+    ) -> std::result::Result<ModelSource, (u16, String)> {
+        let r = onebit_hub::Ref::parse(name).map_err(|e| (400, e))?;
+        let store = onebit_hub::Store::from_env();
+        let hub = onebit_hub::client::Hub::from_env();
+        let mut progress = Steps {
+            step,
+            hash: String::new(),
+            total: 0,
+            done: 0,
+            last: std::time::Instant::now(),
+        };
+        let pulled = onebit_hub::pull(&hub, &store, &r, &Default::default(), &mut progress)
+            .map_err(|e| {
+                let status = if e.contains("not found on the Hub")
+                    || e.contains("has no GGUF file of quant")
+                {
+                    404
+                } else if e.contains("HF_TOKEN") {
+                    403
+                } else {
+                    502
+                };
+                (status, e)
+            })?;
+        eprintln!("[serve] pulled {name}: {}", pulled.local.path.display());
+        Ok(self.how.source(name.to_string(), pulled.local.path))
+    }
+
+    fn delete(&self, name: &str) -> std::result::Result<(), (u16, String)> {
+        let r = onebit_hub::Ref::parse(name)
+            .map_err(|e| (404, format!("model {name:?} is not in the store: {e}")))?;
+        onebit_hub::Store::from_env()
+            .remove(&r)
+            .map(|_| ())
+            .map_err(|e| (404, e))
+    }
+}
+
+/// A pull's progress as `/api/pull` steps, a file's at most every 100 ms.
+struct Steps<'a> {
+    step: &'a mut dyn FnMut(onebit_serve::app::PullStep),
+    hash: String,
+    total: u64,
+    done: u64,
+    last: std::time::Instant,
+}
+
+impl Steps<'_> {
+    fn file(&mut self) {
+        (self.step)(onebit_serve::app::PullStep::File {
+            digest: self.hash.clone(),
+            total: self.total,
+            completed: self.done,
+        });
+        self.last = std::time::Instant::now();
+    }
+}
+
+impl onebit_hub::Progress for Steps<'_> {
+    fn begin(&mut self, _file: &str, hash: &str, total: u64, have: u64) {
+        if !hash.is_empty() {
+            self.hash = hash.to_string();
+        }
+        self.total = total;
+        self.done = have;
+        self.file();
+    }
+    fn advance(&mut self, n: u64) {
+        self.done += n;
+        if self.last.elapsed() >= Duration::from_millis(100) {
+            self.file();
+        }
+    }
+    fn end(&mut self, _file: &str, _fetched: bool) {
+        self.done = self.total;
+        self.file();
+    }
+    fn note(&mut self, msg: &str) {
+        (self.step)(onebit_serve::app::PullStep::Status(msg.to_string()));
+    }
+}
+
+/// The (name, path) of every model to serve: each `--model [NAME=]PATH`
+/// (a PATH that does not exist but reads as ORG/REPO[:QUANT] is a model of
+/// the store, named so), then every .gguf file and directory in `dir`,
+/// sorted, then with `store` every model of the store; a name given twice
+/// is refused with both paths.
+fn models(
+    args: &[String],
+    dir: Option<&Path>,
+    store: bool,
+    pull: bool,
+) -> Result<Vec<(String, PathBuf)>> {
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for arg in args {
         let (name, path) = match arg.split_once('=') {
             Some((n, p)) if !Path::new(arg).exists() && !n.is_empty() && !n.contains('/') => {
-                (n.to_string(), PathBuf::from(p))
+                (Some(n.to_string()), PathBuf::from(p))
             }
-            _ => {
-                let p = PathBuf::from(arg);
-                (stem(&p), p)
-            }
+            _ => (None, PathBuf::from(arg)),
         };
-        out.push((name, path));
+        let by_name = !path.exists() && onebit_hub::Ref::looks_like(&path.to_string_lossy());
+        let resolved = crate::models::resolve(&path, pull)?;
+        let name = match name {
+            Some(n) => n,
+            None if by_name => onebit_hub::Ref::parse(&path.to_string_lossy())
+                .map_err(anyhow::Error::msg)?
+                .to_string(),
+            None => stem(&path),
+        };
+        out.push((name, resolved));
     }
     if let Some(dir) = dir {
         let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -287,8 +416,23 @@ fn models(args: &[String], dir: Option<&Path>) -> Result<Vec<(String, PathBuf)>>
         }
         out.extend(found.into_iter().map(|p| (stem(&p), p)));
     }
+    if store {
+        let s = onebit_hub::Store::from_env();
+        let found = s.list();
+        if found.is_empty() && out.is_empty() {
+            bail!(
+                "--store: the store {} holds no model (`onebit pull ORG/REPO[:QUANT]` fetches one)",
+                s.root.display()
+            );
+        }
+        for l in found {
+            if !out.iter().any(|(_, p)| *p == l.path) {
+                out.push((l.name, l.path));
+            }
+        }
+    }
     if out.is_empty() {
-        bail!("no model to serve: give --model PATH (repeatable) or --models-dir DIR");
+        bail!("no model to serve: give --model PATH (repeatable), --models-dir DIR or --store");
     }
     for (i, (name, path)) in out.iter().enumerate() {
         if let Some((_, first)) = out[..i].iter().find(|(n, _)| n == name) {

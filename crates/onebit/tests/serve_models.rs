@@ -203,3 +203,51 @@ fn three_models_two_loaded_picked_by_name_evicted_lru_and_unloaded_by_keep_alive
     );
     assert_eq!(metric("onebit_model_loaded{model=\"gemma\"}"), 0);
 }
+
+/// Sixteen clients spread over three models, two loaded at a time, for two
+/// rounds each: every request is answered, each with its own model's greedy
+/// text (as it answered alone), while the models load and evict under them.
+#[test]
+fn sixteen_clients_over_three_models_lose_nothing() {
+    let gemma = onebit_testdata::real_model(onebit_testdata::GEMMA3_270M);
+    let smol = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+    let gemma_arg = format!("gemma={}", gemma.display());
+    let smol2_arg = format!("smol2={}", smol.display());
+    let srv = Server::start(
+        onebit_testdata::SMOLLM2_135M,
+        &[
+            "--model",
+            &gemma_arg,
+            "--model",
+            &smol2_arg,
+            "--max-loaded",
+            "2",
+            "--threads",
+            "2",
+        ],
+    );
+    let port = srv.port;
+    let names = [SMOL, "gemma", "smol2"];
+    let want: Vec<String> = names.iter().map(|n| served(port, n)).collect();
+    assert_eq!(want[0], want[2], "one file under two names answers alike");
+    let clients: Vec<_> = (0..16)
+        .map(|c| {
+            std::thread::spawn(move || {
+                (0..2)
+                    .map(|r| {
+                        let i = (c + r) % 3;
+                        (i, served(port, names[i]))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for c in clients {
+        for (i, text) in c.join().expect("a client panicked") {
+            assert_eq!(text, want[i], "{}", names[i]);
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 32);
+}
