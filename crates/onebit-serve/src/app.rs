@@ -164,6 +164,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// When the server started, in seconds since the epoch.
     pub started: u64,
+    /// Responses kept for the Responses API's `previous_response_id`.
+    pub responses: crate::stored::ResponseStore,
 }
 
 impl App {

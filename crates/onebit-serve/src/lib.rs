@@ -28,6 +28,7 @@
 
 pub mod access;
 pub mod affinity;
+pub mod anthropic;
 pub mod api;
 pub mod app;
 pub mod cache;
@@ -44,8 +45,10 @@ pub mod page;
 pub mod pooling;
 pub mod prompt;
 pub mod reply;
+pub mod responses;
 pub mod routes;
 pub mod run;
+pub mod stored;
 pub mod text;
 pub mod tool_args;
 pub mod tools;
@@ -207,6 +210,7 @@ async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
         max_tokens: cfg.max_tokens,
         metrics,
         started: reply::unix_now(),
+        responses: Default::default(),
     });
     // The default model loads before the routes open.
     let first = tokio::select! {
