@@ -1,5 +1,6 @@
 //! Who may use the server, checked before any route runs: the `Host` header
-//! against DNS rebinding (403), the API key on `/v1/*` and `/metrics` (401),
+//! against DNS rebinding (403), the API key on `/v1/*` and `/metrics` (401;
+//! `Authorization: Bearer` or Anthropic's `x-api-key`),
 //! and the JSON body of a 405 (axum's own is empty). The Content-Type check
 //! (415) sits in the JSON handlers, after routing, and CORS is tower-http's
 //! layer ([`cors_layer`]).
@@ -71,32 +72,48 @@ impl Access {
                 || (path == "/metrics" && !self.metrics_public))
     }
 
-    /// Whether the request's `Authorization: Bearer` names a key.
+    /// Whether the request's key names one of ours: `Authorization: Bearer
+    /// KEY`, or `x-api-key: KEY` as Anthropic's clients send it (either
+    /// may be given; a request with both passes when either is valid).
     fn key_ok(&self, headers: &HeaderMap) -> Result<(), &'static str> {
-        let Some(v) = headers.get(header::AUTHORIZATION) else {
-            return Err("no API key was given: send it as `Authorization: Bearer KEY`");
-        };
-        let v = v.to_str().unwrap_or("");
-        let (scheme, key) = v.split_once(' ').unwrap_or((v, ""));
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(
-                "the Authorization header must use the Bearer scheme: `Authorization: Bearer KEY`",
-            );
+        let bearer = headers.get(header::AUTHORIZATION);
+        let x_key = headers.get(X_API_KEY);
+        if bearer.is_none() && x_key.is_none() {
+            return Err("no API key was given: send it as `Authorization: Bearer KEY` (or `x-api-key: KEY`)");
+        }
+        let mut keys: Vec<&[u8]> = Vec::new();
+        if let Some(v) = x_key {
+            keys.push(v.as_bytes());
+        }
+        let mut scheme_bad = false;
+        if let Some(v) = bearer {
+            let v = v.to_str().unwrap_or("");
+            let (scheme, key) = v.split_once(' ').unwrap_or((v, ""));
+            if scheme.eq_ignore_ascii_case("bearer") {
+                keys.push(key.trim().as_bytes());
+            } else {
+                scheme_bad = true;
+            }
         }
         // Every key is compared in full, whatever matched before: the time
         // taken does not tell which bytes were right.
-        let key = key.trim().as_bytes();
-        let hit = self
-            .api_keys
-            .iter()
-            .fold(false, |acc, k| acc | same_bytes(k.as_bytes(), key));
+        let hit = keys.iter().fold(false, |acc, key| {
+            self.api_keys
+                .iter()
+                .fold(acc, |acc, k| acc | same_bytes(k.as_bytes(), key))
+        });
         if hit {
             Ok(())
+        } else if scheme_bad && keys.is_empty() {
+            Err("the Authorization header must use the Bearer scheme: `Authorization: Bearer KEY`")
         } else {
             Err("the API key given is not valid for this server")
         }
     }
 }
+
+/// Anthropic's key header.
+const X_API_KEY: &str = "x-api-key";
 
 /// Equality whose time depends on the lengths only.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
@@ -171,10 +188,15 @@ pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Re
     }
     if a.guarded(req.uri().path()) && req.method() != Method::OPTIONS {
         if let Err(why) = a.key_ok(req.headers()) {
-            let mut r = ApiError::invalid(None, why)
+            let e = ApiError::invalid(None, why)
                 .status(401)
-                .with_code("invalid_api_key")
-                .into_response();
+                .with_code("invalid_api_key");
+            // Anthropic's routes answer in Anthropic's error shape.
+            let mut r = if req.uri().path().starts_with("/v1/messages") {
+                crate::reply::anthropic_error(&e)
+            } else {
+                e.into_response()
+            };
             let h = r.headers_mut();
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             // The key check runs outside the CORS layer (a preflight has no
@@ -496,6 +518,27 @@ mod tests {
         assert!(a.key_ok(&h("Bearer k3")).is_err());
         assert!(a.key_ok(&h("Basic k1")).is_err());
         assert!(a.key_ok(&HeaderMap::new()).is_err());
+        // Anthropic's clients send the key as x-api-key; either header may
+        // carry it, and a wrong one in the other does not spoil it.
+        let x = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(X_API_KEY, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(a.key_ok(&x("k1")).is_ok());
+        assert!(a.key_ok(&x("k3")).is_err());
+        assert!(a.key_ok(&x("Bearer k1")).is_err());
+        let mut both = x("k2");
+        both.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer nope"),
+        );
+        assert!(a.key_ok(&both).is_ok());
+        let mut both = x("nope");
+        both.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k1"));
+        assert!(a.key_ok(&both).is_ok());
+        both.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k9"));
+        assert!(a.key_ok(&both).is_err());
         assert!(a.guarded("/v1/models") && a.guarded("/metrics") && !a.guarded("/health"));
     }
 }

@@ -166,6 +166,8 @@ pub struct App {
     pub started: u64,
     /// Where `/api/pull` and `/api/delete` go (None: they are refused).
     pub catalog: Option<Arc<dyn Catalog>>,
+    /// Responses kept for the Responses API's `previous_response_id`.
+    pub responses: crate::stored::ResponseStore,
 }
 
 impl App {

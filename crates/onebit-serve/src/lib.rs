@@ -28,6 +28,7 @@
 
 pub mod access;
 pub mod affinity;
+pub mod anthropic;
 pub mod api;
 pub mod app;
 pub mod cache;
@@ -45,8 +46,10 @@ pub mod pooling;
 pub mod prompt;
 pub mod pull;
 pub mod reply;
+pub mod responses;
 pub mod routes;
 pub mod run;
+pub mod stored;
 pub mod text;
 pub mod tool_args;
 pub mod tools;
@@ -224,6 +227,7 @@ async fn start(
         metrics,
         started: reply::unix_now(),
         catalog,
+        responses: Default::default(),
     });
     // The default model loads before the routes open.
     let first = tokio::select! {

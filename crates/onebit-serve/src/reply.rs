@@ -39,6 +39,33 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The `error.type` Anthropic gives an answer of `status`.
+pub fn anthropic_kind(status: u16) -> &'static str {
+    match status {
+        400 | 415 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        408 | 504 => "timeout_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// An error in Anthropic's shape, `{"type": "error", "error": {"type",
+/// "message"}}`, with the status the OpenAI routes would give.
+pub fn anthropic_error(e: &ApiError) -> Response {
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {"type": anthropic_kind(e.status), "message": e.message},
+    });
+    let mut r = json_response(e.status, body.to_string());
+    retry_after(&mut r, e.status);
+    r
+}
+
 /// Seconds since the epoch.
 pub fn unix_now() -> u64 {
     SystemTime::now()

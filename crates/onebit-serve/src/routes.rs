@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::access::{self, Access};
 use crate::app::App;
 use crate::reply::json_response;
-use crate::{embed, ollama, openai, page, pull};
+use crate::{anthropic, embed, ollama, openai, page, pull, responses};
 
 /// The routes, behind (outermost first) the Host and key checks, then CORS
 /// when origins are configured. CORS sits inside the Host check (a rebinding
@@ -34,6 +34,13 @@ pub fn router(
         .route("/v1/models", get(openai::models))
         .route("/v1/models/{*id}", get(openai::model))
         .route("/v1/embeddings", post(embed::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/embed", post(ollama::embed))

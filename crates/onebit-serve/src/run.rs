@@ -80,6 +80,7 @@ fn compile(m: &Served, g: &Grammar, param: &'static str) -> Result<Constraint, A
             "grammar" => "the grammar (`grammar`)",
             "response_format" => "the JSON schema (`response_format`)",
             "format" => "the JSON schema (`format`)",
+            "text.format" => "the JSON schema (`text.format`)",
             _ => "the tools' parameter schemas (`tools`)",
         };
         ApiError::invalid(

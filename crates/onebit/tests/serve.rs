@@ -746,6 +746,18 @@ fn logit_bias_bans_and_forces(srv: &Server) {
     assert_eq!(text, forced_text.repeat(3));
 }
 
+/// The Responses and Messages APIs through the official `openai` and
+/// `anthropic` clients: SmolLM2 with its own template (behind a key, which
+/// the Anthropic client sends as `x-api-key`) and with a template that knows
+/// tools.
+#[test]
+fn responses_and_anthropic_messages_clients() {
+    let plain = Server::smollm(&["--api-key", "sekrit"]);
+    let tools = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
+    python_script("test_responses.py", &[plain.url(), tools.url()]);
+    python_script("test_anthropic.py", &[plain.url(), tools.url()]);
+}
+
 #[test]
 fn openai_structured_output() {
     let smol = Server::smollm(&["--max-seqs", "8"]);
