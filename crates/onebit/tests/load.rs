@@ -242,15 +242,18 @@ fn client(port: u16, i: usize) -> Result<Option<String>, String> {
         Kind::Refused => {
             let b = body(prompt, false);
             let mut s = connect(port).map_err(|e| e.to_string())?;
-            let h = head("POST", "/v1/chat/completions", b.len())
-                .replace("application/json", "text/plain");
+            // A cross-site page's post (issue 29: refused by its Origin).
+            let h = head("POST", "/v1/chat/completions", b.len()).replace(
+                "application/json",
+                "text/plain\r\nOrigin: http://evil.example",
+            );
             s.write_all(h.as_bytes())
                 .and_then(|_| s.write_all(&b))
                 .map_err(|e| e.to_string())?;
             let mut out = String::new();
             let _ = s.read_to_string(&mut out);
-            if !out.starts_with("HTTP/1.1 415") {
-                return Err(format!("text/plain was not refused with 415: {out}"));
+            if !out.starts_with("HTTP/1.1 403") {
+                return Err(format!("a cross-site post was not refused with 403: {out}"));
             }
             let (st, b) = request(port, "GET", "/v1/chat/completions", b"")?;
             if st != 405 || !b.contains("method_not_allowed") {
