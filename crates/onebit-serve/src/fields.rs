@@ -28,20 +28,6 @@ pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// A 400 naming the first field not in `known`.
-pub fn refuse_unknown(o: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
-    match o.keys().find(|k| !known.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(k) => Err(ApiError::invalid(
-            None,
-            format!(
-                "unknown field `{k}`: this endpoint reads only {}",
-                known.join(", ")
-            ),
-        )),
-    }
-}
-
 /// The response header that names the request fields the server did not
 /// read (comma-separated, nested ones as `options.name`).
 pub const IGNORED_HEADER: &str = "x-onebit-ignored-fields";
