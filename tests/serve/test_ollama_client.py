@@ -168,8 +168,8 @@ def test_tools_round_trip_and_calls_come_back_in_ollama_shape():
 
 def test_refusals_name_the_field():
     cases = [
-        (dict(options={"mirostat": 2}), "mirostat"),
         (dict(options={"temperature": 5}), "options.temperature"),
+        (dict(options={"repeat_penalty": 0}), "options.repeat_penalty"),
         (dict(format={"type": "object", "properties": {"a": {"type": "string", "format": "no-such-format"}}}),
          "format"),
     ]

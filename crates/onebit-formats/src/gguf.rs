@@ -585,4 +585,5 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests;
 
+pub mod ftype;
 pub mod writer;

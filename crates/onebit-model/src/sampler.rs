@@ -1,5 +1,13 @@
-//! Choosing the next token from logits: greedy, or temperature with top-k and
-//! top-p, from a seeded generator so a seed reproduces a run.
+//! Choosing the next token from logits: greedy, or temperature with top-k,
+//! typical-p, top-p and min-p, from a seeded generator so a seed reproduces
+//! a run; and the logit penalties applied before it (`logit_bias`,
+//! llama.cpp's and Ollama's `repeat_penalty`).
+//!
+//! The filters run in one fixed order, Ollama's (top-k, then temperature,
+//! then the probability filters), with llama.cpp's order among those:
+//! typical-p, top-p, min-p. Each filter keeps at least one candidate, and a
+//! filter at its neutral value (top_k 0, typical_p 1, top_p 1, min_p 0)
+//! changes nothing.
 
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
@@ -9,6 +17,11 @@ pub struct SamplerConfig {
     pub top_k: usize,
     /// 1 = no limit.
     pub top_p: f32,
+    /// Drops candidates less likely than `min_p` times the most likely; 0 = off.
+    pub min_p: f32,
+    /// Locally typical sampling: keeps the candidates whose surprise is
+    /// closest to the distribution's entropy, up to this mass; 1 = off.
+    pub typical_p: f32,
     pub seed: u64,
 }
 
@@ -18,6 +31,8 @@ impl Default for SamplerConfig {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
+            min_p: 0.0,
+            typical_p: 1.0,
             seed: 0,
         }
     }
@@ -48,8 +63,8 @@ impl Sampler {
     }
 
     /// The candidates `sample` draws from and their probabilities (summing
-    /// to 1), highest first: temperature, top-k and top-p applied. Greedy
-    /// sampling is the point mass on the argmax.
+    /// to 1), highest first: top-k, temperature, typical-p, top-p and min-p
+    /// applied. Greedy sampling is the point mass on the argmax.
     pub fn distribution(&self, logits: &[f32]) -> (Vec<u32>, Vec<f64>) {
         if self.cfg.temperature <= 0.0 {
             return (vec![argmax(logits)], vec![1.0]);
@@ -79,6 +94,9 @@ impl Sampler {
             .collect();
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= total);
+        if self.cfg.typical_p < 1.0 {
+            typical(&mut idx, &mut probs, self.cfg.typical_p as f64);
+        }
         // Nucleus: the smallest prefix whose mass reaches top_p.
         if self.cfg.top_p < 1.0 {
             let mut acc = 0.0;
@@ -90,6 +108,16 @@ impl Sampler {
                     break;
                 }
             }
+            probs.truncate(keep);
+            idx.truncate(keep);
+            let total: f64 = probs.iter().sum();
+            probs.iter_mut().for_each(|p| *p /= total);
+        }
+        // min-p: candidates at least min_p times as likely as the first
+        // (the most likely; probs are highest first), so a prefix.
+        if self.cfg.min_p > 0.0 {
+            let floor = probs[0] * self.cfg.min_p as f64;
+            let keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
             probs.truncate(keep);
             idx.truncate(keep);
             let total: f64 = probs.iter().sum();
@@ -117,6 +145,62 @@ impl Sampler {
         // masked token, at probability 0, is never chosen).
         let last = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
         idx[last]
+    }
+}
+
+/// Locally typical sampling (Meister et al. 2022, as llama.cpp's
+/// `typical_p`): candidates ordered by how far their surprise `-ln p` lies
+/// from the entropy `H = -sum p ln p`, the closest kept until their mass
+/// reaches `mass` (at least one); the survivors renormalized and put back
+/// highest first, ties by lower id as before.
+fn typical(idx: &mut Vec<u32>, probs: &mut Vec<f64>, mass: f64) {
+    let entropy: f64 = -probs
+        .iter()
+        .filter(|&&p| p > 0.0)
+        .map(|&p| p * p.ln())
+        .sum::<f64>();
+    let gap = |p: f64| {
+        if p > 0.0 {
+            (-p.ln() - entropy).abs()
+        } else {
+            f64::INFINITY
+        }
+    };
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| gap(probs[a]).total_cmp(&gap(probs[b])).then(a.cmp(&b)));
+    let mut acc = 0.0;
+    let mut keep = order.len();
+    for (n, &i) in order.iter().enumerate() {
+        acc += probs[i];
+        if acc >= mass {
+            keep = n + 1;
+            break;
+        }
+    }
+    let mut kept: Vec<usize> = order[..keep].to_vec();
+    // Back to the distribution's order (probability, highest first).
+    kept.sort_unstable();
+    let total: f64 = kept.iter().map(|&i| probs[i]).sum();
+    *idx = kept.iter().map(|&i| idx[i]).collect();
+    *probs = kept.iter().map(|&i| probs[i] / total).collect();
+}
+
+/// `repeat_penalty` as llama.cpp and Ollama apply it: every distinct token
+/// of `window` (the last `repeat_last_n` tokens of prompt and reply) has a
+/// positive logit divided by `penalty` and a negative one multiplied by it,
+/// once however often it occurs. 1 is off; ids outside `logits` are ignored.
+pub fn repeat_penalize(logits: &mut [f32], window: &[u32], penalty: f32) {
+    if penalty == 1.0 {
+        return;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(window.len());
+    for &id in window {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        }
     }
 }
 
@@ -183,6 +267,7 @@ mod tests {
             top_k: 0,
             top_p: 1.0,
             seed: 9,
+            ..SamplerConfig::default()
         });
         for _ in 0..500 {
             assert_ne!(s.sample(&l), 1);
@@ -210,6 +295,7 @@ mod tests {
             top_k: 1,
             top_p: 1.0,
             seed: 7,
+            ..SamplerConfig::default()
         });
         for _ in 0..50 {
             assert_eq!(s.sample(&[0.0, 1.0, 0.5]), 1);
@@ -224,6 +310,7 @@ mod tests {
             top_k: 0,
             top_p: 0.9,
             seed: 3,
+            ..SamplerConfig::default()
         });
         for _ in 0..50 {
             assert_eq!(s.sample(&[10.0, 0.0, 0.0]), 0);
@@ -237,6 +324,7 @@ mod tests {
             top_k: 0,
             top_p: 1.0,
             seed: 42,
+            ..SamplerConfig::default()
         };
         // ln 3 apart: p = [0.75, 0.25]
         let logits = [1.0986123, 0.0];
@@ -255,5 +343,78 @@ mod tests {
         assert_eq!(a, b);
         let zeros = a.iter().filter(|&&x| x == 0).count() as f64 / 2000.0;
         assert!((zeros - 0.75).abs() < 0.04, "{zeros}");
+    }
+
+    /// Logits ln 4, ln 2, ln 1, ln 1: at temperature 1 the probabilities
+    /// are exactly 1/2, 1/4, 1/8, 1/8.
+    const QUARTERS: [f32; 4] = [
+        2.0 * std::f32::consts::LN_2,
+        std::f32::consts::LN_2,
+        0.0,
+        0.0,
+    ];
+
+    fn filtered(cfg: SamplerConfig) -> (Vec<u32>, Vec<f64>) {
+        Sampler::new(SamplerConfig {
+            temperature: 1.0,
+            ..cfg
+        })
+        .distribution(&QUARTERS)
+    }
+
+    fn close(got: &[f64], want: &[f64]) -> bool {
+        got.len() == want.len() && got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6)
+    }
+
+    #[test]
+    fn min_p_keeps_candidates_within_a_fraction_of_the_best() {
+        // min_p 0.4: the floor is 0.4 * 1/2 = 0.2, so 1/2 and 1/4 stay,
+        // renormalized to 2/3 and 1/3.
+        let (idx, p) = filtered(SamplerConfig {
+            min_p: 0.4,
+            ..Default::default()
+        });
+        assert_eq!(idx, [0, 1]);
+        assert!(close(&p, &[2.0 / 3.0, 1.0 / 3.0]), "{p:?}");
+        // min_p 0.2: the floor 0.1 is under every candidate.
+        let (idx, _) = filtered(SamplerConfig {
+            min_p: 0.2,
+            ..Default::default()
+        });
+        assert_eq!(idx, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn typical_p_keeps_the_tokens_whose_surprise_is_nearest_the_entropy() {
+        // p = 1/2, 1/4, 1/8, 1/8: entropy H = 1.75 ln 2; the surprises
+        // -ln p are 1, 2, 3, 3 (times ln 2), so the gaps |-ln p - H| are
+        // 0.75, 0.25, 1.25, 1.25: token 1 is the most typical, then 0.
+        let (idx, p) = filtered(SamplerConfig {
+            typical_p: 0.2,
+            ..Default::default()
+        });
+        // Token 1's mass 1/4 reaches 0.2 alone: the likeliest token goes.
+        assert_eq!(idx, [1]);
+        assert!(close(&p, &[1.0]), "{p:?}");
+        let (idx, p) = filtered(SamplerConfig {
+            typical_p: 0.3,
+            ..Default::default()
+        });
+        // 1/4 + 1/2 reaches 0.3; back in probability order, renormalized.
+        assert_eq!(idx, [0, 1]);
+        assert!(close(&p, &[2.0 / 3.0, 1.0 / 3.0]), "{p:?}");
+        // Off (1): nothing removed.
+        assert_eq!(filtered(SamplerConfig::default()).0, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn repeat_penalty_divides_positive_and_multiplies_negative_logits_once() {
+        let mut l = [2.0, -1.0, 3.0, 0.5];
+        // Token 0 twice (penalized once), 1 once, 7 outside the vocabulary.
+        repeat_penalize(&mut l, &[0, 1, 0, 7], 2.0);
+        assert_eq!(l, [1.0, -2.0, 3.0, 0.5]);
+        let mut l = [2.0, -1.0];
+        repeat_penalize(&mut l, &[0, 1], 1.0);
+        assert_eq!(l, [2.0, -1.0]);
     }
 }

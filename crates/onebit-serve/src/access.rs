@@ -1,9 +1,22 @@
 //! Who may use the server, checked before any route runs: the `Host` header
-//! against DNS rebinding (403), the API key on `/v1/*` and `/metrics` (401;
-//! `Authorization: Bearer` or Anthropic's `x-api-key`),
-//! and the JSON body of a 405 (axum's own is empty). The Content-Type check
-//! (415) sits in the JSON handlers, after routing, and CORS is tower-http's
-//! layer ([`cors_layer`]).
+//! against DNS rebinding (403), the browser's `Origin` against cross-site
+//! requests (403), the API key on `/v1/*`, `/api/*`, `/tokenize`,
+//! `/detokenize` and `/metrics` (401; `Authorization: Bearer` or Anthropic's
+//! `x-api-key`), and the JSON body of a 405 (axum's
+//! own is empty). CORS is tower-http's layer ([`cors_layer`]), admitting
+//! the same origins.
+//!
+//! Cross-site requests are stopped by `Origin`, Ollama's way: a browser
+//! names the page's origin on every cross-origin request and every POST, a
+//! form's included. Allowed are the loopback origins (`localhost`,
+//! `127.0.0.1`, `[::1]`, http or https, any port), the app schemes
+//! (`app://`, `file://`, `tauri://`), the server's own origin (its chat
+//! page) and every `--cors-origin`; any other origin, and `Origin: null`
+//! (a sandboxed or file page, a redirect), is a 403. A request with no
+//! `Origin` comes from no page (curl, an SDK, a server), so its body is
+//! taken whatever its Content-Type says as long as it parses as JSON; one
+//! a browser marks `Sec-Fetch-Site: cross-site` or `same-site` without an
+//! `Origin` is refused all the same.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -51,16 +64,13 @@ impl Access {
 
     /// The `Access-Control-Allow-Origin` value for a request from
     /// `origin`, as the CORS layer would give it; `None` for an origin not
-    /// admitted (or CORS off).
-    fn cors_allow(&self, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
+    /// admitted.
+    fn cors_allow(&self, origin: Option<&HeaderValue>, host: &str) -> Option<HeaderValue> {
         let origin = origin?;
         if self.cors_origins.iter().any(|o| o == "*") {
             return Some(HeaderValue::from_static("*"));
         }
-        self.cors_origins
-            .iter()
-            .any(|o| o.as_bytes() == origin.as_bytes())
-            .then(|| origin.clone())
+        origin_allowed(&self.cors_origins, origin.as_bytes(), host).then(|| origin.clone())
     }
 
     /// Whether `path` needs the key.
@@ -69,6 +79,8 @@ impl Access {
             && (path.starts_with("/v1/")
                 || path == "/v1"
                 || path.starts_with("/api/")
+                || path == "/tokenize"
+                || path == "/detokenize"
                 || (path == "/metrics" && !self.metrics_public))
     }
 
@@ -122,6 +134,100 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         diff |= a.get(i).unwrap_or(&0) ^ b.get(i).unwrap_or(&0);
     }
     diff == 0
+}
+
+/// The schemes of desktop apps' pages (Electron's `app://`, a local
+/// `file://`, Tauri's `tauri://`), allowed as Ollama allows them.
+const APP_SCHEMES: [&str; 3] = ["app", "file", "tauri"];
+
+/// The loopback names an `http`/`https` origin may carry on any port.
+const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+/// Whether a browser page of `origin` may use the server reached as
+/// `host`: a loopback origin, an app scheme, the server's own origin
+/// (`http(s)://` + `host`), or one of `listed` (`*`: any). `null` is not.
+pub fn origin_allowed(listed: &[String], origin: &[u8], host: &str) -> bool {
+    let Ok(origin) = std::str::from_utf8(origin) else {
+        return false;
+    };
+    if listed.iter().any(|o| o == "*" || o == origin) {
+        return true;
+    }
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if APP_SCHEMES.contains(&scheme.as_str()) {
+        return true;
+    }
+    if scheme != "http" && scheme != "https" {
+        return false;
+    }
+    let authority = rest.to_ascii_lowercase();
+    if !host.is_empty() && authority == host.to_ascii_lowercase() {
+        return true;
+    }
+    // The name without a port (a v6 literal keeps its brackets).
+    let name = match authority.rsplit_once(':') {
+        Some((n, port))
+            if port.bytes().all(|b| b.is_ascii_digit())
+                && (!n.starts_with('[') || n.ends_with(']')) =>
+        {
+            n
+        }
+        _ => authority.as_str(),
+    };
+    LOOPBACK.contains(&name)
+}
+
+/// A 403 for a browser request from an origin not allowed, in the shape of
+/// the API the path belongs to.
+fn origin_refused(path: &str, why: String) -> Response {
+    let e = ApiError::invalid(None, why)
+        .status(403)
+        .with_code("origin_not_allowed");
+    if path.starts_with("/api/") || path == "/api" {
+        let mut r = serde_json::json!({"error": e.message})
+            .to_string()
+            .into_response();
+        *r.status_mut() = axum::http::StatusCode::FORBIDDEN;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return r;
+    }
+    e.into_response()
+}
+
+/// The cross-site check: `Some(403)` for a page's request the rules above
+/// refuse.
+fn cross_site(a: &Access, req: &Request, host: &str) -> Option<Response> {
+    let path = req.uri().path();
+    match req.headers().get(header::ORIGIN) {
+        Some(o) if o.as_bytes() == b"null" => Some(origin_refused(
+            path,
+            "requests from `Origin: null` (a sandboxed or local page, or a redirect) are refused; serve the page from an origin and start the server with --cors-origin ORIGIN".into(),
+        )),
+        Some(o) if !origin_allowed(&a.cors_origins, o.as_bytes(), host) => Some(origin_refused(
+            path,
+            format!(
+                "requests from the page origin {:?} are refused (cross-site); start the server with --cors-origin {} to allow it",
+                String::from_utf8_lossy(o.as_bytes()),
+                String::from_utf8_lossy(o.as_bytes())
+            ),
+        )),
+        Some(_) => None,
+        None => {
+            let site = req.headers().get("sec-fetch-site").map(HeaderValue::as_bytes);
+            matches!(site, Some(b"cross-site") | Some(b"same-site")).then(|| {
+                origin_refused(
+                    path,
+                    "a browser request from another site with no Origin is refused".into(),
+                )
+            })
+        }
+    }
 }
 
 /// The host part of a `Host` value: `name`, `name:port`, `[v6]:port`.
@@ -186,6 +292,10 @@ pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Re
         }
         Some(_) => {}
     }
+    let host = host.unwrap_or_default();
+    if let Some(refused) = cross_site(&a, &req, &host) {
+        return refused;
+    }
     if a.guarded(req.uri().path()) && req.method() != Method::OPTIONS {
         if let Err(why) = a.key_ok(req.headers()) {
             let e = ApiError::invalid(None, why)
@@ -201,7 +311,7 @@ pub async fn check(State(a): State<Arc<Access>>, req: Request, next: Next) -> Re
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             // The key check runs outside the CORS layer (a preflight has no
             // key): without these a browser reports a CORS failure, not the 401.
-            if let Some(allow) = a.cors_allow(req.headers().get(header::ORIGIN)) {
+            if let Some(allow) = a.cors_allow(req.headers().get(header::ORIGIN), &host) {
                 if allow != "*" {
                     h.insert(header::VARY, HeaderValue::from_static("origin"));
                 }
@@ -252,52 +362,33 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
     e.into_response()
 }
 
-/// CORS for the configured origins (`*`: any); `None` when there are none,
-/// so no CORS header is ever sent and browsers keep other origins out.
-pub fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, String> {
-    if origins.is_empty() {
-        return Ok(None);
+/// CORS for the origins [`origin_allowed`] admits: the loopback and app
+/// origins, the server's own, and the configured ones (`*`: any). Other
+/// origins never reach it: the check before refuses them.
+pub fn cors_layer(origins: &[String]) -> Result<CorsLayer, String> {
+    for o in origins {
+        HeaderValue::from_str(o).map_err(|_| {
+            format!("--cors-origin {o:?} is not a valid origin (like https://example.com)")
+        })?;
     }
     let allow = if origins.iter().any(|o| o == "*") {
         AllowOrigin::any()
     } else {
-        let mut list = Vec::new();
-        for o in origins {
-            list.push(HeaderValue::from_str(o).map_err(|_| {
-                format!("--cors-origin {o:?} is not a valid origin (like https://example.com)")
-            })?);
-        }
-        AllowOrigin::list(list)
+        let listed = origins.to_vec();
+        AllowOrigin::predicate(move |origin, parts| {
+            let host = parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("");
+            origin_allowed(&listed, origin.as_bytes(), host)
+        })
     };
-    Ok(Some(
-        CorsLayer::new()
-            .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
-            .max_age(std::time::Duration::from_secs(600)),
-    ))
-}
-
-/// 415 unless the request says its body is JSON.
-pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ct.split(';').next().unwrap_or("").trim();
-    if mime.eq_ignore_ascii_case("application/json") {
-        return Ok(());
-    }
-    Err(ApiError::invalid(
-        None,
-        if ct.is_empty() {
-            "the request has no Content-Type; send the JSON body with `Content-Type: application/json`".to_string()
-        } else {
-            format!("Content-Type {ct:?} is not accepted; send the JSON body with `Content-Type: application/json`")
-        },
-    )
-    .status(415)
-    .with_code("unsupported_media_type"))
+    Ok(CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .max_age(std::time::Duration::from_secs(600)))
 }
 
 #[cfg(test)]
@@ -347,7 +438,7 @@ mod tests {
             .route("/v1/models", axum::routing::get(|| async { "models" }))
             .route("/health", axum::routing::get(|| async { "ok" }))
             .fallback(not_found)
-            .layer(cors_layer(&a.cors_origins).unwrap().unwrap());
+            .layer(cors_layer(&a.cors_origins).unwrap());
         let app = axum::Router::new()
             .fallback_service(inner)
             .layer(axum::middleware::from_fn_with_state(Arc::new(a), check));
@@ -446,8 +537,10 @@ mod tests {
             "https://app.example"
         );
         assert_eq!(h[header::VARY], "origin");
-        let (status, h, _) = run(keyed(), from("https://evil.example"));
-        assert_eq!(status, 401);
+        // Another origin is refused before the key is looked at.
+        let (status, h, body) = run(keyed(), from("https://evil.example"));
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("origin_not_allowed"), "{body}");
         assert!(h.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
         let any = Access {
             cors_origins: vec!["*".into()],
@@ -496,6 +589,97 @@ mod tests {
         assert_eq!(status, 404);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert!(v["error"]["message"].is_string(), "{body}");
+    }
+
+    /// Issue 29: the origins a browser page may call from, Ollama's rule.
+    #[test]
+    fn origins_allowed_are_loopback_apps_own_and_listed() {
+        let listed = vec!["https://app.example".to_string()];
+        let ok = |o: &str| origin_allowed(&listed, o.as_bytes(), "myhost.lan:8080");
+        for o in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://127.0.0.1:8443",
+            "http://[::1]:5173",
+            "HTTP://LOCALHOST:1",
+            "app://anything",
+            "file://",
+            "tauri://localhost",
+            "https://app.example",
+            // The server's own origin (its chat page, reached by name).
+            "http://myhost.lan:8080",
+        ] {
+            assert!(ok(o), "{o}");
+        }
+        for o in [
+            "null",
+            "https://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example:80",
+            "http://evil.example/localhost",
+            "https://app.example:444",
+            "http://myhost.lan:9090",
+            "ftp://localhost",
+            "localhost",
+            "",
+        ] {
+            assert!(!ok(o), "{o}");
+        }
+        assert!(origin_allowed(&["*".into()], b"https://any.example", ""));
+    }
+
+    /// Issue 29: a page on another origin is refused whatever it posts; no
+    /// Origin (curl, an SDK) is served; `Sec-Fetch-Site: cross-site`
+    /// without an Origin is refused; `/api/*` answers in Ollama's shape.
+    #[test]
+    fn cross_site_requests_are_refused_by_origin() {
+        let open = Access {
+            api_keys: vec![],
+            ..keyed()
+        };
+        let h = |extra: &[(header::HeaderName, &'static str)]| {
+            let mut v = vec![(header::HOST, "localhost:8080")];
+            v.extend_from_slice(extra);
+            v
+        };
+        for (origin, want) in [
+            ("https://evil.example", 403),
+            ("null", 403),
+            ("https://app.example", 200),
+            ("http://localhost:3000", 200),
+            ("http://localhost:8080", 200),
+        ] {
+            let (status, _, body) = run(
+                open.clone(),
+                get("/v1/models", &h(&[(header::ORIGIN, origin)])),
+            );
+            assert_eq!(status, want, "{origin}: {body}");
+        }
+        let (status, _, _) = run(open.clone(), get("/v1/models", &h(&[])));
+        assert_eq!(status, 200);
+        let site = header::HeaderName::from_static("sec-fetch-site");
+        let (status, _, _) = run(
+            open.clone(),
+            get("/v1/models", &h(&[(site.clone(), "cross-site")])),
+        );
+        assert_eq!(status, 403);
+        let (status, _, _) = run(
+            open.clone(),
+            get("/v1/models", &h(&[(site, "same-origin")])),
+        );
+        assert_eq!(status, 200);
+        let (status, _, body) = run(
+            open,
+            get("/api/nope", &h(&[(header::ORIGIN, "https://evil.example")])),
+        );
+        assert_eq!(status, 403);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|m| m.contains("--cors-origin")),
+            "{body}"
+        );
     }
 
     #[test]

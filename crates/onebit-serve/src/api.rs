@@ -112,6 +112,22 @@ pub struct Request {
     pub n: usize,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
+    /// Candidates under `min_p` times the likeliest are dropped; 0: off.
+    pub min_p: f32,
+    /// Locally typical sampling's mass; 1: off.
+    pub typical_p: f32,
+    /// llama.cpp's and Ollama's `repeat_penalty`; 1: off.
+    pub repeat_penalty: f32,
+    /// The tokens (of prompt and reply, the latest) `repeat_penalty` looks
+    /// at; `None`: the whole context (`repeat_last_n` -1).
+    pub repeat_last_n: Option<usize>,
+    /// The context this request may use, when smaller than the model's
+    /// (Ollama's `num_ctx`): the prompt and reply together stay within it.
+    pub ctx_limit: Option<usize>,
+    /// Body fields this server does not read, by name (`options.mirostat`
+    /// for a nested one), for the `x-onebit-ignored-fields` header; and the
+    /// machine-level options accepted with no effect here (`num_thread`).
+    pub ignored: Vec<String>,
     /// Extra template arguments (`chat_template_kwargs`, as vLLM and llama.cpp take them).
     pub template_kwargs: Option<Map<String, Value>>,
     /// The extra field `speculative`: false turns the server's drafting off
@@ -424,6 +440,18 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
     }
     let presence_penalty = number(&o, "presence_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32;
     let frequency_penalty = number(&o, "frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0) as f32;
+    // llama-server's and vLLM's sampler extensions, under their names.
+    let min_p = number(&o, "min_p", 0.0, 1.0)?.unwrap_or(0.0) as f32;
+    let typical_p = number(&o, "typical_p", 0.0, 1.0)?.unwrap_or(1.0) as f32;
+    let repeat_penalty =
+        number(&o, "repeat_penalty", 0.0, MAX_REPEAT_PENALTY)?.unwrap_or(1.0) as f32;
+    if repeat_penalty <= 0.0 {
+        return Err(ApiError::invalid(
+            "repeat_penalty",
+            "`repeat_penalty` must be greater than 0 (1 is off)",
+        ));
+    }
+    let repeat_last_n = repeat_window(integer(body, &o, "repeat_last_n", -1, i64::from(u32::MAX))?);
 
     if ep == Endpoint::Completions && boolean(&o, "echo")?.unwrap_or(false) {
         return Err(ApiError::invalid("echo", "`echo` is not supported"));
@@ -469,7 +497,23 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
     }
     let logit_bias = logit_bias(&o)?;
 
+    let known: &[&str] = match ep {
+        Endpoint::Chat => &CHAT_FIELDS,
+        Endpoint::Completions => &COMPLETION_FIELDS,
+    };
+    let ignored = o
+        .keys()
+        .filter(|k| !known.contains(&k.as_str()) && !SHARED_FIELDS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+
     Ok(Request {
+        min_p,
+        typical_p,
+        repeat_penalty,
+        repeat_last_n,
+        ctx_limit: None,
+        ignored,
         speculative: speculative.unwrap_or(true),
         prompt,
         max_tokens,
@@ -490,6 +534,66 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         logit_bias,
     })
 }
+
+/// The largest `repeat_penalty` taken (llama.cpp sets none; past this a
+/// seen token is all but banned, which `logit_bias` says more plainly).
+pub const MAX_REPEAT_PENALTY: f64 = 10.0;
+
+/// The tokens `repeat_penalty` looks back over by default (Ollama's
+/// `repeat_last_n` default, docs/modelfile.md).
+pub const DEFAULT_REPEAT_LAST_N: usize = 64;
+
+/// `repeat_last_n` as the engine takes it: absent, the default; -1, the
+/// whole context (`None`); 0, no token (the penalty off).
+pub fn repeat_window(n: Option<i64>) -> Option<usize> {
+    match n {
+        None => Some(DEFAULT_REPEAT_LAST_N),
+        Some(-1) => None,
+        Some(x) => Some(x.max(0) as usize),
+    }
+}
+
+/// The body fields both `/v1` generation routes read.
+const SHARED_FIELDS: [&str; 25] = [
+    "model",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "chat_template_kwargs",
+    "speculative",
+    "response_format",
+    "grammar",
+    "logit_bias",
+    "best_of",
+    // An end user's id for abuse monitoring: nothing to do with it here.
+    "user",
+    "logprobs",
+];
+
+/// The fields only `/v1/chat/completions` reads.
+const CHAT_FIELDS: [&str; 5] = [
+    "messages",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+];
+
+/// The fields only `/v1/completions` reads.
+const COMPLETION_FIELDS: [&str; 2] = ["prompt", "echo"];
 
 /// A function name as OpenAI allows it.
 fn good_name(n: &str) -> bool {
@@ -1109,6 +1213,38 @@ mod tests {
         assert_eq!(r.max_tokens, Some(5));
         assert_eq!(r.stop, ["\n"]);
         assert_eq!((r.n, r.temperature, r.logprobs), (1, 1.0, None));
+        // Issue 29: the field not read is named, the read ones are not.
+        assert_eq!(r.ignored, ["whatever"]);
+        assert_eq!(
+            (r.min_p, r.typical_p, r.repeat_penalty),
+            (0.0, 1.0, 1.0),
+            "the extensions default to off"
+        );
+    }
+
+    /// Issue 29: llama-server's sampler extensions are read on `/v1`, and
+    /// checked by name.
+    #[test]
+    fn sampler_extensions_are_read_and_checked() {
+        let r = chat(r#"{"messages":[{"role":"user","content":"hi"}],"min_p":0.05,"typical_p":0.9,"repeat_penalty":1.1,"repeat_last_n":-1,"totally_bogus_field":1}"#).unwrap();
+        assert_eq!((r.min_p, r.typical_p, r.repeat_penalty), (0.05, 0.9, 1.1));
+        assert_eq!(r.repeat_last_n, None, "-1 is the whole context");
+        assert_eq!(r.ignored, ["totally_bogus_field"]);
+        let r =
+            chat(r#"{"messages":[{"role":"user","content":"hi"}],"repeat_penalty":1.2}"#).unwrap();
+        assert_eq!(r.repeat_last_n, Some(DEFAULT_REPEAT_LAST_N));
+        for (field, value) in [
+            ("min_p", "1.5"),
+            ("typical_p", "-0.1"),
+            ("repeat_penalty", "0"),
+            ("repeat_penalty", "11"),
+            ("repeat_last_n", "-2"),
+        ] {
+            let body =
+                format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"{field}":{value}}}"#);
+            let e = chat(&body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(field), "{body}");
+        }
     }
 
     #[test]

@@ -18,7 +18,6 @@ use onebit_model::Model;
 use onebit_text::{ChatTemplate, Tokenizer};
 use tokio::sync::Notify;
 
-use crate::access;
 use crate::api::{ApiError, Limits};
 use crate::constrain::Constrainer;
 use crate::engine::{Engine, EngineConfig};
@@ -156,6 +155,9 @@ pub struct App {
     pub max_body_bytes: usize,
     pub body_timeout: Duration,
     pub allow_special_in_content: bool,
+    /// Fields a request carries that the server does not read are a 400
+    /// (`--strict-fields`), not a header and a log line.
+    pub strict_fields: bool,
     /// Set on SIGTERM: `/health` answers 503 from then on.
     pub draining: AtomicBool,
     /// Largest `n`, largest `max_tokens` (0: up to the context).
@@ -197,11 +199,12 @@ impl App {
         }
     }
 
-    /// The JSON body: 415 unless it says it is JSON, 413 over the size
-    /// limit (from Content-Length before reading, or while reading), 408
-    /// when it does not arrive whole within the body timeout.
+    /// The body, whatever its Content-Type (the handlers parse it as JSON;
+    /// a browser's cross-site post was refused by its `Origin` before):
+    /// 413 over the size limit (from Content-Length before reading, or
+    /// while reading), 408 when it does not arrive whole within the body
+    /// timeout.
     pub async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-        access::require_json(headers)?;
         let too_big = || {
             ApiError::invalid(
                 None,

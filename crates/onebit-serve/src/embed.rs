@@ -1,4 +1,5 @@
-//! OpenAI's `POST /v1/embeddings`: the request parsed and checked here,
+//! OpenAI's `POST /v1/embeddings`: the request parsed and checked here
+//! (texts, or token ids of this model's vocabulary as OpenAI's API allows),
 //! the vectors computed by [`crate::run::embed`] (the pooling rules are in
 //! [`crate::pooling`]), the answer in OpenAI's shape (floats, or base64 of
 //! little-endian f32).
@@ -13,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::api::ApiError;
 use crate::app::App;
-use crate::fields::{inputs, model_name, object, refuse_unknown};
+use crate::fields::{check_unread, inputs, mark_unread, model_name, object, unread};
 use crate::metrics::Metrics;
 pub use crate::pooling::{PoolKind, Pooling};
 use crate::reply::json_response;
@@ -30,7 +31,8 @@ pub async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: B
     }
 }
 
-/// The request fields /v1/embeddings reads; any other is refused by name.
+/// The request fields /v1/embeddings reads; any other is named in the
+/// ignored-fields header (refused under `--strict-fields`).
 const FIELDS: [&str; 5] = ["input", "model", "encoding_format", "dimensions", "user"];
 
 async fn embeddings_inner(
@@ -40,8 +42,9 @@ async fn embeddings_inner(
 ) -> Result<Response, ApiError> {
     let body = app.read_body(headers, body).await?;
     let o = object(&body)?;
-    refuse_unknown(&o, &FIELDS)?;
-    let texts = inputs(o.get("input"), "input")?;
+    let ignored = unread(&o, &FIELDS, "");
+    check_unread(app.strict_fields, &ignored)?;
+    let texts = inputs(o.get("input"), "input", true)?;
     let as_base64 = match o.get("encoding_format") {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) if s == "float" => false,
@@ -82,7 +85,7 @@ async fn embeddings_inner(
             json!({"object": "embedding", "index": i, "embedding": embedding})
         })
         .collect();
-    Ok(json_response(
+    let mut r = json_response(
         200,
         json!({
             "object": "list",
@@ -91,7 +94,9 @@ async fn embeddings_inner(
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         })
         .to_string(),
-    ))
+    );
+    mark_unread(&mut r, "POST /v1/embeddings", &ignored);
+    Ok(r)
 }
 
 /// Standard base64 with padding (RFC 4648 section 4), as OpenAI sends

@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use onebit_model::sampler::{bias_logits, Sampler, SamplerConfig};
+use onebit_model::sampler::{bias_logits, repeat_penalize, Sampler, SamplerConfig};
 use onebit_model::spec::{SpecPlan, Speculator};
 use onebit_model::{Logits, Model, SeqInput, SeqState};
 use tokio::sync::mpsc::UnboundedSender;
@@ -31,6 +31,10 @@ pub struct GenParams {
     pub sampler: SamplerConfig,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
+    /// `repeat_penalty` (1: off) over the last `repeat_last_n` tokens of
+    /// prompt and reply (`None`: all of them).
+    pub repeat_penalty: f32,
+    pub repeat_last_n: Option<usize>,
     /// Some(k): report the chosen token's logprob and the k most likely.
     pub logprobs: Option<usize>,
     /// Draft tokens ahead when the engine has a drafter (off for sequences
@@ -380,6 +384,7 @@ impl Worker {
         // (logprobs) decodes plainly.
         let plain = p.presence_penalty != 0.0
             || p.frequency_penalty != 0.0
+            || p.repeat_penalty != 1.0
             || p.logprobs.is_some()
             || !p.logit_bias.is_empty()
             || job.constraint.is_some();
@@ -548,6 +553,12 @@ impl Worker {
                     *l -= p.presence_penalty + p.frequency_penalty * n as f32;
                 }
             }
+        }
+        if p.repeat_penalty != 1.0 {
+            // `fed` is the prompt and every token sampled so far (a
+            // penalized sequence does not draft, so nothing is pending).
+            let n = p.repeat_last_n.unwrap_or(s.fed.len()).min(s.fed.len());
+            repeat_penalize(&mut logits, &s.fed[s.fed.len() - n..], p.repeat_penalty);
         }
         bias_logits(&mut logits, &p.logit_bias);
         if let Some(c) = s.job.constraint.as_mut() {

@@ -1,6 +1,14 @@
 //! Request-body checks the protocol modules share: the body as a JSON
-//! object, unknown fields refused by name, and embedding inputs. A leaf: it
-//! knows no route, model or engine.
+//! object, fields the server does not read (named in the
+//! `x-onebit-ignored-fields` header and the log, or refused by name under
+//! `--strict-fields`), and embedding inputs. A leaf: it knows no route,
+//! model or engine.
+//!
+//! Why answering is the default: the drop-in clients (LangChain, litellm,
+//! Open WebUI) send fields of their own that change nothing for a local
+//! server, and a 400 for each would break them where their authors meant no
+//! harm; a typo is still seen, in the header and the log, and a deployment
+//! that wants it refused starts the server with `--strict-fields`.
 
 use std::time::Duration;
 
@@ -20,17 +28,59 @@ pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// A 400 naming the first field not in `known`.
-pub fn refuse_unknown(o: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
-    match o.keys().find(|k| !known.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(k) => Err(ApiError::invalid(
-            None,
-            format!(
-                "unknown field `{k}`: this endpoint reads only {}",
-                known.join(", ")
-            ),
-        )),
+/// The response header that names the request fields the server did not
+/// read (comma-separated, nested ones as `options.name`).
+pub const IGNORED_HEADER: &str = "x-onebit-ignored-fields";
+
+/// The keys of `o` not in `known`, in the body's order, each prefixed with
+/// `prefix` (`options.` for Ollama's options).
+pub fn unread(o: &Map<String, Value>, known: &[&str], prefix: &str) -> Vec<String> {
+    o.keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .map(|k| format!("{prefix}{k}"))
+        .collect()
+}
+
+/// Under `--strict-fields`, a 400 naming every field not read; otherwise Ok.
+pub fn check_unread(strict: bool, unread: &[String]) -> Result<(), ApiError> {
+    if !strict || unread.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        None,
+        format!(
+            "this server does not read the field{} {}, and it was started with --strict-fields (without it they are answered and named in the {IGNORED_HEADER} header)",
+            if unread.len() == 1 { "" } else { "s" },
+            unread
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .with_code("unknown_field"))
+}
+
+/// Names the fields not read in the response's header and one log line.
+pub fn mark_unread(r: &mut axum::response::Response, route: &str, unread: &[String]) {
+    if unread.is_empty() {
+        return;
+    }
+    let list = unread.join(", ");
+    eprintln!("[serve] {route}: answered without reading the field(s) {list:?}");
+    // A header carries visible ASCII only: other characters of a name are `?`.
+    let ascii: String = list
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&ascii) {
+        r.headers_mut().insert(IGNORED_HEADER, v);
     }
 }
 
@@ -55,44 +105,84 @@ pub fn model_name(o: &Map<String, Value>) -> Result<Option<&str>, ApiError> {
 /// Inputs one embedding request may carry at most.
 pub const MAX_INPUTS: usize = 256;
 
-/// The inputs of an embedding request: one text or a list of texts.
-pub fn inputs(v: Option<&Value>, param: &'static str) -> Result<Vec<String>, ApiError> {
-    let texts = match v {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) if !a.is_empty() => a
+/// One input of an embedding request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    Text(String),
+    /// Token ids as OpenAI's API allows them (checked against the
+    /// vocabulary by [`crate::run::embed`], which knows the model).
+    Tokens(Vec<u32>),
+}
+
+/// The inputs of an embedding request: one text or a list of texts, and
+/// with `ids` also OpenAI's token-id forms, one list of ints or a list of
+/// such lists. Every id must fit in 32 bits.
+pub fn inputs(v: Option<&Value>, param: &'static str, ids: bool) -> Result<Vec<Input>, ApiError> {
+    let expected = if ids {
+        "a string, a list of strings, a list of token ids or a list of lists of token ids"
+    } else {
+        "a string or a list of strings"
+    };
+    let wrong = || ApiError::invalid(param, format!("`{param}` must be {expected}"));
+    let token_list = |a: &[Value], at: String| -> Result<Vec<u32>, ApiError> {
+        if a.is_empty() {
+            return Err(ApiError::invalid(
+                param,
+                format!("`{at}` is an empty list of token ids"),
+            ));
+        }
+        a.iter()
+            .enumerate()
+            .map(|(j, x)| {
+                x.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            param,
+                            format!(
+                                "`{at}[{j}]` must be a token id (an integer from 0 to {}); got {x}",
+                                u32::MAX
+                            ),
+                        )
+                    })
+            })
+            .collect()
+    };
+    let list = match v {
+        Some(Value::String(s)) => vec![Input::Text(s.clone())],
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(ApiError::invalid(
+                param,
+                format!("`{param}` is an empty list"),
+            ))
+        }
+        Some(Value::Array(a)) if ids && a.iter().all(Value::is_number) => {
+            vec![Input::Tokens(token_list(a, param.to_string())?)]
+        }
+        Some(Value::Array(a)) => a
             .iter()
-            .map(|x| {
-                x.as_str().map(str::to_string).ok_or_else(|| {
-                    ApiError::invalid(
-                        param,
-                        format!("`{param}` must be a string or a list of strings (token-id inputs are not supported)"),
-                    )
-                })
+            .enumerate()
+            .map(|(i, x)| match x {
+                Value::String(s) => Ok(Input::Text(s.clone())),
+                Value::Array(t) if ids => token_list(t, format!("{param}[{i}]")).map(Input::Tokens),
+                _ => Err(wrong()),
             })
             .collect::<Result<_, _>>()?,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(param, format!("`{param}` is an empty list")))
-        }
         None | Some(Value::Null) => {
             return Err(ApiError::invalid(param, format!("`{param}` is required")))
         }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                param,
-                format!("`{param}` must be a string or a list of strings"),
-            ))
-        }
+        Some(_) => return Err(wrong()),
     };
-    if texts.len() > MAX_INPUTS {
+    if list.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
             param,
             format!(
                 "at most {MAX_INPUTS} inputs per request; got {}",
-                texts.len()
+                list.len()
             ),
         ));
     }
-    Ok(texts)
+    Ok(list)
 }
 
 /// How long a model stays loaded after a request (Ollama's `keep_alive`,
@@ -209,5 +299,55 @@ mod tests {
         assert_eq!(o(Value::Null).unwrap(), None);
         let e = o(serde_json::json!(true)).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("keep_alive"));
+    }
+
+    #[test]
+    fn embedding_inputs_take_texts_and_with_ids_token_lists() {
+        use serde_json::json;
+        let t = |s: &str| Input::Text(s.into());
+        assert_eq!(inputs(Some(&json!("a")), "input", false).unwrap(), [t("a")]);
+        assert_eq!(
+            inputs(Some(&json!(["a", "b"])), "input", true).unwrap(),
+            [t("a"), t("b")]
+        );
+        assert_eq!(
+            inputs(Some(&json!([1, 2, 3])), "input", true).unwrap(),
+            [Input::Tokens(vec![1, 2, 3])]
+        );
+        assert_eq!(
+            inputs(Some(&json!([[1, 2], [4294967295u64]])), "input", true).unwrap(),
+            [Input::Tokens(vec![1, 2]), Input::Tokens(vec![u32::MAX])]
+        );
+        // Ids are refused where the protocol takes text only (Ollama's).
+        assert!(inputs(Some(&json!([1, 2])), "input", false).is_err());
+        for bad in [
+            json!([[1, -2]]),
+            json!([4294967296u64]),
+            json!([[]]),
+            json!([1.5]),
+            json!([]),
+            json!({"a": 1}),
+        ] {
+            let e = inputs(Some(&bad), "input", true).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("input"), "{bad}");
+        }
+        let many = Value::Array(vec![json!("x"); MAX_INPUTS + 1]);
+        assert!(inputs(Some(&many), "input", true).is_err());
+    }
+
+    #[test]
+    fn unread_fields_are_named_and_refused_only_when_strict() {
+        let o: Map<String, Value> =
+            serde_json::from_str(r#"{"model": "m", "bogus": 1, "min_q": 2}"#).unwrap();
+        let u = unread(&o, &["model"], "options.");
+        assert_eq!(u, ["options.bogus", "options.min_q"]);
+        assert!(check_unread(false, &u).is_ok());
+        let e = check_unread(true, &u).unwrap_err();
+        assert!(
+            e.message.contains("`options.bogus`") && e.message.contains("`options.min_q`"),
+            "{}",
+            e.message
+        );
+        assert!(check_unread(true, &[]).is_ok());
     }
 }

@@ -11,7 +11,8 @@
 //!
 //! 1. [`routes`]: which path goes to which handler;
 //! 2. the protocols, one module each: [`openai`] (chat and completions),
-//!    [`ollama`], [`embed`] (OpenAI's embeddings), each parsing its request
+//!    [`ollama`], [`embed`] (OpenAI's embeddings), [`tokenize`]
+//!    (llama-server's `/tokenize`, `/detokenize`), each parsing its request
 //!    straight into the engine's request type ([`api::Request`]) and shaping
 //!    the answers;
 //! 3. [`run`]: prompts rendered and tokenized, jobs set up and submitted,
@@ -51,6 +52,7 @@ pub mod routes;
 pub mod run;
 pub mod stored;
 pub mod text;
+pub mod tokenize;
 pub mod tool_args;
 pub mod tools;
 
@@ -110,6 +112,9 @@ pub struct ServeConfig {
     /// Special-token text inside message content becomes control tokens
     /// (the old behaviour); otherwise it is tokenized as plain text.
     pub allow_special_in_content: bool,
+    /// Request fields the server does not read are a 400; otherwise they
+    /// are answered and named in `x-onebit-ignored-fields` and the log.
+    pub strict_fields: bool,
 }
 
 impl Default for ServeConfig {
@@ -134,6 +139,7 @@ impl Default for ServeConfig {
             max_connections: 1024,
             shutdown_timeout: Duration::from_secs(30),
             allow_special_in_content: false,
+            strict_fields: false,
         }
     }
 }
@@ -221,6 +227,7 @@ async fn start(
         max_body_bytes: cfg.max_body_bytes,
         body_timeout: cfg.body_timeout,
         allow_special_in_content: cfg.allow_special_in_content,
+        strict_fields: cfg.strict_fields,
         draining: AtomicBool::new(false),
         max_n: cfg.max_n,
         max_tokens: cfg.max_tokens,
@@ -240,7 +247,7 @@ async fn start(
     let mut access = cfg.access.clone();
     access.bound_host = cfg.host.to_ascii_lowercase();
     access.cors_origins = cfg.cors_origins.clone();
-    gate.open(routes::router(app.clone(), Arc::new(access), cors));
+    gate.open(routes::router(app.clone(), Arc::new(access), Some(cors)));
     let names = app.models.names();
     eprintln!(
         "[serve] {} ({}) listening on http://{local} - context {}, {} sequences per step, queue {}, prefix cache {}, chat template {}; {} model{} ({}), at most {} loaded",

@@ -1,14 +1,15 @@
 //! The crate's layout, checked from its sources: every `crate::` path in a
 //! module points down the order routes -> protocols (openai, ollama, embed,
-//! pull, responses, anthropic) -> run -> app -> leaves, and the leaves import
-//! one another without a cycle. A module not named in [`ORDER`] is a leaf.
+//! pull, responses, anthropic, tokenize) -> run -> app -> leaves, and the
+//! leaves import one another without a cycle. A module not named in
+//! [`ORDER`] is a leaf.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// (module, layer): a module may name only modules of a greater layer.
 /// The crate root declares every module, so it sits above all.
-const ORDER: [(&str, u8); 10] = [
+const ORDER: [(&str, u8); 11] = [
     ("lib", 0),
     ("routes", 1),
     ("openai", 2),
@@ -17,6 +18,7 @@ const ORDER: [(&str, u8); 10] = [
     ("pull", 2),
     ("responses", 2),
     ("anthropic", 2),
+    ("tokenize", 2),
     ("run", 3),
     ("app", 4),
 ];

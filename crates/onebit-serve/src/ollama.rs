@@ -29,7 +29,9 @@ use crate::api::{self, ApiError, Endpoint, Prompt, Request, MAX_STOPS};
 use crate::app::{App, Entry, ModelAbout, Served};
 use crate::constrain::{json_options, Grammar};
 use crate::engine::Finish;
-use crate::fields::{inputs, keep_alive, model_name, object, refuse_unknown, KeepAlive};
+use crate::fields::{
+    check_unread, inputs, keep_alive, mark_unread, model_name, object, unread, Input, KeepAlive,
+};
 use crate::metrics::Metrics;
 use crate::reply::{json_response, retry_after};
 use crate::run::{self, drive, Update};
@@ -100,17 +102,36 @@ fn must_be_empty(o: &Map<String, Value>, name: &str, why: &str) -> Result<(), Ap
     }
 }
 
-/// The `options` Ollama samples with.
-const OPTIONS: [&str; 9] = [
+/// The `options` honoured (Ollama's docs/modelfile.md and api.md names).
+const OPTIONS: [&str; 14] = [
+    "num_ctx",
     "num_predict",
     "temperature",
     "top_k",
     "top_p",
-    "seed",
-    "stop",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "repeat_last_n",
     "presence_penalty",
     "frequency_penalty",
-    "num_ctx",
+    "seed",
+    "stop",
+    "num_keep",
+];
+
+/// The `options` that set how Ollama runs on the machine (threads, GPUs,
+/// memory mapping, batch size): accepted with no effect here, where the
+/// command line sets those (`--threads`, `--prefill-chunk`), and noted in
+/// the log and the ignored-fields header, never refused.
+const MACHINE_OPTIONS: [&str; 7] = [
+    "num_thread",
+    "num_gpu",
+    "main_gpu",
+    "use_mmap",
+    "numa",
+    "num_batch",
+    "low_vram",
 ];
 
 /// Option `key` (named `name`, `options.key`, in errors), null as absent.
@@ -158,6 +179,8 @@ fn opt_integer(
 
 /// `options` into `req`: Ollama's sampling defaults where it states none,
 /// each value checked by the `/v1` rules and refused under its own name.
+/// Options this server does not read go to `req.ignored` (refused under
+/// `--strict-fields`); the machine-level ones are added after that check.
 fn apply_options(
     app: &App,
     m: &Served,
@@ -169,32 +192,76 @@ fn apply_options(
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err(bad("`options` must be an object")),
     };
-    // repeat_penalty 1 (off) is what it would be here anyway.
-    let known = |k: &str| OPTIONS.contains(&k) || k == "repeat_penalty";
-    if let Some(k) = opts.keys().find(|k| !known(k)) {
-        return Err(bad(format!(
-            "option `{k}` is not supported; this server reads {} (and repeat_penalty 1)",
-            OPTIONS.join(", ")
-        )));
-    }
-    if let Some(v) = opt(&opts, "repeat_penalty") {
-        if v.as_f64() != Some(1.0) {
-            return Err(bad(format!(
-                "option `repeat_penalty` {v} is not supported (only 1, off); use presence_penalty or frequency_penalty"
-            )));
+    let mut unknown = Vec::new();
+    let mut machine = Vec::new();
+    for (k, v) in &opts {
+        // A null option is an absent one (langchain-ollama sends them all).
+        if OPTIONS.contains(&k.as_str()) || v.is_null() {
+            continue;
+        }
+        if MACHINE_OPTIONS.contains(&k.as_str()) {
+            machine.push(format!("options.{k}"));
+        } else {
+            unknown.push(format!("options.{k}"));
         }
     }
-    if let Some(v) = opt(&opts, "num_ctx") {
-        match v.as_u64() {
-            Some(n) if n as usize <= m.ctx => {}
+    check_unread(app.strict_fields, &unknown)?;
+    req.ignored.extend(unknown);
+    req.ignored.extend(machine);
+    req.ctx_limit = match opt(&opts, "num_ctx") {
+        None => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 && n as usize <= m.ctx => Some(n as usize),
             _ => {
-                return Err(bad(format!(
-                    "option `num_ctx` must be an integer of at most {} (this server's context, fixed at start with --ctx); got {v}",
+                return Err(ApiError::invalid(
+                    "options.num_ctx",
+                    format!(
+                    "`options.num_ctx` must be an integer from 1 to {} (this server's context, fixed at start with --ctx); got {v}",
                     m.ctx
-                )))
+                ),
+                ))
             }
+        },
+    };
+    // onebit never shifts the context (a prompt that does not fit is
+    // refused, a reply ends at the context's end), so every token is kept
+    // whatever `num_keep` says; it is checked, not ignored.
+    if let Some(k) = opt_integer(&opts, "num_keep", "options.num_keep")? {
+        if k < -1 {
+            return Err(ApiError::invalid(
+                "options.num_keep",
+                format!("`options.num_keep` must be -1 (all) or at least 0; got {k}"),
+            ));
         }
     }
+    req.min_p = opt_number(&opts, "min_p", "options.min_p", 0.0, 1.0)?.unwrap_or(0.0) as f32;
+    req.typical_p =
+        opt_number(&opts, "typical_p", "options.typical_p", 0.0, 1.0)?.unwrap_or(1.0) as f32;
+    req.repeat_penalty = match opt_number(
+        &opts,
+        "repeat_penalty",
+        "options.repeat_penalty",
+        0.0,
+        api::MAX_REPEAT_PENALTY,
+    )? {
+        None => 1.0,
+        Some(x) if x <= 0.0 => {
+            return Err(ApiError::invalid(
+                "options.repeat_penalty",
+                "`options.repeat_penalty` must be greater than 0 (1 is off)",
+            ))
+        }
+        Some(x) => x as f32,
+    };
+    req.repeat_last_n = match opt_integer(&opts, "repeat_last_n", "options.repeat_last_n")? {
+        Some(x) if x < -1 => {
+            return Err(ApiError::invalid(
+                "options.repeat_last_n",
+                format!("`options.repeat_last_n` must be -1 (all), 0 (off) or more; got {x}"),
+            ))
+        }
+        n => api::repeat_window(n),
+    };
     const NUM_PREDICT: &str = "options.num_predict";
     req.max_tokens = match opt_integer(&opts, "num_predict", NUM_PREDICT)? {
         // -1: no limit, -2: fill the context; both are the context's room here.
@@ -491,7 +558,8 @@ pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     let r = async {
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
-        refuse_unknown(&o, &CHAT_FIELDS)?;
+        let top = unread(&o, &CHAT_FIELDS, "");
+        check_unread(app.strict_fields, &top)?;
         let (name, keep) = (model_name(&o)?, keep_alive(&o)?);
         let no_messages = match o.get("messages") {
             None | Some(Value::Null) => true,
@@ -503,12 +571,16 @@ pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         }
         let m = app.model_kept(name, keep).await?;
         let mut req = Request::new(messages(&o)?);
+        req.ignored = top;
         req.grammar = format(&o)?;
         apply_tools(&o, &mut req)?;
         apply_options(&app, &m, &o, &mut req)?;
         apply_think(&m, &o, &mut req)?;
         req.stream = stream_flag(&o)?;
-        answer(app.clone(), m, Endpoint::Chat, req, Shape::Chat).await
+        let ignored = req.ignored.clone();
+        let mut r = answer(app.clone(), m, Endpoint::Chat, req, Shape::Chat).await?;
+        mark_unread(&mut r, "POST /api/chat", &ignored);
+        Ok(r)
     }
     .await;
     finish(&app, r)
@@ -538,7 +610,8 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
     let r = async {
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
-        refuse_unknown(&o, &GENERATE_FIELDS)?;
+        let top = unread(&o, &GENERATE_FIELDS, "");
+        check_unread(app.strict_fields, &top)?;
         let (name, keep) = (model_name(&o)?, keep_alive(&o)?);
         let no_prompt = match o.get("prompt") {
             None | Some(Value::Null) => true,
@@ -587,10 +660,14 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             apply_think(&m, &o, &mut req)?;
             (req, Endpoint::Chat)
         };
+        req.ignored = top;
         req.grammar = format(&o)?;
         apply_options(&app, &m, &o, &mut req)?;
         req.stream = stream_flag(&o)?;
-        answer(app.clone(), m, ep, req, Shape::Generate).await
+        let ignored = req.ignored.clone();
+        let mut r = answer(app.clone(), m, ep, req, Shape::Generate).await?;
+        mark_unread(&mut r, "POST /api/generate", &ignored);
+        Ok(r)
     }
     .await;
     finish(&app, r)
@@ -809,6 +886,56 @@ async fn answer(
     Ok(resp)
 }
 
+const LEGACY_EMBED_FIELDS: [&str; 4] = ["model", "prompt", "options", "keep_alive"];
+
+/// `POST /api/embeddings`, Ollama's legacy route: one `prompt`, one
+/// `embedding`. Its vector is the same as `/api/embed`'s, L2-normalized
+/// (Ollama's legacy route leaves its own unnormalized; cosine similarity,
+/// what the vectors are used for, is the same either way).
+pub async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let r = async {
+        let body = app.read_body(&headers, body).await?;
+        let o = object(&body)?;
+        let mut ignored = unread(&o, &LEGACY_EMBED_FIELDS, "");
+        ignored.extend(embed_options(&o)?);
+        check_unread(app.strict_fields, &ignored)?;
+        let prompt = match o.get("prompt") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(Value::String(_)) => return Err(bad("`prompt` is empty")),
+            None | Some(Value::Null) => {
+                return Err(bad("`prompt` is required (the text to embed)"))
+            }
+            Some(v) => return Err(bad(format!("`prompt` must be a string; got {v}"))),
+        };
+        let m = app.model_kept(model_name(&o)?, keep_alive(&o)?).await?;
+        let (mut vectors, _) = run::embed(&app, &m, vec![Input::Text(prompt)]).await?;
+        let mut r = json_response(
+            200,
+            json!({"embedding": vectors.pop().unwrap_or_default()}).to_string(),
+        );
+        mark_unread(&mut r, "POST /api/embeddings", &ignored);
+        Ok(r)
+    }
+    .await;
+    finish(&app, r)
+}
+
+/// The `options` of an embedding request that set something (not null):
+/// none changes a vector (sampling does not apply, and the machine-level
+/// ones are the command line's), so all are named as not read. Null
+/// values, which langchain-ollama sends for every option, are nothing.
+fn embed_options(o: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    match o.get("options") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(opts)) => Ok(opts
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, _)| format!("options.{k}"))
+            .collect()),
+        Some(v) => Err(bad(format!("`options` must be an object; got {v}"))),
+    }
+}
+
 const EMBED_FIELDS: [&str; 6] = [
     "model",
     "input",
@@ -824,9 +951,10 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
         let start = Instant::now();
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
-        refuse_unknown(&o, &EMBED_FIELDS)?;
+        let mut ignored = unread(&o, &EMBED_FIELDS, "");
+        ignored.extend(embed_options(&o)?);
+        check_unread(app.strict_fields, &ignored)?;
         let m = app.model_kept(model_name(&o)?, keep_alive(&o)?).await?;
-        must_be_empty(&o, "options", "embeddings take no sampling options")?;
         match o.get("truncate") {
             None | Some(Value::Null) | Some(Value::Bool(_)) => {}
             Some(_) => return Err(bad("`truncate` must be a boolean")),
@@ -841,10 +969,10 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
             )))
             }
         }
-        let texts = inputs(o.get("input"), "input")?;
+        let texts = inputs(o.get("input"), "input", false)?;
         let (vectors, n_tokens) = run::embed(&app, &m, texts).await?;
         let ns = start.elapsed().as_nanos() as u64;
-        Ok(json_response(
+        let mut r = json_response(
             200,
             json!({
                 "model": m.name,
@@ -854,7 +982,9 @@ pub async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) 
                 "prompt_eval_count": n_tokens,
             })
             .to_string(),
-        ))
+        );
+        mark_unread(&mut r, "POST /api/embed", &ignored);
+        Ok(r)
     }
     .await;
     finish(&app, r)
@@ -936,7 +1066,8 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     let r = async {
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
-        refuse_unknown(&o, &["model", "name", "verbose", "system"])?;
+        let ignored = unread(&o, &["model", "name", "verbose", "system"], "");
+        check_unread(app.strict_fields, &ignored)?;
         must_be_empty(&o, "system", "the system prompt is sent with each request")?;
         // Older clients send `name`.
         let name = match model_name(&o)? {
@@ -945,14 +1076,12 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         };
         let m = app.model(name).await?;
         let arch = &m.about.arch;
-        let mut caps = vec!["completion"];
-        if m.pooling.is_ok() {
-            caps.push("embedding");
-        }
-        if m.thinks() {
-            caps.push("thinking");
-        }
-        Ok(json_response(
+        let caps = capabilities(
+            m.generative.is_ok(),
+            m.pooling.is_ok(),
+            m.template.as_ref().map(|t| t.source()),
+        );
+        let mut r = json_response(
             200,
             json!({
                 "modelfile": "",
@@ -969,10 +1098,37 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
                 "modified_at": rfc3339(Duration::from_secs(app.started)),
             })
             .to_string(),
-        ))
+        );
+        mark_unread(&mut r, "POST /api/show", &ignored);
+        Ok(r)
     }
     .await;
     finish(&app, r)
+}
+
+/// What `/api/show` says a model can do, Ollama's names: `completion` when
+/// it generates; `tools` when its chat template reads `tools` in a call
+/// format the server parses ([`tools::detect`]: then a request's tools
+/// reach the model the template's way); `thinking` when the template knows
+/// `<think>` (what `think: true` needs); `embedding` when its embeddings
+/// pool. Never `vision`: no vision tower is run, so images are refused.
+fn capabilities(generates: bool, embeds: bool, template: Option<&str>) -> Vec<&'static str> {
+    let mut caps = Vec::new();
+    if generates {
+        caps.push("completion");
+        if let Some(t) = template {
+            if tools::detect(t).is_some() {
+                caps.push("tools");
+            }
+            if t.contains("<think>") {
+                caps.push("thinking");
+            }
+        }
+    }
+    if embeds {
+        caps.push("embedding");
+    }
+    caps
 }
 
 /// `GET /api/version`: onebit's own version.
@@ -1001,6 +1157,29 @@ mod tests {
             rfc3339(Duration::from_millis(1_709_210_096_789)),
             "2024-02-29T12:34:56.789Z"
         );
+    }
+
+    #[test]
+    fn capabilities_follow_the_model_and_its_template() {
+        // A template that reads `tools` and writes Hermes' <tool_call>, and
+        // one that opens a <think> block.
+        let tools = "{% if tools %}{{ tools | tojson }}{% endif %}<tool_call>";
+        let think = "{{ messages }}<think>";
+        assert_eq!(
+            capabilities(true, true, Some(tools)),
+            ["completion", "tools", "embedding"]
+        );
+        assert_eq!(
+            capabilities(true, false, Some(think)),
+            ["completion", "thinking"]
+        );
+        assert_eq!(
+            capabilities(true, false, Some("{{ messages }}")),
+            ["completion"]
+        );
+        assert_eq!(capabilities(true, false, None), ["completion"]);
+        // An embedding model: no completion, whatever its template says.
+        assert_eq!(capabilities(false, true, Some(tools)), ["embedding"]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use crate::api::{self, ApiError, Endpoint};
 use crate::app::{App, Entry, Served};
 use crate::engine::Finish;
-use crate::fields::model_field;
+use crate::fields::{check_unread, mark_unread, model_field};
 use crate::metrics::Metrics;
 use crate::reply::{json_response, random_u64, unix_now};
 use crate::run::{self, drive, LpEntry, Run, Update};
@@ -107,9 +107,11 @@ async fn generate(
     let (app2, m2) = (app.clone(), m.clone());
     let mut p = run::blocking(move || {
         let req = api::parse(&body, ep, app2.limits(&m2))?;
+        check_unread(app2.strict_fields, &req.ignored)?;
         run::prepare(&app2, &m2, ep, req, "response_format")
     })
     .await?;
+    let ignored = std::mem::take(&mut p.req.ignored);
     let run = run::submit(&app, &m, &mut p)?;
     let meta = Meta {
         id: format!(
@@ -135,6 +137,11 @@ async fn generate(
         whole_response(&m, run, meta).await?
     };
     run::mark(&mut r, affinity);
+    let route = match ep {
+        Endpoint::Chat => "POST /v1/chat/completions",
+        Endpoint::Completions => "POST /v1/completions",
+    };
+    mark_unread(&mut r, route, &ignored);
     Ok(r)
 }
 

@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::access::{self, Access};
 use crate::app::App;
 use crate::reply::json_response;
-use crate::{anthropic, embed, ollama, openai, page, pull, responses};
+use crate::{anthropic, embed, ollama, openai, page, pull, responses, tokenize};
 
 /// The routes, behind (outermost first) the Host and key checks, then CORS
 /// when origins are configured. CORS sits inside the Host check (a rebinding
@@ -44,12 +44,15 @@ pub fn router(
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/embed", post(ollama::embed))
+        .route("/api/embeddings", post(ollama::embeddings))
         .route("/api/show", post(ollama::show))
         .route("/api/tags", get(ollama::tags))
         .route("/api/ps", get(ollama::ps))
         .route("/api/version", get(ollama::version))
         .route("/api/pull", post(pull::pull))
         .route("/api/delete", delete(pull::delete))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/", get(page::page))
         .route("/health", get(health))
         .route("/metrics", get(metrics))

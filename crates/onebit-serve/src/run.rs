@@ -22,6 +22,7 @@ use crate::api::{ApiError, Endpoint, Prompt, Request};
 use crate::app::{App, Served};
 use crate::constrain::{Constraint, Grammar};
 use crate::engine::{Event, Finish, GenParams, Job, TokenLogprob};
+use crate::fields::Input;
 use crate::prompt;
 use crate::reply::random_u64;
 use crate::text::{Split, StopMatcher, ThinkSplitter};
@@ -239,6 +240,16 @@ pub fn prepare(
         )
         .with_code("context_length_exceeded"));
     }
+    if let Some(c) = req.ctx_limit.filter(|&c| ids.len() >= c) {
+        return Err(ApiError::invalid(
+            "options.num_ctx",
+            format!(
+                "the prompt has {} tokens, but `options.num_ctx` {c} holds fewer (prompt plus at least one generated token); this server never cuts a prompt to fit",
+                ids.len()
+            ),
+        )
+        .with_code("context_length_exceeded"));
+    }
     let constraint = match &grammar {
         Some((g, param)) => Some(compile(m, g, param)?),
         None => None,
@@ -305,7 +316,8 @@ pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> 
             }
         })
         .collect();
-    let max_new = max_new(req.max_tokens, m.ctx - p.ids.len(), app.max_tokens);
+    let ctx = req.ctx_limit.map_or(m.ctx, |c| c.min(m.ctx));
+    let max_new = max_new(req.max_tokens, ctx - p.ids.len(), app.max_tokens);
     let base_seed = req.seed.unwrap_or_else(random_u64);
     let (tx, rx) = mpsc::unbounded_channel();
     let submitted = Instant::now();
@@ -319,10 +331,14 @@ pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> 
                     temperature: req.temperature,
                     top_k: req.top_k,
                     top_p: req.top_p,
+                    min_p: req.min_p,
+                    typical_p: req.typical_p,
                     seed: base_seed.wrapping_add(i as u64),
                 },
                 presence_penalty: req.presence_penalty,
                 frequency_penalty: req.frequency_penalty,
+                repeat_penalty: req.repeat_penalty,
+                repeat_last_n: req.repeat_last_n,
                 logprobs: req.logprobs,
                 speculative: req.speculative,
                 logit_bias: req.logit_bias.clone(),
@@ -498,7 +514,7 @@ pub async fn drive(
 pub async fn embed(
     app: &App,
     m: &Arc<Served>,
-    texts: Vec<String>,
+    inputs: Vec<Input>,
 ) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
     let pooling = m.pooling.clone().map_err(|why| {
         ApiError::invalid(
@@ -509,13 +525,27 @@ pub async fn embed(
     // Tokenize on the blocking pool, as prompts are.
     let m2 = m.clone();
     let ids: Vec<Vec<u32>> = blocking(move || {
-        texts
+        inputs
             .iter()
             .enumerate()
-            .map(|(i, t)| {
-                let ids = m2.tok.encode(t, true).map_err(|e| {
-                    ApiError::invalid("input", format!("cannot tokenize input {i}: {e}"))
-                })?;
+            .map(|(i, input)| {
+                let ids = match input {
+                    Input::Text(t) => m2.tok.encode(t, true).map_err(|e| {
+                        ApiError::invalid("input", format!("cannot tokenize input {i}: {e}"))
+                    })?,
+                    Input::Tokens(ids) => {
+                        if let Some(bad) = ids.iter().find(|&&id| id as usize >= m2.n_vocab) {
+                            return Err(ApiError::invalid(
+                                "input",
+                                format!(
+                                    "input {i} has token id {bad}, outside model {}'s vocabulary ({} tokens)",
+                                    m2.name, m2.n_vocab
+                                ),
+                            ));
+                        }
+                        ids.clone()
+                    }
+                };
                 if ids.is_empty() {
                     return Err(ApiError::invalid(
                         "input",

@@ -288,6 +288,8 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
             sampler: onebit_model::sampler::SamplerConfig::default(),
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: None,
             logprobs: None,
             speculative: false,
             logit_bias: Vec::new(),

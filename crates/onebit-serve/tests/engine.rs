@@ -51,6 +51,8 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
             sampler: SamplerConfig::default(),
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: None,
             logprobs: None,
             speculative: true,
             logit_bias: Vec::new(),

@@ -68,6 +68,8 @@ fn run(e: &Engine, max_new: usize, speculative: impl Fn(usize) -> bool) -> Vec<V
                 sampler: SamplerConfig::default(),
                 presence_penalty: 0.0,
                 frequency_penalty: 0.0,
+                repeat_penalty: 1.0,
+                repeat_last_n: None,
                 logprobs: None,
                 speculative: speculative(i),
                 logit_bias: Vec::new(),

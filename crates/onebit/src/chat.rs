@@ -72,6 +72,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         top_k: a.top_k,
         top_p: a.top_p,
         seed: a.seed,
+        ..SamplerConfig::default()
     });
     let mut messages: Vec<Value> = Vec::new();
     if let Some(s) = &a.system {

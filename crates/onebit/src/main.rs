@@ -330,6 +330,7 @@ fn run(a: RunArgs) -> Result<()> {
         top_k: a.top_k,
         top_p: a.top_p,
         seed: a.seed,
+        ..SamplerConfig::default()
     };
     let plan = spec::plan(&a.spec, &model, &opened, &exec)?;
     let mut speculator = match &plan {

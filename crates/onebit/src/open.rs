@@ -240,6 +240,27 @@ pub fn pooling(opened: &Opened) -> Result<onebit_serve::embed::Pooling, String> 
     }
 }
 
+/// Ollama's `quantization_level`: the file's declared `general.file_type`,
+/// named as llama.cpp names it (15 is Q4_K_M, though its most bytes may
+/// be another type); a value llama.cpp does not define is said as such; a
+/// file that declares none, the weight type holding most bytes.
+fn quantization_level(
+    g: &onebit_formats::gguf::Gguf,
+    by_type: &std::collections::BTreeMap<&str, u64>,
+) -> String {
+    use onebit_formats::gguf::ftype::{file_type_name, FILE_TYPE_KEY};
+    match g.get(FILE_TYPE_KEY).and_then(|v| v.as_i64()) {
+        Some(v) => u32::try_from(v)
+            .ok()
+            .and_then(file_type_name)
+            .map_or_else(|| format!("unknown ({FILE_TYPE_KEY} {v})"), str::to_string),
+        None => by_type
+            .iter()
+            .max_by_key(|(_, b)| **b)
+            .map_or(String::new(), |(t, _)| t.to_string()),
+    }
+}
+
 /// What Ollama's `/api/tags` and `/api/show` say about the model.
 pub fn about(opened: &Opened, path: &Path) -> onebit_serve::ModelAbout {
     match &opened.container {
@@ -256,10 +277,7 @@ pub fn about(opened: &Opened, path: &Path) -> onebit_serve::ModelAbout {
                     .to_string(),
                 format: "gguf".into(),
                 bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
-                quantization: by_type
-                    .iter()
-                    .max_by_key(|(_, b)| **b)
-                    .map_or(String::new(), |(t, _)| t.to_string()),
+                quantization: quantization_level(g, &by_type),
                 parameters: g.tensors.iter().map(|t| t.n_elements()).sum(),
             }
         }

@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// user message cannot forge the template's turns.
     #[arg(long)]
     allow_special_in_content: bool,
+    /// Refuse (400, naming them) request fields this server does not read;
+    /// by default they are answered, named in the `x-onebit-ignored-fields`
+    /// header and the log.
+    #[arg(long)]
+    strict_fields: bool,
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
@@ -230,6 +235,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_connections: a.max_connections.max(1),
         shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
         allow_special_in_content: a.allow_special_in_content,
+        strict_fields: a.strict_fields,
     };
     let how = Arc::new(HowToLoad {
         exec,

@@ -6,7 +6,7 @@
 //! answer equals that prompt's answer sent alone, and the server's RSS is
 //! back near its baseline.
 //!
-//! Also mixed in (issue 15): idle sockets, slow-loris heads, a 415
+//! Also mixed in (issue 15): idle sockets, slow-loris heads, a cross-site 403
 //! (text/plain), a 405, and longer prompts prefilled in chunks beside the
 //! short ones.
 //!
@@ -158,7 +158,7 @@ enum Kind {
     Idle,
     /// Dribbles a request head, one header a second, never finishing it.
     SlowLoris,
-    /// Posts text/plain (415) and GETs a POST route (405).
+    /// Posts from a foreign Origin (403) and GETs a POST route (405).
     Refused,
     /// A ~300-token prompt, streamed: prefilled in chunks beside the others.
     LongPrompt,
@@ -242,15 +242,18 @@ fn client(port: u16, i: usize) -> Result<Option<String>, String> {
         Kind::Refused => {
             let b = body(prompt, false);
             let mut s = connect(port).map_err(|e| e.to_string())?;
-            let h = head("POST", "/v1/chat/completions", b.len())
-                .replace("application/json", "text/plain");
+            // A cross-site page's post (issue 29: refused by its Origin).
+            let h = head("POST", "/v1/chat/completions", b.len()).replace(
+                "application/json",
+                "text/plain\r\nOrigin: http://evil.example",
+            );
             s.write_all(h.as_bytes())
                 .and_then(|_| s.write_all(&b))
                 .map_err(|e| e.to_string())?;
             let mut out = String::new();
             let _ = s.read_to_string(&mut out);
-            if !out.starts_with("HTTP/1.1 415") {
-                return Err(format!("text/plain was not refused with 415: {out}"));
+            if !out.starts_with("HTTP/1.1 403") {
+                return Err(format!("a cross-site post was not refused with 403: {out}"));
             }
             let (st, b) = request(port, "GET", "/v1/chat/completions", b"")?;
             if st != 405 || !b.contains("method_not_allowed") {
@@ -332,7 +335,7 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
                         if failed || Instant::now() >= until {
                             break out;
                         }
-                        // Paced, so the quick kinds (half requests, 415s)
+                        // Paced, so the quick kinds (half requests, 403s)
                         // do not churn through tens of thousands of sockets.
                         std::thread::sleep(Duration::from_millis(100));
                     }

@@ -774,3 +774,78 @@ fn openai_structured_output() {
     );
     python_script("test_structured.py", &[smol.url(), gemma.url()]);
 }
+
+/// Issue 29's Ollama client matrix (tests/serve/test_ollama_matrix.py):
+/// curl -d, the `ollama` client, langchain-ollama and litellm against one
+/// server holding SmolLM2 (the default), Qwen2.5-Coder-0.5B (a template
+/// that takes tools) and Gemma 3 270M, two loaded at once.
+#[test]
+fn ollama_client_matrix() {
+    let qwen = onebit_testdata::real_model(onebit_testdata::QWEN25_CODER_05B);
+    let gemma = onebit_testdata::real_model(onebit_testdata::GEMMA3_270M);
+    let srv = Server::smollm(&[
+        "--model",
+        qwen.to_str().unwrap(),
+        "--model",
+        gemma.to_str().unwrap(),
+        "--max-loaded",
+        "2",
+    ]);
+    python_client(&srv, "test_ollama_matrix.py");
+}
+
+/// Issue 29: a page on another origin, in headless Chromium, posting JSON
+/// and a form (tests/serve/test_browser_origin.py): refused by a server
+/// that does not list its origin, served by one started with
+/// `--cors-origin` for it.
+#[test]
+fn a_page_elsewhere_is_refused_unless_its_origin_is_listed() {
+    let page_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let origin = format!("http://elsewhere.test:{page_port}");
+    let refusing = Server::smollm(&[]);
+    let allowing = Server::smollm(&["--cors-origin", &origin]);
+    python_script(
+        "test_browser_origin.py",
+        &[page_port.to_string(), refusing.url(), allowing.url()],
+    );
+}
+
+/// Issue 29: under `--strict-fields` a field the server does not read is a
+/// 400 naming it, on `/v1` and `/api` alike; the machine-level Ollama
+/// options and null values are still accepted.
+#[test]
+fn strict_fields_refuses_what_it_does_not_read() {
+    let srv = Server::smollm(&["--strict-fields"]);
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    for (path, body, name) in [
+        (
+            "/v1/chat/completions",
+            json!({"messages": msgs, "max_tokens": 1, "totally_bogus_field": 1}),
+            "`totally_bogus_field`",
+        ),
+        (
+            "/api/chat",
+            json!({"messages": msgs, "stream": false, "options": {"mirostat": 2}}),
+            "`options.mirostat`",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"input": "x", "pooling": "max"}),
+            "`pooling`",
+        ),
+    ] {
+        let (status, v) = srv.post(path, &body);
+        assert_eq!(status, 400, "{path}: {v}");
+        assert!(v.to_string().contains(name), "{path}: {v}");
+        assert!(v.to_string().contains("--strict-fields"), "{path}: {v}");
+    }
+    let (status, v) = srv.post(
+        "/api/chat",
+        &json!({"messages": msgs, "stream": false,
+                "options": {"num_thread": 2, "mirostat": null, "num_predict": 1}}),
+    );
+    assert_eq!(status, 200, "{v}");
+}

@@ -86,7 +86,7 @@ fn metric(port: u16, name: &str, key: Option<&str>) -> f64 {
 const CHAT: &str = r#"{"messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":4,"temperature":0}"#;
 
 #[test]
-fn keys_hosts_content_type_cors_and_405() {
+fn keys_hosts_origins_cors_and_405() {
     let dir = std::env::temp_dir().join(format!("onebit-keys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let keyfile = dir.join("keys");
@@ -153,8 +153,10 @@ fn keys_hosts_content_type_cors_and_405() {
         );
     }
 
-    // JSON routes take JSON only: a text/plain POST (no CORS preflight in a
-    // browser) or no Content-Type at all is 415.
+    // Issue 29: a request with no Origin (curl, an SDK) is read as JSON
+    // whatever its Content-Type; the same post from a page on another
+    // origin (a form needs no CORS preflight) or `Origin: null` is 403,
+    // from a loopback page or the --cors-origin one it is served.
     for ct in [
         Some("Content-Type: text/plain"),
         Some("Content-Type: application/x-www-form-urlencoded"),
@@ -163,9 +165,37 @@ fn keys_hosts_content_type_cors_and_405() {
         let mut h = vec![host, auth];
         h.extend(ct);
         let (s, _, b) = raw(p, &req("POST", "/v1/chat/completions", &h, CHAT));
-        assert_eq!(s, 415, "{ct:?}: {b}");
-        assert_eq!(error_code(&b), "unsupported_media_type");
+        assert_eq!(s, 200, "{ct:?}: {b}");
+        for (origin, want) in [
+            ("Origin: http://evil.example", 403),
+            ("Origin: null", 403),
+            ("Origin: http://localhost:3000", 200),
+            ("Origin: http://ok.example", 200),
+        ] {
+            let mut h = h.clone();
+            h.push(origin);
+            let (s, _, b) = raw(p, &req("POST", "/v1/chat/completions", &h, CHAT));
+            assert_eq!(s, want, "{ct:?} {origin}: {b}");
+            if want == 403 {
+                assert_eq!(error_code(&b), "origin_not_allowed");
+            }
+        }
     }
+    // A body that is not JSON is a 400 whatever the Content-Type says.
+    let (s, _, b) = raw(
+        p,
+        &req(
+            "POST",
+            "/v1/chat/completions",
+            &[
+                host,
+                auth,
+                "Content-Type: application/x-www-form-urlencoded",
+            ],
+            "messages=hi",
+        ),
+    );
+    assert_eq!(s, 400, "{b}");
     let (s, _, _) = raw(
         p,
         &req(
@@ -205,8 +235,15 @@ fn keys_hosts_content_type_cors_and_405() {
         head.contains("access-control-allow-headers: authorization,content-type"),
         "{head}"
     );
-    let (_, head, _) = pre("http://evil.example");
+    let (s, head, _) = pre("http://evil.example");
+    assert_eq!(s, 403, "{head}");
     assert!(!head.contains("access-control-allow-origin"), "{head}");
+    // A loopback page is admitted as Ollama admits it, on any port.
+    let (_, head, _) = pre("http://127.0.0.1:5173");
+    assert!(
+        head.contains("access-control-allow-origin: http://127.0.0.1:5173"),
+        "{head}"
+    );
 
     // 405 with a JSON error and Allow.
     let (s, head, b) = raw(p, &req("GET", "/v1/chat/completions", &[host, auth], ""));
