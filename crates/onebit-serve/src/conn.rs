@@ -254,15 +254,23 @@ impl<F: Future<Output = Response>> Future for CatchPanic<F> {
     }
 }
 
+/// After the shutdown timeout's `cut`, how long the answers it ends
+/// (a stream's error event) get to go out before the connections close.
+pub const CUT_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves `router` on `listener` until `shutdown` resolves, then stops
-/// accepting, lets running requests finish for `shutdown_timeout` at most,
-/// and drops whatever connections remain.
+/// accepting and lets running requests finish for `shutdown_timeout` at
+/// most; then calls `cut`, which ends what still runs with an error (the
+/// engine's requests fail, a stream sends its error event), gives those
+/// answers [`CUT_GRACE`] to go out whole, and drops whatever connections
+/// remain.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnLimits,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
+    cut: impl FnOnce(),
 ) {
     record_panic_locations();
     let registry = Arc::new(Mutex::new(Registry::default()));
@@ -309,12 +317,23 @@ pub async fn serve(
     .await;
     if drained.is_err() {
         eprintln!(
-            "[serve] {} connection(s) still open after the {:?} shutdown timeout: closing them",
+            "[serve] {} connection(s) still open after the {:?} shutdown timeout: ending their requests",
             tasks.len(),
             limits.shutdown_timeout
         );
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+        cut();
+        let flushed = tokio::time::timeout(CUT_GRACE, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if flushed.is_err() {
+            eprintln!(
+                "[serve] {} connection(s) still open {CUT_GRACE:?} later: closing them",
+                tasks.len()
+            );
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
     }
 }
 

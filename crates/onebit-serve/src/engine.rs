@@ -1,28 +1,45 @@
 //! The engine thread: it owns the model and, each step, runs one batched
 //! forward over every active sequence (a chunk of prompt for those still
-//! prefilling, one token for those decoding), then samples each sequence's
-//! next token. Since `forward_batch` gives each sequence exactly the logits it
-//! would get alone, a greedy request gets the same tokens however many others
-//! share its steps.
+//! prefilling, one token for those decoding, a chunk of text for embedding
+//! requests), then samples each sequence's next token. Since `forward_batch`
+//! gives each sequence exactly the logits (or hidden rows) it would get alone,
+//! a greedy request gets the same tokens, and an embedding the same vector,
+//! however many others share its steps and however its prompt is chunked.
 //!
-//! Requests wait in a bounded queue and are admitted as slots free. A
+//! Requests wait in a bounded queue and are admitted as slots free (an
+//! embedding request is one slot, its inputs run one after another). A
 //! sequence whose client went away (its event receiver dropped) or that the
-//! server cancelled (a stop string) is freed before the next step.
+//! server cancelled (a stop string) is freed before the next step, and so is
+//! an embedding request whose client hung up.
+//!
+//! Each step's prompt budget is `prefill_chunk` tokens, given to the prompts
+//! and embedding requests with the least left first; while any sequence is
+//! decoding, it is also held to what the machine runs within `max_step` (its
+//! measured rate, [`Pace`]), so a running stream's gap between two tokens
+//! stays near `max_step` while a long prompt prefills.
+//!
+//! A panic while one sequence is sampled fails that sequence alone; one in
+//! the batched forward fails the sequences of that batch; the engine thread
+//! goes on either way (a backstop: the tests require no panic).
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use onebit_model::sampler::{bias_logits, repeat_penalize, Sampler, SamplerConfig};
+use onebit_model::semantics::Mask;
 use onebit_model::spec::{SpecPlan, Speculator};
 use onebit_model::{Logits, Model, SeqInput, SeqState};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 use crate::cache::{rewindable, PrefixCache};
 use crate::constrain::Constraint;
 use crate::metrics::Metrics;
+use crate::pooling::{PoolSum, Pooling};
 
 #[derive(Clone, Debug)]
 pub struct GenParams {
@@ -112,14 +129,34 @@ pub struct EngineConfig {
     pub max_seqs: usize,
     /// Sequences waiting at most; beyond, submissions are refused.
     pub max_queue: usize,
-    /// Prompt tokens prefilled per step, over all sequences.
+    /// Prompt tokens prefilled per step at most, over all sequences.
     pub prefill_chunk: usize,
+    /// While a sequence is decoding, a step's prompt tokens are also held to
+    /// what the machine runs in this long (its measured rate); zero: no
+    /// bound but `prefill_chunk`.
+    pub max_step: Duration,
     pub prefix_cache: bool,
     /// Bytes the prefix cache may hold; None: [`default_cache_bytes`] of
     /// the model.
     pub cache_bytes: Option<usize>,
     /// Speculative decoding for the sequences that ask for it.
     pub spec: Option<Arc<SpecPlan>>,
+    /// Tests only (the binary never sets it): called with a sequence's
+    /// prompt each time a token of it is sampled, to inject a fault.
+    pub fault: Option<FaultHook>,
+}
+
+/// A test's fault injector (see [`EngineConfig::fault`]).
+#[derive(Clone)]
+pub struct FaultHook(pub Arc<FaultFn>);
+
+/// What a [`FaultHook`] calls: given a sequence's prompt.
+pub type FaultFn = dyn Fn(&[u32]) + Send + Sync;
+
+impl std::fmt::Debug for FaultHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FaultHook")
+    }
 }
 
 pub struct QueueFull;
@@ -134,14 +171,69 @@ pub fn default_cache_bytes(model: &Model) -> usize {
     model.new_state().bytes_at(model.max_context()).min(1 << 30)
 }
 
-/// Work that needs the model but is not a sequence to decode (an embedding
-/// request): run on the engine thread between two steps.
+/// What requests cut by the end of a shutdown's timeout fail with (see
+/// [`Engine::cut`]); the HTTP side answers it as a 503.
+pub const SHUTTING_DOWN: &str =
+    "the server is shutting down: this request was cut at the end of its --shutdown-timeout";
+
+/// Work that needs the model but is not a sequence to decode: run on the
+/// engine thread between two steps, whole (nothing bounds how long it takes;
+/// embeddings are an [`EmbedJob`] instead).
 pub type Task = Box<dyn FnOnce(&Model) + Send>;
 
+/// One embedding request: each input runs on a fresh state, in chunks under
+/// the step's prompt budget like a prompt (whole, for a model whose attention
+/// is bidirectional), its hidden rows pooled as they come.
+pub struct EmbedJob {
+    /// The inputs' tokens, each within the context.
+    pub inputs: Vec<Vec<u32>>,
+    pub pooling: Pooling,
+    /// The vectors in input order, or why the request failed. Dropping the
+    /// receiver (the client hung up) frees the request before the next step.
+    pub reply: oneshot::Sender<EmbedReply>,
+    pub submitted: Instant,
+}
+
+/// An embedding request's answer: its vectors in input order, or why it failed.
+pub type EmbedReply = Result<Vec<Vec<f32>>, String>;
+
+/// What waits in the queue.
+enum Work {
+    /// (Boxed: a job with a grammar is large.)
+    Gen(Box<Job>),
+    Embed(EmbedJob),
+}
+
+impl Work {
+    /// Its client is gone or the server cancelled it.
+    fn abandoned(&self) -> bool {
+        match self {
+            Work::Gen(j) => j.tx.is_closed() || j.cancel.load(Ordering::Relaxed),
+            Work::Embed(e) => e.reply.is_closed(),
+        }
+    }
+
+    fn fail(self, message: &str) {
+        match self {
+            Work::Gen(j) => {
+                let _ = j.tx.send(Event::Failed {
+                    index: j.index,
+                    message: message.to_string(),
+                });
+            }
+            Work::Embed(e) => {
+                let _ = e.reply.send(Err(message.to_string()));
+            }
+        }
+    }
+}
+
 struct Queue {
-    waiting: VecDeque<Job>,
+    waiting: VecDeque<Work>,
     tasks: VecDeque<Task>,
     shutdown: bool,
+    /// Set by [`Engine::cut`]: fail everything with this message and stop.
+    cut: Option<String>,
 }
 
 struct Shared {
@@ -169,6 +261,7 @@ impl Engine {
                 waiting: VecDeque::new(),
                 tasks: VecDeque::new(),
                 shutdown: false,
+                cut: None,
             }),
             wake: Condvar::new(),
             max_queue: cfg.max_queue,
@@ -185,23 +278,27 @@ impl Engine {
         }
     }
 
-    /// Queues all of a request's sequences, or none when they do not fit.
-    pub fn submit(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
-        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if q.waiting.len() + jobs.len() > self.shared.max_queue {
-            // Sequences whose clients hung up while waiting hold no slot.
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `work` (`n` entries) within the queue bound, or none of it.
+    fn enqueue(&self, work: Vec<Work>) -> Result<(), QueueFull> {
+        let mut q = self.queue();
+        let n = work.len();
+        if q.waiting.len() + q.tasks.len() + n > self.shared.max_queue {
+            // Requests whose clients hung up while waiting hold no slot.
             let before = q.waiting.len();
-            q.waiting
-                .retain(|j| !j.tx.is_closed() && !j.cancel.load(Ordering::Relaxed));
+            q.waiting.retain(|w| !w.abandoned());
             Metrics::add(
                 &self.shared.metrics.sequences_cancelled,
                 (before - q.waiting.len()) as u64,
             );
         }
-        if q.shutdown || q.waiting.len() + jobs.len() > self.shared.max_queue {
+        if q.shutdown || q.waiting.len() + q.tasks.len() + n > self.shared.max_queue {
             return Err(QueueFull);
         }
-        q.waiting.extend(jobs);
+        q.waiting.extend(work);
         self.shared
             .metrics
             .queue_depth
@@ -211,10 +308,20 @@ impl Engine {
         Ok(())
     }
 
+    /// Queues all of a request's sequences, or none when they do not fit.
+    pub fn submit(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
+        self.enqueue(jobs.into_iter().map(|j| Work::Gen(Box::new(j))).collect())
+    }
+
+    /// Queues an embedding request (one entry of the queue, one slot).
+    pub fn embed(&self, job: EmbedJob) -> Result<(), QueueFull> {
+        self.enqueue(vec![Work::Embed(job)])
+    }
+
     /// Queues `task` to run on the engine thread before its next step, within
     /// the same queue bound as sequences.
     pub fn run_task(&self, task: Task) -> Result<(), QueueFull> {
-        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.queue();
         if q.shutdown || q.waiting.len() + q.tasks.len() >= self.shared.max_queue {
             return Err(QueueFull);
         }
@@ -236,13 +343,81 @@ impl Engine {
     /// Refuses new work, lets the active and queued sequences finish (their
     /// clients are still connected), and joins the thread.
     pub fn shutdown(&self) {
-        {
-            let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.shutdown = true;
-        }
+        self.queue().shutdown = true;
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
+        }
+    }
+
+    /// Refuses new work and, before the next step, fails every active and
+    /// queued request with `message` (each sequence gets
+    /// [`Event::Failed`], each embedding request its error), then the
+    /// thread ends. What a shutdown does when its timeout runs out.
+    pub fn cut(&self, message: &str) {
+        {
+            let mut q = self.queue();
+            q.shutdown = true;
+            q.cut = Some(message.to_string());
+        }
+        self.shared.wake.notify_all();
+    }
+}
+
+/// How long steps take, measured, and so how many prompt tokens a step may
+/// run within `max_step` while sequences are decoding. A step is modelled
+/// as a fixed part (the decoding rows, the weights read once) plus a cost
+/// per prompt token, each a running mean (each new measurement weighs a
+/// half), so the chunk follows the machine's load and a prompt's growing
+/// attention within a few steps.
+struct Pace {
+    max_step: f64,
+    /// Seconds of a step that runs no prompt token.
+    fixed: Option<f64>,
+    /// Seconds per prompt token beyond the fixed part.
+    per_token: Option<f64>,
+}
+
+/// Prompt tokens of the first paced step, before any rate is measured.
+const PROBE_TOKENS: usize = 32;
+/// A paced step runs at least this many prompt tokens, so a long prompt
+/// still advances on a machine slower than `max_step` allows.
+const MIN_PACED_TOKENS: usize = 16;
+
+impl Pace {
+    fn new(max_step: Duration) -> Pace {
+        Pace {
+            max_step: max_step.as_secs_f64(),
+            fixed: None,
+            per_token: None,
+        }
+    }
+
+    /// Prompt tokens the next step may run, at most `cap`.
+    fn budget(&self, cap: usize, decoding: bool) -> usize {
+        if self.max_step <= 0.0 || !decoding {
+            return cap;
+        }
+        let Some(per) = self.per_token else {
+            return PROBE_TOKENS.min(cap);
+        };
+        let room = self.max_step - self.fixed.unwrap_or(0.0);
+        let n = if room > 0.0 { room / per } else { 0.0 };
+        (n.min(cap as f64) as usize).clamp(MIN_PACED_TOKENS.min(cap), cap)
+    }
+
+    /// A step of `prompt_tokens` prompt tokens took `secs`.
+    fn observe(&mut self, secs: f64, prompt_tokens: usize) {
+        let mean = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| (o + new) / 2.0));
+        if prompt_tokens == 0 {
+            self.fixed = mean(self.fixed, secs);
+        } else if prompt_tokens >= MIN_PACED_TOKENS {
+            // (A step of a few prompt tokens says little about their cost.)
+            // Never less than a quarter of the step: an estimate of the
+            // fixed part close to the whole step must not make the prompt
+            // look free.
+            let beyond = (secs - self.fixed.unwrap_or(0.0)).max(secs / 4.0);
+            self.per_token = mean(self.per_token, beyond / prompt_tokens as f64);
         }
     }
 }
@@ -264,6 +439,62 @@ struct Seq {
     /// Speculative decoding: its drafter, and whether this step verifies a draft.
     spec: Option<Speculator>,
     verifying: bool,
+    /// A panic hit this sequence: its state is not cached.
+    poisoned: bool,
+}
+
+/// An embedding request being run: its inputs in order, at most one of
+/// them part-way (`cur`), the vectors of those done.
+struct EmbedRun {
+    inputs: Vec<Vec<u32>>,
+    pooling: Pooling,
+    /// Taken when the answer (or the error) is sent.
+    reply: Option<oneshot::Sender<EmbedReply>>,
+    /// The next input to start.
+    next: usize,
+    cur: Option<Part>,
+    /// This step's inputs and how many tokens each runs.
+    parts: Vec<(Part, usize)>,
+    out: Vec<Vec<f32>>,
+    done: bool,
+}
+
+/// One input of an embedding request part-way through.
+struct Part {
+    input: usize,
+    state: SeqState,
+    /// Tokens run so far.
+    fed: usize,
+    sum: PoolSum,
+}
+
+impl EmbedRun {
+    /// Tokens still to run, over all its inputs.
+    fn left(&self) -> usize {
+        let cur = self
+            .cur
+            .as_ref()
+            .map_or(0, |p| self.inputs[p.input].len() - p.fed);
+        cur + self.inputs[self.next..].iter().map(Vec::len).sum::<usize>()
+    }
+
+    /// Its client hung up.
+    fn gone(&self) -> bool {
+        self.reply.as_ref().is_none_or(|r| r.is_closed())
+    }
+
+    fn answer(&mut self, r: EmbedReply) {
+        if let Some(tx) = self.reply.take() {
+            let _ = tx.send(r);
+        }
+        self.done = true;
+        self.parts.clear();
+        self.cur = None;
+    }
+
+    fn fail(&mut self, message: String) {
+        self.answer(Err(message));
+    }
 }
 
 struct Worker {
@@ -273,6 +504,16 @@ struct Worker {
     shared: Arc<Shared>,
     cache: Option<PrefixCache>,
     rewindable: bool,
+    pace: Pace,
+}
+
+/// What a panic carried, as text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 impl Worker {
@@ -289,6 +530,7 @@ impl Worker {
             Ordering::Relaxed,
         );
         Worker {
+            pace: Pace::new(cfg.max_step),
             model,
             stops,
             cfg,
@@ -303,30 +545,66 @@ impl Worker {
     }
 
     /// The gauges a scheduler reads: running sequences and their KV positions.
-    fn publish(&self, active: &[Seq]) {
+    /// (An embedding request counts as one sequence.)
+    fn publish(&self, active: &[Seq], embeds: &[EmbedRun]) {
         let m = self.metrics();
         m.active_sequences
-            .store(active.len() as u64, Ordering::Relaxed);
+            .store((active.len() + embeds.len()) as u64, Ordering::Relaxed);
+        let embedding: usize = embeds
+            .iter()
+            .filter_map(|r| r.cur.as_ref())
+            .map(|p| p.fed)
+            .sum();
         m.kv_positions.store(
-            active.iter().map(|s| s.fed.len() as u64).sum(),
+            active.iter().map(|s| s.fed.len() as u64).sum::<u64>() + embedding as u64,
             Ordering::Relaxed,
         );
     }
 
     fn run(mut self) {
         let mut active: Vec<Seq> = Vec::new();
+        let mut embeds: Vec<EmbedRun> = Vec::new();
         loop {
-            let (admitted, tasks): (Vec<Job>, Vec<Task>) = {
+            let (admitted, tasks): (Vec<Work>, Vec<Task>) = {
                 let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-                while q.waiting.is_empty() && q.tasks.is_empty() && active.is_empty() && !q.shutdown
+                while q.waiting.is_empty()
+                    && q.tasks.is_empty()
+                    && active.is_empty()
+                    && embeds.is_empty()
+                    && !q.shutdown
                 {
                     q = self.shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
                 }
-                let tasks: Vec<Task> = q.tasks.drain(..).collect();
-                if q.shutdown && q.waiting.is_empty() && active.is_empty() && tasks.is_empty() {
+                if let Some(message) = q.cut.clone() {
+                    // Everything fails now, with the reason; the thread ends.
+                    q.tasks.clear();
+                    for w in q.waiting.drain(..) {
+                        w.fail(&message);
+                    }
+                    drop(q);
+                    for s in active.iter_mut() {
+                        self.fail(s, message.clone());
+                    }
+                    for r in embeds.iter_mut() {
+                        r.fail(message.clone());
+                    }
+                    self.publish(&[], &[]);
+                    self.metrics().queue_depth.store(0, Ordering::Relaxed);
                     return;
                 }
-                let room = self.cfg.max_seqs.saturating_sub(active.len());
+                let tasks: Vec<Task> = q.tasks.drain(..).collect();
+                if q.shutdown
+                    && q.waiting.is_empty()
+                    && active.is_empty()
+                    && embeds.is_empty()
+                    && tasks.is_empty()
+                {
+                    return;
+                }
+                let room = self
+                    .cfg
+                    .max_seqs
+                    .saturating_sub(active.len() + embeds.len());
                 let n = room.min(q.waiting.len());
                 let jobs = q.waiting.drain(..n).collect();
                 self.metrics()
@@ -335,11 +613,35 @@ impl Worker {
                 (jobs, tasks)
             };
             for task in tasks {
-                task(&self.model);
+                let model = &self.model;
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| task(model))) {
+                    eprintln!("[serve] a task on the engine panicked: {}", panic_text(&*p));
+                }
             }
-            for job in admitted {
-                if let Some(s) = self.admit(job) {
-                    active.push(s);
+            for work in admitted {
+                match work {
+                    Work::Gen(job) => {
+                        if let Some(s) = self.admit(*job) {
+                            active.push(s);
+                        }
+                    }
+                    Work::Embed(job) => {
+                        if job.reply.is_closed() {
+                            Metrics::add(&self.metrics().sequences_cancelled, 1);
+                            continue;
+                        }
+                        let n = job.inputs.len();
+                        embeds.push(EmbedRun {
+                            inputs: job.inputs,
+                            pooling: job.pooling,
+                            reply: Some(job.reply),
+                            next: 0,
+                            cur: None,
+                            parts: Vec::new(),
+                            out: Vec::with_capacity(n),
+                            done: false,
+                        });
+                    }
                 }
             }
             // Free what clients no longer want.
@@ -349,15 +651,34 @@ impl Worker {
                     s.done = true;
                 }
             }
+            for r in embeds.iter_mut() {
+                if r.gone() {
+                    Metrics::add(&self.metrics().sequences_cancelled, 1);
+                    r.done = true;
+                }
+            }
             self.retire_done(&mut active);
-            self.publish(&active);
-            if active.is_empty() {
+            embeds.retain(|r| !r.done);
+            self.publish(&active, &embeds);
+            if active.is_empty() && embeds.is_empty() {
                 continue;
             }
-            self.step(&mut active);
+            self.step(&mut active, &mut embeds);
             self.retire_done(&mut active);
-            self.publish(&active);
+            embeds.retain(|r| !r.done);
+            self.publish(&active, &embeds);
         }
+    }
+
+    /// Ends `s` with an error to its client.
+    fn fail(&self, s: &mut Seq, message: String) {
+        if !s.done {
+            let _ = s.job.tx.send(Event::Failed {
+                index: s.job.index,
+                message,
+            });
+        }
+        s.done = true;
     }
 
     fn admit(&mut self, job: Job) -> Option<Seq> {
@@ -413,67 +734,112 @@ impl Worker {
             first_token: None,
             snapshotted: self.rewindable || cached + 1 >= prompt.len(),
             done: false,
+            poisoned: false,
             job,
         })
     }
 
     /// One batched forward and the sampling that follows it.
-    fn step(&mut self, active: &mut [Seq]) {
-        // How many pending tokens each sequence runs this step.
-        let mut budget = self.cfg.prefill_chunk.max(1);
+    fn step(&mut self, active: &mut [Seq], embeds: &mut [EmbedRun]) {
+        let t0 = Instant::now();
+        let decoding = active.iter().any(|s| s.generated > 0);
+        // How many prompt tokens this step may run, over all sequences.
+        let full = self.cfg.prefill_chunk.max(1);
+        let mut budget = self.pace.budget(full, decoding);
         let mut takes = vec![0usize; active.len()];
-        // Decoding sequences run their last sampled token every step; the
-        // prefill budget goes to the prompts with the least left first, so
-        // a short request is not held behind a long prompt's whole prefill
-        // (the long one still gets the rest of every step's budget).
-        let mut order: Vec<usize> = (0..active.len()).collect();
-        order.sort_by_key(|&i| (active[i].generated == 0, active[i].pending.len()));
-        for i in order {
-            let s = &mut active[i];
-            if s.generated > 0 {
-                // Decoding: the last sampled token, and any draft after it.
-                takes[i] = 1;
-                s.verifying = false;
-                if let Some(sp) = &mut s.spec {
-                    let mut ctx = Vec::with_capacity(s.fed.len() + 1);
-                    ctx.extend_from_slice(&s.fed);
-                    ctx.extend_from_slice(&s.pending);
-                    match sp.propose(&ctx, &mut s.state, self.model.max_context()) {
-                        Ok(run) => {
-                            takes[i] = run.len();
-                            s.pending = run;
-                            s.verifying = true;
-                        }
-                        Err(e) => {
-                            let _ = s.job.tx.send(Event::Failed {
-                                index: s.job.index,
-                                message: format!("drafting failed: {e}"),
-                            });
-                            s.done = true;
-                            takes[i] = 0;
-                        }
-                    }
-                }
+        // Decoding sequences run their last sampled token every step.
+        for (i, s) in active.iter_mut().enumerate() {
+            if s.generated == 0 || s.done {
                 continue;
             }
-            let mut take = s.pending.len().min(budget);
-            if !s.snapshotted && self.cache.is_some() {
-                // Recurrent state: stop one token short of the prompt's end
-                // once, so an identical prompt later can resume from there.
-                let stop_at = s.job.prompt.len() - 1;
-                if s.fed.len() == stop_at {
-                    self.snapshot(s);
-                } else {
-                    take = take.min(stop_at - s.fed.len());
+            // Decoding: the last sampled token, and any draft after it.
+            takes[i] = 1;
+            s.verifying = false;
+            let Some(sp) = &mut s.spec else { continue };
+            let mut ctx = Vec::with_capacity(s.fed.len() + 1);
+            ctx.extend_from_slice(&s.fed);
+            ctx.extend_from_slice(&s.pending);
+            let max_context = self.model.max_context();
+            let state = &mut s.state;
+            let proposed = catch_unwind(AssertUnwindSafe(|| sp.propose(&ctx, state, max_context)))
+                .unwrap_or_else(|p| {
+                    Err(onebit_model::ModelError::Input(format!(
+                        "it panicked: {}",
+                        panic_text(&*p)
+                    )))
+                });
+            match proposed {
+                Ok(run) => {
+                    takes[i] = run.len();
+                    s.pending = run;
+                    s.verifying = true;
+                }
+                Err(e) => {
+                    takes[i] = 0;
+                    s.poisoned = true;
+                    let _ = s.job.tx.send(Event::Failed {
+                        index: s.job.index,
+                        message: format!("drafting failed: {e}"),
+                    });
+                    s.done = true;
                 }
             }
-            budget -= take.min(budget);
-            takes[i] = take;
+        }
+        // The prompt budget goes to the prompts and embedding requests with
+        // the least left first, so a short request is not held behind a long
+        // prompt's whole prefill (the long one still gets the rest of every
+        // step's budget). Ties keep admission order.
+        enum Want {
+            Prompt(usize),
+            Embed(usize),
+        }
+        let mut order: Vec<(usize, Want)> = active
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.generated == 0 && !s.done)
+            .map(|(i, s)| (s.pending.len(), Want::Prompt(i)))
+            .chain(
+                embeds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.left(), Want::Embed(i))),
+            )
+            .collect();
+        order.sort_by_key(|(left, _)| *left);
+        let whole_inputs = self.model.sem.mask.value == Mask::Bidirectional;
+        let mut prompt_tokens = 0;
+        for (_, want) in order {
+            match want {
+                Want::Prompt(i) => {
+                    let s = &mut active[i];
+                    let mut take = s.pending.len().min(budget);
+                    if !s.snapshotted && self.cache.is_some() {
+                        // Recurrent state: stop one token short of the prompt's
+                        // end once, so an identical prompt later can resume
+                        // from there.
+                        let stop_at = s.job.prompt.len() - 1;
+                        if s.fed.len() == stop_at {
+                            self.snapshot(s);
+                        } else {
+                            take = take.min(stop_at - s.fed.len());
+                        }
+                    }
+                    budget -= take.min(budget);
+                    prompt_tokens += take;
+                    takes[i] = take;
+                }
+                Want::Embed(i) => {
+                    let spent =
+                        self.plan_embed(&mut embeds[i], budget, budget == full, whole_inputs);
+                    budget -= spent.min(budget);
+                    prompt_tokens += spent;
+                }
+            }
         }
         let mut inputs: Vec<SeqInput> = Vec::new();
         let mut which = Vec::new();
         for (i, s) in active.iter_mut().enumerate() {
-            if takes[i] == 0 {
+            if takes[i] == 0 || s.done {
                 continue;
             }
             which.push(i);
@@ -487,35 +853,139 @@ impl Worker {
                 },
             });
         }
-        let result = self.model.forward_batch(&mut inputs);
+        for r in embeds.iter_mut() {
+            let inputs_of = &r.inputs;
+            for (part, take) in r.parts.iter_mut() {
+                inputs.push(SeqInput {
+                    state: &mut part.state,
+                    tokens: &inputs_of[part.input][part.fed..part.fed + *take],
+                    want: Logits::Hidden,
+                });
+            }
+        }
+        if inputs.is_empty() {
+            return;
+        }
+        let model = &self.model;
+        let result = catch_unwind(AssertUnwindSafe(|| model.forward_batch(&mut inputs)))
+            .unwrap_or_else(|p| {
+                Err(onebit_model::ModelError::Input(format!(
+                    "it panicked: {}",
+                    panic_text(&*p)
+                )))
+            });
         drop(inputs);
-        let logits = match result {
-            Ok(l) => l,
+        let mut logits = match result {
+            Ok(l) => l.into_iter(),
             Err(e) => {
+                // The states of the batch may be part-way through a layer.
+                let message = format!("the forward failed: {e}");
                 for &i in &which {
                     let s = &mut active[i];
-                    let _ = s.job.tx.send(Event::Failed {
-                        index: s.job.index,
-                        message: format!("the forward failed: {e}"),
-                    });
-                    s.done = true;
+                    s.poisoned = true;
                     s.state.trail = None;
+                    self.fail(s, message.clone());
+                }
+                for r in embeds.iter_mut().filter(|r| !r.parts.is_empty()) {
+                    r.fail(message.clone());
                 }
                 return;
             }
         };
-        for (&i, logits) in which.iter().zip(logits) {
+        for (&i, out) in which.iter().zip(logits.by_ref()) {
             let s = &mut active[i];
-            if s.verifying {
-                self.settle(s, &logits);
-                continue;
-            }
-            let t = takes[i];
-            s.fed.extend(s.pending.drain(..t));
-            if s.pending.is_empty() {
-                self.sample(s, logits);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                if s.verifying {
+                    self.settle(s, &out);
+                    return;
+                }
+                let t = takes[i];
+                s.fed.extend(s.pending.drain(..t));
+                if s.pending.is_empty() {
+                    self.sample(s, out);
+                }
+            }));
+            if let Err(p) = r {
+                // Only this sequence: the others of the batch go on.
+                let what = panic_text(&*p);
+                eprintln!("[serve] a sequence panicked while sampling ({what}); it fails, the others go on");
+                s.poisoned = true;
+                self.fail(
+                    s,
+                    format!(
+                        "the server failed on this sequence (an internal error, logged): {what}"
+                    ),
+                );
             }
         }
+        for r in embeds.iter_mut() {
+            let parts = std::mem::take(&mut r.parts);
+            for ((mut part, take), rows) in parts.into_iter().zip(logits.by_ref()) {
+                part.sum.push(&rows);
+                part.fed += take;
+                if part.fed < r.inputs[part.input].len() {
+                    r.cur = Some(part);
+                    continue;
+                }
+                let model = &self.model;
+                let v = part.sum.finish_through(|v| model.pooled_head(v));
+                r.out.push(v);
+            }
+            if r.out.len() == r.inputs.len() {
+                let out = std::mem::take(&mut r.out);
+                r.answer(Ok(out));
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        if decoding && self.pace.max_step > 0.0 && secs > 4.0 * self.pace.max_step {
+            eprintln!(
+                "[serve] a step took {secs:.2} s, over 4 x --max-step-ms ({prompt_tokens} prompt tokens, {} sequences): the machine is slower than measured",
+                active.len() + embeds.len()
+            );
+        }
+        self.pace.observe(secs, prompt_tokens);
+    }
+
+    /// Picks the inputs `r` runs this step within `budget` tokens (into
+    /// `r.parts`), in order, the one part-way first; returns the tokens
+    /// taken. With `whole` (bidirectional attention) an input runs all at
+    /// once: one longer than the budget waits for a step of its own
+    /// (`fresh`: nothing else took from this step's budget yet).
+    fn plan_embed(&self, r: &mut EmbedRun, budget: usize, fresh: bool, whole: bool) -> usize {
+        let width = self.model.sem.dims.n_embd;
+        let mut spent = 0;
+        while spent < budget {
+            let part = match r.cur.take() {
+                Some(p) => p,
+                None if r.next < r.inputs.len() => {
+                    r.next += 1;
+                    Part {
+                        input: r.next - 1,
+                        state: self.model.new_state(),
+                        fed: 0,
+                        sum: r.pooling.start(width),
+                    }
+                }
+                None => break,
+            };
+            let left = r.inputs[part.input].len() - part.fed;
+            let room = budget - spent;
+            let take = if !whole {
+                left.min(room)
+            } else if left <= room || (fresh && spent == 0) {
+                left
+            } else {
+                r.cur = Some(part);
+                break;
+            };
+            spent += take;
+            let partial = take < left;
+            r.parts.push((part, take));
+            if partial {
+                break;
+            }
+        }
+        spent
     }
 
     /// After a verify step: keeps the drafted tokens the target agreed with
@@ -546,6 +1016,9 @@ impl Worker {
     }
 
     fn sample(&mut self, s: &mut Seq, mut logits: Vec<f32>) {
+        if let Some(hook) = &self.cfg.fault {
+            (hook.0)(&s.job.prompt);
+        }
         let p = &s.job.params;
         if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
             for (&id, &n) in &s.counts {
@@ -654,7 +1127,7 @@ impl Worker {
                         .observe((s.generated - 1) as f64 / dt);
                 }
             }
-            if let Some(c) = self.cache.as_mut() {
+            if let Some(c) = self.cache.as_mut().filter(|_| !s.poisoned) {
                 if s.state.pos == s.fed.len() && s.state.pos > 0 {
                     c.insert(s.fed, s.state);
                 }
@@ -692,6 +1165,36 @@ pub fn logprobs(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pace_fits_the_prompt_tokens_to_the_step_bound() {
+        let cap = 512;
+        // Times in powers of two, so the arithmetic is exact.
+        let mut p = Pace::new(Duration::from_millis(375));
+        // Nothing decoding, or no bound: the whole chunk.
+        assert_eq!(p.budget(cap, false), cap);
+        assert_eq!(Pace::new(Duration::ZERO).budget(cap, true), cap);
+        // No rate measured yet: a probe.
+        assert_eq!(p.budget(cap, true), PROBE_TOKENS);
+        // Decode steps of 1/8 s, then 32 prompt tokens in 3/16 s: 2^-9 s a
+        // token beyond the fixed part, so (3/8 - 1/8) * 2^9 = 128 tokens.
+        p.observe(0.125, 0);
+        p.observe(0.1875, 32);
+        assert_eq!(p.budget(cap, true), 128);
+        // A slower step (2^-8 s a token) weighs a half: 3 * 2^-10 s a token,
+        // 256 / 3 = 85 tokens; a step of a few prompt tokens is not counted.
+        p.observe(0.125 + 128.0 / 256.0, 128);
+        assert_eq!(p.budget(cap, true), 85);
+        p.observe(0.3, 4);
+        assert_eq!(p.budget(cap, true), 85);
+        // Never past the chunk, never under the floor (a machine whose
+        // decode step alone is over the bound still prefills).
+        assert_eq!(p.budget(40, true), 40);
+        p.observe(0.5, 0);
+        p.observe(0.5, 0);
+        assert_eq!(p.budget(cap, true), MIN_PACED_TOKENS);
+        assert_eq!(p.budget(8, true), 8);
+    }
 
     #[test]
     fn logprobs_of_the_argmax_top_the_list() {

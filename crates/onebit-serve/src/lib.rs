@@ -63,7 +63,7 @@ pub use app::{generative, Loaded, ModelAbout, ModelSource};
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -100,6 +100,9 @@ pub struct ServeConfig {
     pub cache_bytes: Option<usize>,
     pub max_body_bytes: usize,
     pub prefill_chunk: usize,
+    /// While a sequence decodes, a step runs only the prompt tokens the
+    /// machine runs in this long (zero: `prefill_chunk` alone bounds it).
+    pub max_step: Duration,
     /// Who may use the server (keys, hosts).
     pub access: access::Access,
     /// Origins CORS admits (`*`: any); empty: CORS off.
@@ -132,6 +135,7 @@ impl Default for ServeConfig {
             cache_bytes: None,
             max_body_bytes: 4 << 20,
             prefill_chunk: 512,
+            max_step: Duration::from_millis(300),
             access: access::Access::default(),
             cors_origins: Vec::new(),
             header_timeout: Duration::from_secs(10),
@@ -185,6 +189,21 @@ async fn start(
     let gate = Arc::new(Gate::default());
     let metrics = Arc::new(Metrics::default());
     let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    // At the end of the shutdown timeout, what still runs is cut: each
+    // request fails with SHUTTING_DOWN (a 503, a stream's error event).
+    let app_slot: Arc<OnceLock<Arc<App>>> = Arc::default();
+    let cut = {
+        let slot = app_slot.clone();
+        move || {
+            for m in slot
+                .get()
+                .map(|a| a.models.all_loaded())
+                .unwrap_or_default()
+            {
+                m.engine.cut(engine::SHUTTING_DOWN);
+            }
+        }
+    };
     let on_signal = {
         let gate = gate.clone();
         let drain_for = cfg.shutdown_timeout;
@@ -206,6 +225,7 @@ async fn start(
         },
         metrics.clone(),
         on_signal,
+        cut,
     ));
 
     let registry = Registry::new(
@@ -216,9 +236,11 @@ async fn start(
             max_seqs: cfg.max_seqs.max(1),
             max_queue: cfg.max_queue,
             prefill_chunk: cfg.prefill_chunk,
+            max_step: cfg.max_step,
             prefix_cache: cfg.prefix_cache,
             cache_bytes: cfg.cache_bytes,
             spec: None,
+            fault: None,
         },
         metrics.clone(),
     );
@@ -236,6 +258,7 @@ async fn start(
         catalog,
         responses: Default::default(),
     });
+    let _ = app_slot.set(app.clone());
     // The default model loads before the routes open.
     let first = tokio::select! {
         r = app.model(None) => r.map_err(|e| anyhow::anyhow!("{}", e.message))?,

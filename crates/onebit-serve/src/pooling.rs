@@ -64,23 +64,73 @@ impl Pooling {
 
     /// The pooled vector in f64: the mean, the first or the last row.
     fn pooled(&self, rows: &[f32], width: usize) -> Vec<f64> {
-        let n = rows.len() / width;
-        let mut v = vec![0f64; width];
-        let pick: Box<dyn Iterator<Item = &[f32]>> = match self.kind {
-            PoolKind::Mean => Box::new(rows.chunks_exact(width)),
-            PoolKind::Cls => Box::new(rows.chunks_exact(width).take(1)),
-            PoolKind::Last => Box::new(rows.chunks_exact(width).skip(n.saturating_sub(1))),
+        let mut sum = self.start(width);
+        sum.push(rows);
+        sum.pooled()
+    }
+
+    /// An empty running pool for a text whose hidden rows arrive in chunks
+    /// (a prompt prefilled over several engine steps): pushing the rows in
+    /// order, in any chunks, gives the same bits as pooling them at once.
+    pub fn start(&self, width: usize) -> PoolSum {
+        PoolSum {
+            kind: self.kind,
+            width,
+            sum: vec![0f64; width],
+            count: 0,
+        }
+    }
+}
+
+/// A pool over rows that arrive in order, chunk by chunk (see
+/// [`Pooling::start`]): the f64 running sum of the rows pooled so far (all
+/// for the mean, the first for cls, the latest for last) and their count.
+#[derive(Clone, Debug)]
+pub struct PoolSum {
+    kind: PoolKind,
+    width: usize,
+    sum: Vec<f64>,
+    count: usize,
+}
+
+impl PoolSum {
+    /// Adds the next `rows` ([n][width]) of the text.
+    pub fn push(&mut self, rows: &[f32]) {
+        let w = self.width;
+        let pick: &[f32] = match self.kind {
+            PoolKind::Mean => rows,
+            PoolKind::Cls if self.count == 0 => &rows[..w.min(rows.len())],
+            PoolKind::Cls => &[],
+            PoolKind::Last => {
+                if rows.len() < w {
+                    return;
+                }
+                // Only the latest row counts: start the sum again.
+                self.sum.iter_mut().for_each(|a| *a = 0.0);
+                self.count = 0;
+                &rows[rows.len() - w..]
+            }
         };
-        let mut count = 0usize;
-        for r in pick {
-            for (a, &x) in v.iter_mut().zip(r) {
+        for r in pick.chunks_exact(w) {
+            for (a, &x) in self.sum.iter_mut().zip(r) {
                 *a += f64::from(x);
             }
-            count += 1;
+            self.count += 1;
         }
-        let count = count.max(1) as f64;
-        v.iter_mut().for_each(|a| *a /= count);
-        v
+    }
+
+    fn pooled(mut self) -> Vec<f64> {
+        let count = self.count.max(1) as f64;
+        self.sum.iter_mut().for_each(|a| *a /= count);
+        self.sum
+    }
+
+    /// The pooled vector (rounded to f32) through the model's pooled head,
+    /// L2-normalized: what [`Pooling::pool_through`] gives for all the rows.
+    pub fn finish_through(self, head: impl Fn(&[f32]) -> Vec<f32>) -> Vec<f32> {
+        let pooled: Vec<f32> = self.pooled().iter().map(|&a| a as f32).collect();
+        let out: Vec<f64> = head(&pooled).into_iter().map(f64::from).collect();
+        normalize(&out)
     }
 }
 
@@ -128,5 +178,46 @@ mod tests {
         let m = p(PoolKind::Mean).pool(&[1.0, 0.0, 0.0, 5.0, 0.0, 0.0], 2);
         let r = 26f64.sqrt();
         assert_eq!(m, vec![(1.0 / r) as f32, (5.0 / r) as f32]);
+    }
+
+    #[test]
+    fn pooling_in_chunks_gives_the_bits_of_pooling_at_once() {
+        // Seven rows of width 3 whose f64 sums are order-sensitive (1e16 + 1
+        // - 1e16 is 0, not 1, when summed left to right): split anyhow, the
+        // running pool adds them in the same order, so the bits agree.
+        let rows: Vec<f32> = [
+            1e16, 1.0, 0.1, 1.0, -3.0, 0.2, -1e16, 2.0, 0.3, 0.5, 1e-8, 0.4, 3.0, 7.0, 0.5, -2.0,
+            1.5, 0.6, 0.25, 4.0, 0.7,
+        ]
+        .to_vec();
+        for kind in [PoolKind::Mean, PoolKind::Cls, PoolKind::Last] {
+            let p = Pooling {
+                kind,
+                source: String::new(),
+            };
+            let whole = p.pool_through(&rows, 3, |v| v.to_vec());
+            for cuts in [vec![7], vec![1, 6], vec![3, 1, 3], vec![1; 7]] {
+                let mut sum = p.start(3);
+                let mut at = 0;
+                for n in cuts {
+                    sum.push(&rows[at * 3..(at + n) * 3]);
+                    at += n;
+                }
+                let chunked = sum.finish_through(|v| v.to_vec());
+                assert_eq!(chunked, whole, "{kind:?}");
+            }
+        }
+        // The arithmetic itself: last is row 6 normalized, cls row 0.
+        let last = Pooling {
+            kind: PoolKind::Last,
+            source: String::new(),
+        }
+        .pool(&rows, 3);
+        let c = f64::from(0.7f32);
+        let k = 1.0 / (0.25f64 * 0.25 + 16.0 + c * c).sqrt();
+        assert_eq!(
+            last,
+            vec![(0.25 * k) as f32, (4.0 * k) as f32, (c * k) as f32]
+        );
     }
 }

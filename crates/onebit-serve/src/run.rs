@@ -12,7 +12,6 @@ use std::time::Instant;
 use axum::http::HeaderValue;
 use axum::response::Response;
 use onebit_model::sampler::SamplerConfig;
-use onebit_model::{Logits, Model};
 use onebit_text::{StreamDecoder, Tokenizer};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -21,7 +20,7 @@ use crate::affinity::{prefix_hash, AFFINITY_HEADER};
 use crate::api::{ApiError, Endpoint, Prompt, Request};
 use crate::app::{App, Served};
 use crate::constrain::{Constraint, Grammar};
-use crate::engine::{Event, Finish, GenParams, Job, TokenLogprob};
+use crate::engine::{EmbedJob, Event, Finish, GenParams, Job, TokenLogprob, SHUTTING_DOWN};
 use crate::fields::Input;
 use crate::prompt;
 use crate::reply::random_u64;
@@ -442,7 +441,7 @@ pub async fn drive(
                 choices[index].cached = cached;
                 continue;
             }
-            Event::Failed { message, .. } => return Err(ApiError::server(message)),
+            Event::Failed { message, .. } => return Err(engine_failed(message)),
             Event::Token { index, id, logprob } => {
                 let c = &mut choices[index];
                 if c.finish.is_some() {
@@ -508,9 +507,12 @@ pub async fn drive(
         .collect())
 }
 
-/// The vectors of `texts` on model `m` and the number of tokens they took:
-/// each text runs alone on a fresh sequence, on the engine thread between
-/// decode steps, so its vector is the same whatever else the server does.
+/// The vectors of `inputs` (texts or token ids) on model `m` and the number
+/// of tokens they took: each input runs on a fresh sequence, prefilled in chunks beside the other
+/// requests under the engine's step budget, so its vector is the same
+/// whatever else the server does. A text too long for the context whatever
+/// its tokens is refused before tokenizing, as a prompt is; a client that
+/// hangs up frees the request before the next step.
 pub async fn embed(
     app: &App,
     m: &Arc<Served>,
@@ -522,6 +524,22 @@ pub async fn embed(
             format!("model {} cannot give embeddings: {why}", m.name),
         )
     })?;
+    for (i, input) in inputs.iter().enumerate() {
+        let Input::Text(t) = input else { continue };
+        let least = t.len() / m.max_token_bytes;
+        if least > m.ctx {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "input {i} is {} bytes, so at least {least} tokens (no token is longer than {} bytes), but this server's context holds {}",
+                    t.len(),
+                    m.max_token_bytes,
+                    m.ctx
+                ),
+            )
+            .with_code("context_length_exceeded"));
+        }
+    }
     // Tokenize on the blocking pool, as prompts are.
     let m2 = m.clone();
     let ids: Vec<Vec<u32>> = blocking(move || {
@@ -570,28 +588,36 @@ pub async fn embed(
     .await?;
     let n_tokens = ids.iter().map(Vec::len).sum();
     let (tx, rx) = oneshot::channel();
-    let task = Box::new(move |model: &Model| {
-        let width = model.sem.dims.n_embd;
-        let r = ids
-            .iter()
-            .map(|ids| {
-                let mut state = model.new_state();
-                model
-                    .forward(&mut state, ids, Logits::Hidden)
-                    .map(|rows| pooling.pool_through(&rows, width, |v| model.pooled_head(v)))
-                    .map_err(|e| e.to_string())
-            })
-            .collect::<Result<Vec<_>, String>>();
-        let _ = tx.send(r);
-    });
-    if m.engine.run_task(task).is_err() {
+    let job = EmbedJob {
+        inputs: ids,
+        pooling,
+        reply: tx,
+        submitted: Instant::now(),
+    };
+    if m.engine.embed(job).is_err() {
         return Err(app.queue_full());
     }
     let vectors = rx
         .await
         .map_err(|_| ApiError::server("the engine stopped before finishing the request"))?
-        .map_err(ApiError::server)?;
+        .map_err(engine_failed)?;
     Ok((vectors, n_tokens))
+}
+
+/// The error a client gets for a request the engine failed: a 503 it may
+/// retry elsewhere when the server cut it at the end of its shutdown
+/// timeout, a 500 otherwise.
+pub fn engine_failed(message: String) -> ApiError {
+    if message == SHUTTING_DOWN {
+        return ApiError {
+            status: 503,
+            message,
+            kind: "server_error",
+            param: None,
+            code: Some("shutting_down"),
+        };
+    }
+    ApiError::server(message)
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ fn start(limits: ConnLimits) -> u16 {
                 limits,
                 Arc::new(Metrics::default()),
                 std::future::pending(),
+                || {},
             )
             .await;
         });

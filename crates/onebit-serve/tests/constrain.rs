@@ -277,6 +277,8 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
             prefix_cache: false,
             cache_bytes: Some(1 << 20),
             spec: None,
+            max_step: std::time::Duration::ZERO,
+            fault: None,
         },
         Arc::new(onebit_serve::metrics::Metrics::default()),
     );

@@ -36,6 +36,8 @@ fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine
             prefix_cache: cache,
             cache_bytes: Some(64 << 20),
             spec: None,
+            max_step: std::time::Duration::ZERO,
+            fault: None,
         },
         Arc::new(Metrics::default()),
     )

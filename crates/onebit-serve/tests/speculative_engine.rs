@@ -34,6 +34,8 @@ fn engine(family: &str, spec: Option<SpecPlan>, metrics: Arc<Metrics>) -> Engine
             prefix_cache: false,
             cache_bytes: Some(0),
             spec: spec.map(Arc::new),
+            max_step: std::time::Duration::ZERO,
+            fault: None,
         },
         metrics,
     )

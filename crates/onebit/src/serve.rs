@@ -94,6 +94,12 @@ pub struct ServeArgs {
     /// steps of running sequences interleave between chunks.
     #[arg(long, default_value_t = 512)]
     prefill_chunk: usize,
+    /// While any sequence is decoding, a step runs only the prompt tokens
+    /// the machine runs in this many milliseconds (its measured rate), so a
+    /// stream's gap between tokens stays near this while a long prompt or an
+    /// embedding request is prefilled (0: --prefill-chunk alone).
+    #[arg(long, default_value_t = 300)]
+    max_step_ms: u64,
     /// A key clients must send as `Authorization: Bearer KEY` on /v1/* and
     /// /metrics (repeatable). Also read from ONEBIT_API_KEY, which keeps it
     /// out of the process list. Without any key the server is open.
@@ -218,6 +224,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         prefix_cache: !a.no_prefix_cache,
         cache_bytes: a.cache_mib.map(|m| m << 20),
         prefill_chunk: a.prefill_chunk.max(1),
+        max_step: Duration::from_millis(a.max_step_ms),
         access: onebit_serve::access::Access {
             api_keys,
             metrics_public: a.metrics_public,

@@ -4,8 +4,17 @@
 //! under a forced choice, numbers bounded in digits, integers beyond 64
 //! bits, and Ollama's 404 shape: each a 4xx naming the field or the stated
 //! `finish_reason`, never a 500. One server for all, few tokens each.
+//!
+//! And the scheduling half, on a second server: streams keep their pace
+//! while an embeddings request and a long prompt are prefilled, a hung-up
+//! embeddings request is freed, and SIGTERM cuts what still runs at the
+//! shutdown timeout with an error event, then exits.
 
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -180,4 +189,292 @@ fn bad_requests_of_issue_31_are_4xx_or_a_stated_finish() {
         common::request(s.port, "GET", "/api/nope", b"", Duration::from_secs(60)).unwrap();
     assert_eq!(status, 404);
     assert!(json_of(status, &text)["error"].is_string(), "{text}");
+}
+
+/// A completion stream that never ends by itself (its stop tokens banned),
+/// read on a thread: when each token event arrived, and every line read.
+struct Stream {
+    times: Arc<Mutex<Vec<Instant>>>,
+    reader: JoinHandle<Vec<String>>,
+}
+
+impl Stream {
+    fn open(port: u16, prompt: &str) -> Stream {
+        // SmolLM2's <|endoftext|>, <|im_start|> and <|im_end|>.
+        // No max_tokens: all the context's room (the server runs with
+        // --max-tokens 0).
+        let body = json!({"prompt": prompt, "stream": true,
+            "temperature": 0, "logit_bias": {"0": -100, "1": -100, "2": -100}})
+        .to_string();
+        let mut s = common::connect(port, Duration::from_secs(300)).unwrap();
+        s.write_all(common::head("POST", "/v1/completions", body.len()).as_bytes())
+            .and_then(|_| s.write_all(body.as_bytes()))
+            .unwrap();
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let t = times.clone();
+        let reader = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            let mut r = BufReader::new(s);
+            loop {
+                let mut line = String::new();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => return lines,
+                    Ok(_) => {}
+                }
+                if line.starts_with("data: {\"id\"") {
+                    t.lock().unwrap().push(Instant::now());
+                }
+                lines.push(line);
+            }
+        });
+        Stream { times, reader }
+    }
+
+    fn tokens(&self) -> usize {
+        self.times.lock().unwrap().len()
+    }
+
+    /// The longest wait for a token within [from, to] (the wait running
+    /// into `from` and the one still open at `to` count).
+    fn largest_gap(&self, from: Instant, to: Instant) -> Duration {
+        let t = self.times.lock().unwrap();
+        let mut last = t
+            .iter()
+            .rev()
+            .find(|&&x| x <= from)
+            .copied()
+            .unwrap_or(from);
+        let mut gap = Duration::ZERO;
+        for &x in t.iter().filter(|&&x| x > from && x <= to) {
+            gap = gap.max(x - last);
+            last = x;
+        }
+        gap.max(to.saturating_duration_since(last))
+    }
+
+    /// The median gap between the last `n` tokens: one decode step here.
+    fn median_gap(&self, n: usize) -> Duration {
+        let t = self.times.lock().unwrap();
+        let mut gaps: Vec<Duration> = t[t.len() - n..].windows(2).map(|w| w[1] - w[0]).collect();
+        gaps.sort();
+        gaps[gaps.len() / 2]
+    }
+}
+
+fn metric(port: u16, name: &str) -> f64 {
+    let (_, text) = common::request(port, "GET", "/metrics", b"", Duration::from_secs(60)).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < within, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `n` inputs of about 1,500 tokens each (the issue's request).
+fn embeddings_body(n: usize) -> String {
+    let text = vec!["apple river"; 750].join(" ");
+    json!({"input": vec![text; n]}).to_string()
+}
+
+/// Issue 31 items 1 to 3 and the README's step promise, on SmolLM2 with
+/// two never-ending streams decoding throughout. The prefill chunk is large
+/// (4,096), so without the step bound one chunk would hold every stream for
+/// seconds; `--max-step-ms 600` must keep their gaps near 600 ms. Smaller
+/// than the issue's (2 x 1,500 embedding tokens, not 4; a 3,000-token prompt,
+/// not 6,000): enough that one unchunked forward of either stalls the
+/// streams for seconds, few enough for a loaded 2-core machine.
+#[test]
+fn streams_keep_their_pace_beside_long_work_and_shutdown_cuts_cleanly() {
+    const MAX_STEP_MS: u64 = 600;
+    let s = Server::start(
+        onebit_testdata::SMOLLM2_135M,
+        &[
+            "--threads",
+            "2",
+            "--prefill-chunk",
+            "4096",
+            "--max-step-ms",
+            &MAX_STEP_MS.to_string(),
+            "--shutdown-timeout",
+            "2",
+            "--max-tokens",
+            "0",
+        ],
+    );
+    let port = s.port;
+    let streams = [
+        Stream::open(port, "Once upon a time"),
+        Stream::open(port, "The river"),
+    ];
+    wait_until("both streams decoding", Duration::from_secs(120), || {
+        streams.iter().all(|st| st.tokens() >= 12)
+    });
+    let step = streams[0].median_gap(10);
+
+    // Item 1: a 2 x 1,500-token embeddings request runs in chunks beside them.
+    let from = Instant::now();
+    let (status, text) = common::request(
+        port,
+        "POST",
+        "/v1/embeddings",
+        embeddings_body(2).as_bytes(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let to = Instant::now();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["data"].as_array().unwrap().len(), 2);
+    assert!(
+        v["usage"]["prompt_tokens"].as_u64().unwrap() >= 2 * 1400,
+        "{}",
+        v["usage"]
+    );
+    for (i, st) in streams.iter().enumerate() {
+        let gap = st.largest_gap(from, to);
+        eprintln!("[faults] stream {i}: largest gap {gap:?} over the {:?} of the embeddings (decode step {step:?})", to - from);
+        assert!(
+            gap < Duration::from_secs(2),
+            "stream {i} waited {gap:?} for a token beside the embeddings; server log:\n{}",
+            s.log.try_iter().collect::<Vec<_>>().join("\n")
+        );
+    }
+
+    // A hang-up frees the rest of the request within a step or so.
+    let body = embeddings_body(2);
+    let mut c = common::connect(port, Duration::from_secs(60)).unwrap();
+    c.write_all(common::head("POST", "/v1/embeddings", body.len()).as_bytes())
+        .and_then(|_| c.write_all(body.as_bytes()))
+        .unwrap();
+    wait_until(
+        "the embeddings request running",
+        Duration::from_secs(60),
+        || metric(port, "onebit_active_sequences") == 3.0,
+    );
+    drop(c);
+    wait_until(
+        "the hung-up embeddings request freed",
+        Duration::from_secs(3),
+        || metric(port, "onebit_active_sequences") == 2.0,
+    );
+
+    // Item 2: a 3,000-token prompt prefills in steps of about --max-step-ms.
+    let long = "apple river ".repeat(1500);
+    let from = Instant::now();
+    let (status, text) = common::request(
+        port,
+        "POST",
+        "/v1/completions",
+        json!({"prompt": long, "max_tokens": 1})
+            .to_string()
+            .as_bytes(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let to = Instant::now();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let n_prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(n_prompt >= 2900, "{}", v["usage"]);
+    // The bound plus one step; generous for a loaded 2-core machine.
+    let bound = Duration::from_millis(MAX_STEP_MS) + 4 * step + Duration::from_millis(1500);
+    for (i, st) in streams.iter().enumerate() {
+        let gap = st.largest_gap(from, to);
+        eprintln!("[faults] stream {i}: largest gap {gap:?} over the {:?} of a {n_prompt}-token prefill (bound {bound:?})", to - from);
+        assert!(
+            gap < bound,
+            "stream {i} waited {gap:?} for a token while the prompt prefilled; server log:\n{}",
+            s.log.try_iter().collect::<Vec<_>>().join("\n")
+        );
+    }
+
+    // Item 3: SIGTERM with --shutdown-timeout 2 while the streams and a long
+    // embeddings request run: the listener closes (a new connection is
+    // refused), at 2 s each is cut with an error (the streams with an error
+    // event in OpenAI's shape, then [DONE], then the chunked body's end), and
+    // the process exits within the timeout plus 2 s.
+    let body = embeddings_body(8);
+    let embedding = std::thread::spawn(move || {
+        common::request(
+            port,
+            "POST",
+            "/v1/embeddings",
+            body.as_bytes(),
+            Duration::from_secs(60),
+        )
+    });
+    wait_until(
+        "the long embeddings request running",
+        Duration::from_secs(60),
+        || metric(port, "onebit_active_sequences") == 3.0,
+    );
+    let mut s = s;
+    let term = Instant::now();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_until("the drain announced", Duration::from_secs(2), || {
+        s.log.try_iter().any(|l| l.contains("shutting down"))
+    });
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "a new connection while draining was accepted"
+    );
+    let exited = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            term.elapsed() < Duration::from_secs(30),
+            "still running 30 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = term.elapsed();
+    eprintln!("[faults] exited {took:?} after SIGTERM ({exited})");
+    assert!(
+        took < Duration::from_secs(4),
+        "exited {took:?} after SIGTERM with --shutdown-timeout 2"
+    );
+    let (status, text) = embedding.join().unwrap().unwrap();
+    assert_eq!(status, 503, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["code"],
+        "shutting_down",
+        "{text}"
+    );
+    for (i, st) in streams.into_iter().enumerate() {
+        let lines = st.reader.join().unwrap();
+        let data: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(str::trim_end)
+            .collect();
+        let n = data.len();
+        assert!(n >= 2, "stream {i}: {lines:?}");
+        assert_eq!(data[n - 1], "[DONE]", "stream {i} does not end with [DONE]");
+        let err: Value = serde_json::from_str(data[n - 2]).unwrap();
+        let e = &err["error"];
+        assert!(
+            e["message"].as_str().unwrap().contains("shutting down"),
+            "{err}"
+        );
+        assert_eq!(e["type"], "server_error", "{err}");
+        assert_eq!(e["code"], "shutting_down", "{err}");
+        assert!(e.get("param").is_some(), "{err}");
+        // The chunked body's last chunk: a whole body, not a cut one.
+        let tail: String = lines[lines.len().saturating_sub(3)..].concat();
+        assert!(
+            tail.ends_with("\r\n0\r\n\r\n"),
+            "stream {i}: the chunked body was cut: {tail:?}"
+        );
+    }
 }
