@@ -46,6 +46,7 @@ pub mod prompt;
 pub mod reply;
 pub mod routes;
 pub mod run;
+pub mod schema_check;
 pub mod text;
 pub mod tool_args;
 pub mod tools;
