@@ -164,6 +164,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// When the server started, in seconds since the epoch.
     pub started: u64,
+    /// How the access log's lines are written.
+    pub log_format: crate::reqlog::LogFormat,
 }
 
 impl App {
@@ -181,6 +183,10 @@ impl App {
         keep: Option<KeepAlive>,
     ) -> Result<Arc<Served>, ApiError> {
         let e = self.models.find(name)?.clone();
+        // The access log names the model from here on, errors included.
+        crate::reqlog::update(&crate::reqlog::current(), |r| {
+            r.model = Some(e.name.clone())
+        });
         self.models.acquire(&e, keep).await
     }
 

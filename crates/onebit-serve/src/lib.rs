@@ -44,6 +44,7 @@ pub mod page;
 pub mod pooling;
 pub mod prompt;
 pub mod reply;
+pub mod reqlog;
 pub mod routes;
 pub mod run;
 pub mod schema_check;
@@ -105,6 +106,8 @@ pub struct ServeConfig {
     /// Special-token text inside message content becomes control tokens
     /// (the old behaviour); otherwise it is tokenized as plain text.
     pub allow_special_in_content: bool,
+    /// How the access log's lines are written ([`reqlog`]).
+    pub log_format: reqlog::LogFormat,
 }
 
 impl Default for ServeConfig {
@@ -129,6 +132,7 @@ impl Default for ServeConfig {
             max_connections: 1024,
             shutdown_timeout: Duration::from_secs(30),
             allow_special_in_content: false,
+            log_format: reqlog::LogFormat::Text,
         }
     }
 }
@@ -208,6 +212,7 @@ async fn start(cfg: ServeConfig, models: Vec<ModelSource>) -> Result<()> {
         max_tokens: cfg.max_tokens,
         metrics,
         started: reply::unix_now(),
+        log_format: cfg.log_format,
     });
     // The default model loads before the routes open.
     let first = tokio::select! {

@@ -126,6 +126,11 @@ pub struct ServeArgs {
     /// user message cannot forge the template's turns.
     #[arg(long)]
     allow_special_in_content: bool,
+    /// How the access log (one line per request on stderr: method, route,
+    /// status, model, tokens, time to first token, duration) is written:
+    /// text (`key=value` words) or json (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
@@ -137,6 +142,13 @@ pub struct ServeArgs {
     /// source) on stderr while loading.
     #[arg(short, long)]
     verbose: bool,
+}
+
+/// `--log-format` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// The keys from --api-key, ONEBIT_API_KEY and --api-key-file.
@@ -222,6 +234,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_connections: a.max_connections.max(1),
         shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
         allow_special_in_content: a.allow_special_in_content,
+        log_format: match a.log_format {
+            LogFormatArg::Text => onebit_serve::reqlog::LogFormat::Text,
+            LogFormatArg::Json => onebit_serve::reqlog::LogFormat::Json,
+        },
     };
     let chat_template = a.chat_template;
     let max_template_kib = a.max_template_kib;
