@@ -746,6 +746,27 @@ fn logit_bias_bans_and_forces(srv: &Server) {
     assert_eq!(text, forced_text.repeat(3));
 }
 
+/// Issue 29: tool calls arrive from models that write them as plain JSON
+/// (Qwen2.5-Coder 0.5B under `auto`, through LangChain's bind_tools), and
+/// required parallel calls end by themselves (Gemma 3 270M).
+#[test]
+fn tool_calls_arrive_from_small_models() {
+    let small = ["--threads", "1", "--ctx", "2048"];
+    let qwen = Server::start(onebit_testdata::QWEN25_CODER_05B, &small);
+    let gemma = Server::start(onebit_testdata::GEMMA3_270M, &small);
+    python_script("test_tools_arrive.py", &[qwen.url(), gemma.url()]);
+}
+
+/// Issue 29's client matrix, the OpenAI-speaking rest: langchain-openai
+/// (invoke, stream, structured output in every method, embeddings) and
+/// litellm's `openai/` route, unchanged.
+#[test]
+fn langchain_openai_and_litellm_clients() {
+    let srv = Server::smollm(&[]);
+    python_client(&srv, "test_langchain_openai.py");
+    python_client(&srv, "test_litellm.py");
+}
+
 #[test]
 fn openai_structured_output() {
     let smol = Server::smollm(&["--max-seqs", "8"]);
