@@ -170,6 +170,8 @@ pub struct App {
     pub catalog: Option<Arc<dyn Catalog>>,
     /// Responses kept for the Responses API's `previous_response_id`.
     pub responses: crate::stored::ResponseStore,
+    /// How the access log's lines are written.
+    pub log_format: crate::reqlog::LogFormat,
 }
 
 impl App {
@@ -187,6 +189,10 @@ impl App {
         keep: Option<KeepAlive>,
     ) -> Result<Arc<Served>, ApiError> {
         let e = self.models.find(name)?;
+        // The access log names the model from here on, errors included.
+        crate::reqlog::update(&crate::reqlog::current(), |r| {
+            r.model = Some(e.name.clone())
+        });
         self.models.acquire(&e, keep).await
     }
 

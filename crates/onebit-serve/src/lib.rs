@@ -47,9 +47,11 @@ pub mod pooling;
 pub mod prompt;
 pub mod pull;
 pub mod reply;
+pub mod reqlog;
 pub mod responses;
 pub mod routes;
 pub mod run;
+pub mod schema_check;
 pub mod stored;
 pub mod text;
 pub mod tokenize;
@@ -118,6 +120,8 @@ pub struct ServeConfig {
     /// Request fields the server does not read are a 400; otherwise they
     /// are answered and named in `x-onebit-ignored-fields` and the log.
     pub strict_fields: bool,
+    /// How the access log's lines are written ([`reqlog`]).
+    pub log_format: reqlog::LogFormat,
 }
 
 impl Default for ServeConfig {
@@ -144,6 +148,7 @@ impl Default for ServeConfig {
             shutdown_timeout: Duration::from_secs(30),
             allow_special_in_content: false,
             strict_fields: false,
+            log_format: reqlog::LogFormat::Text,
         }
     }
 }
@@ -257,6 +262,7 @@ async fn start(
         started: reply::unix_now(),
         catalog,
         responses: Default::default(),
+        log_format: cfg.log_format,
     });
     let _ = app_slot.set(app.clone());
     // The default model loads before the routes open.

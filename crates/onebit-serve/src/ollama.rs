@@ -774,6 +774,7 @@ async fn answer(
     let stream = p.req.stream;
     // Replies are parsed for tool calls (chat with `tools` only).
     let tool_format = p.tool_format.filter(|_| shape == Shape::Chat);
+    let lenient = p.req.tools.clone();
     let clock = Clock {
         start,
         first: None,
@@ -797,7 +798,7 @@ async fn answer(
         .await?;
         let calls = match tool_format {
             Some(f) => {
-                let (rest, calls) = tools::parse(&content, f);
+                let (rest, calls) = tools::parse_reply(&content, f, lenient.as_ref());
                 if !calls.is_empty() || f.forced {
                     content = rest;
                 }
@@ -824,7 +825,8 @@ async fn answer(
         // A call's text is held back while it is written and sent, parsed,
         // in one piece with `tool_calls` when the answer ends (as Ollama
         // streams calls).
-        let mut calls_stream = tool_format.map(ToolStream::whole);
+        let mut calls_stream =
+            tool_format.map(|f| ToolStream::whole(f).with_tools(lenient.as_ref()));
         let driving = drive(&tok, run, |u| match u {
             Update::Delta { mut split, .. } => {
                 clock.first.get_or_insert_with(Instant::now);

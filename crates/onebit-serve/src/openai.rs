@@ -129,6 +129,7 @@ async fn generate(
         prompt_tokens: p.ids.len(),
         include_usage: p.req.include_usage,
         tool_format: p.tool_format,
+        tools: p.req.tools.clone(),
     };
     let affinity = run.affinity.clone();
     let mut r = if p.req.stream {
@@ -154,6 +155,8 @@ struct Meta {
     include_usage: bool,
     /// Replies are parsed for tool calls in this format.
     tool_format: Option<&'static CallFormat>,
+    /// The request's tools (for the lenient rule under `tool_choice` auto).
+    tools: Option<tools::ToolSpec>,
 }
 
 /// A call as OpenAI returns it, with a fresh id.
@@ -300,7 +303,7 @@ async fn whole_response(m: &Served, run: Run, meta: Meta) -> Result<Response, Ap
                     let mut msg = json!({"role": "assistant", "content": a.content});
                     let mut finish = finish;
                     if let Some(f) = meta.tool_format {
-                        let (content, calls) = tools::parse(&a.content, f);
+                        let (content, calls) = tools::parse_reply(&a.content, f, meta.tools.as_ref());
                         if f.forced && calls.is_empty() {
                             msg["content"] = Value::Null; // a cut call, no text
                         }
@@ -382,7 +385,10 @@ fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Respo
         let tok = m.tok.clone();
         let gone = out_tx.clone();
         let mut tool_streams: Vec<Option<ToolStream>> = (0..n)
-            .map(|_| meta.tool_format.map(ToolStream::new))
+            .map(|_| {
+                meta.tool_format
+                    .map(|f| ToolStream::new(f).with_tools(meta.tools.as_ref()))
+            })
             .collect();
         // Per choice, the calls streamed so far: (name, arguments sent).
         let mut streamed: Vec<Vec<(String, String)>> = vec![Vec::new(); n];

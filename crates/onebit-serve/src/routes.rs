@@ -17,9 +17,10 @@ use serde_json::json;
 use crate::access::{self, Access};
 use crate::app::App;
 use crate::reply::json_response;
+use crate::reqlog;
 use crate::{anthropic, embed, ollama, openai, page, pull, responses, tokenize};
 
-/// The routes, behind (outermost first) the Host and key checks, then CORS
+/// The routes, behind (outermost first) the access log, the Host and key checks, then CORS
 /// when origins are configured. CORS sits inside the Host check (a rebinding
 /// page gets 403 even for a preflight) and outside the key check (a browser's
 /// preflight carries no key).
@@ -28,6 +29,7 @@ pub fn router(
     access: Arc<Access>,
     cors: Option<tower_http::cors::CorsLayer>,
 ) -> Router {
+    let log_format = app.log_format;
     let mut r = Router::new()
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
@@ -66,6 +68,11 @@ pub fn router(
     Router::new()
         .fallback_service(r)
         .layer(axum::middleware::from_fn_with_state(access, access::check))
+        // Outermost: every answer, the checks' refusals too, gets its line.
+        .layer(axum::middleware::from_fn_with_state(
+            log_format,
+            reqlog::log,
+        ))
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {

@@ -24,6 +24,7 @@ use crate::engine::{EmbedJob, Event, Finish, GenParams, Job, TokenLogprob, SHUTT
 use crate::fields::Input;
 use crate::prompt;
 use crate::reply::random_u64;
+use crate::reqlog::{self, RunLog};
 use crate::text::{Split, StopMatcher, ThinkSplitter};
 use crate::tools::{self, CallFormat};
 
@@ -353,6 +354,12 @@ pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> 
     if m.engine.submit(jobs).is_err() {
         return Err(app.queue_full());
     }
+    let log = reqlog::current();
+    reqlog::update(&log, |r| {
+        r.model = Some(m.name.clone());
+        r.prompt_tokens = Some(p.ids.len());
+        r.completion_tokens = Some(0);
+    });
     Ok(Run {
         rx,
         cancels,
@@ -362,6 +369,7 @@ pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> 
         logprobs: req.logprobs.is_some(),
         keep_special: p.keep_special,
         affinity: prefix_hash(&p.ids),
+        log,
     })
 }
 
@@ -376,6 +384,8 @@ pub struct Run {
     pub keep_special: bool,
     /// The prompt's routing hint (see [`crate::affinity`]).
     pub affinity: HeaderValue,
+    /// The request's access-log slot: tokens and the first token's time.
+    pub log: RunLog,
 }
 
 /// Marks a completion response with its prompt's routing hint: every
@@ -439,6 +449,9 @@ pub async fn drive(
         let (index, piece, lp, end) = match ev {
             Event::Started { index, cached } => {
                 choices[index].cached = cached;
+                if index == 0 {
+                    reqlog::update(&run.log, |r| r.cached_tokens = Some(cached));
+                }
                 continue;
             }
             Event::Failed { message, .. } => return Err(engine_failed(message)),
@@ -448,6 +461,10 @@ pub async fn drive(
                     continue; // already ended by a stop string
                 }
                 c.tokens += 1;
+                reqlog::update(&run.log, |r| {
+                    r.first_token.get_or_insert_with(Instant::now);
+                    r.completion_tokens = Some(r.completion_tokens.unwrap_or(0) + 1);
+                });
                 let piece = c
                     .dec
                     .push(id)
@@ -587,6 +604,7 @@ pub async fn embed(
     })
     .await?;
     let n_tokens = ids.iter().map(Vec::len).sum();
+    reqlog::update(&reqlog::current(), |r| r.prompt_tokens = Some(n_tokens));
     let (tx, rx) = oneshot::channel();
     let job = EmbedJob {
         inputs: ids,

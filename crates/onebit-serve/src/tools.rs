@@ -6,6 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::constrain::{json_options, Grammar};
+use crate::schema_check;
 use crate::tool_args::{ArgEvent, ArgScanner};
 
 /// How a call's payload is written between the markers.
@@ -219,6 +220,11 @@ impl ToolSpec {
     /// Replies are parsed for calls.
     pub fn parsed(&self) -> bool {
         self.choice != ToolChoice::None
+    }
+
+    /// The lenient rule ([`lenient_call`]) applies: `tool_choice` auto.
+    pub fn lenient(&self) -> bool {
+        self.choice == ToolChoice::Auto
     }
 }
 
@@ -619,8 +625,115 @@ fn parse_any(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
     (content.trim().to_string(), calls)
 }
 
+/// The lenient rule (issue 29), under `tool_choice: auto`: a reply that is
+/// exactly one JSON object, bare or in one fenced block (```` ``` ```` or
+/// ```` ```json ````), holding only `name`, a declared tool's, and
+/// `arguments` (or `parameters`), an object that passes that tool's
+/// parameter schema ([`schema_check`]; none declared: any object), is that
+/// tool's call. Small models (Qwen2.5-Coder 0.5B and 1.5B) write their calls
+/// so rather than in their template's markup. A name not declared,
+/// arguments that fail (or use a keyword the checker cannot check), two
+/// objects, other keys, or any text around the object: no call, the reply
+/// stays content.
+pub fn lenient_call(text: &str, spec: &ToolSpec) -> Option<Call> {
+    let t = text.trim();
+    let body = match t.strip_prefix("```") {
+        Some(fenced) => {
+            let inner = fenced.strip_suffix("```")?;
+            let (info, rest) = inner.split_once(char::is_whitespace)?;
+            if !(info.is_empty() || info == "json") {
+                return None;
+            }
+            rest.trim()
+        }
+        None => t,
+    };
+    if !body.starts_with('{') {
+        return None;
+    }
+    // One value and nothing after it (serde_json refuses trailing text).
+    let v: Value = serde_json::from_str(body).ok()?;
+    let o = v.as_object()?;
+    let name = o.get("name")?.as_str()?;
+    let mut others = o.keys().filter(|k| *k != "name");
+    let key = others.next()?;
+    if others.next().is_some() || !(key == "arguments" || key == "parameters") {
+        return None;
+    }
+    let args = &o[key];
+    let f = spec
+        .functions()
+        .find(|f| f["name"].as_str() == Some(name))?;
+    let params = match f.get("parameters") {
+        Some(p @ (Value::Object(_) | Value::Bool(_))) => p.clone(),
+        _ => json!({"type": "object"}),
+    };
+    if !args.is_object() || schema_check::check(args, &params).is_err() {
+        return None;
+    }
+    Some(Call {
+        name: name.to_string(),
+        arguments: args.to_string(),
+    })
+}
+
+/// [`parse`], then, when it finds no call and `spec` says `tool_choice`
+/// auto, the lenient rule ([`lenient_call`]) on the whole reply.
+pub fn parse_reply(text: &str, f: &CallFormat, spec: Option<&ToolSpec>) -> (String, Vec<Call>) {
+    let (content, calls) = parse(text, f);
+    if calls.is_empty() && !f.forced {
+        if let Some(call) = spec
+            .filter(|s| s.lenient())
+            .and_then(|s| lenient_call(text, s))
+        {
+            return (String::new(), vec![call]);
+        }
+    }
+    (content, calls)
+}
+
+/// How a streamed reply's start stands for the lenient rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lenient {
+    /// Not applied (no `tool_choice` auto), or already decided by the start.
+    Off,
+    /// Only whitespace (or the start of a fence) so far.
+    Undecided,
+    /// The reply begins with `{` or a fence: all of it is held to the end.
+    Holding,
+}
+
+/// What a reply's first text says for the lenient rule.
+enum Start {
+    Wait,
+    Object,
+    Fence,
+    Other,
+}
+
+fn lenient_start(text: &str) -> Start {
+    let t = text.trim_start();
+    if t.is_empty() || "```".starts_with(t) {
+        return Start::Wait;
+    }
+    if t.starts_with('{') {
+        return Start::Object;
+    }
+    let Some(info) = t.strip_prefix("```") else {
+        return Start::Other;
+    };
+    match info.find(char::is_whitespace) {
+        Some(end) if info[..end].is_empty() || &info[..end] == "json" => Start::Fence,
+        Some(_) => Start::Other,
+        None if "json".starts_with(info) => Start::Wait,
+        None => Start::Other,
+    }
+}
+
 /// Streams a reply's text while holding back what may be a call, which is
-/// parsed whole when the reply ends.
+/// parsed whole when the reply ends. With [`ToolStream::with_tools`] under
+/// `tool_choice: auto`, a reply that begins with `{` or a fence is held
+/// whole until it ends, when the lenient rule decides ([`lenient_call`]).
 pub struct ToolStream {
     f: &'static CallFormat,
     /// Text not yet given out: a possible start of the open marker, or (once
@@ -635,6 +748,9 @@ pub struct ToolStream {
     /// Whether calls' arguments are scanned as they are written (`new`), or
     /// the calls only given whole at the end (`whole`: nothing recorded).
     scan_args: bool,
+    /// The request's tools, for the lenient rule.
+    tools: Option<ToolSpec>,
+    lenient: Lenient,
 }
 
 impl ToolStream {
@@ -648,7 +764,20 @@ impl ToolStream {
             spoke: false,
             args: None,
             scan_args: true,
+            tools: None,
+            lenient: Lenient::Off,
         }
+    }
+
+    /// Applies the lenient rule ([`lenient_call`]) when `spec` says
+    /// `tool_choice` auto: a reply that begins with `{` or a fence is held
+    /// back whole until it ends.
+    pub fn with_tools(mut self, spec: Option<&ToolSpec>) -> ToolStream {
+        if let Some(s) = spec.filter(|s| s.lenient() && !self.f.forced) {
+            self.tools = Some(s.clone());
+            self.lenient = Lenient::Undecided;
+        }
+        self
     }
 
     /// Holds calls back and gives them whole at [`ToolStream::finish`], with
@@ -685,6 +814,35 @@ impl ToolStream {
 
     /// The text that can go out now.
     pub fn push(&mut self, piece: &str) -> String {
+        if self.lenient == Lenient::Holding {
+            self.held.push_str(piece);
+            return String::new();
+        }
+        if self.lenient == Lenient::Undecided && !self.in_call {
+            self.held.push_str(piece);
+            match lenient_start(&self.held) {
+                Start::Wait => return String::new(),
+                // A format whose call is the reply itself holds it anyway
+                // (and streams its arguments); the rule is tried at the end.
+                Start::Object if !self.f.open.is_empty() => {
+                    self.lenient = Lenient::Holding;
+                    return String::new();
+                }
+                Start::Fence => {
+                    self.lenient = Lenient::Holding;
+                    return String::new();
+                }
+                Start::Object | Start::Other => {
+                    self.lenient = Lenient::Off;
+                    return self.push_format("");
+                }
+            }
+        }
+        self.push_format(piece)
+    }
+
+    /// [`ToolStream::push`] by the format's own markers.
+    fn push_format(&mut self, piece: &str) -> String {
         self.held.push_str(piece);
         if self.in_call {
             if let Some(sc) = self.args.as_mut() {
@@ -736,12 +894,15 @@ impl ToolStream {
     /// At the end: the text still to go out and the calls.
     pub fn finish(&mut self) -> (String, Vec<Call>) {
         let held = std::mem::take(&mut self.held);
+        if self.lenient != Lenient::Off {
+            // Held from the start: the whole reply, decided now.
+            return parse_reply(&held, self.f, self.tools.as_ref());
+        }
         if !self.in_call {
             // Forced: a marker cut short by max_tokens is no content either.
             return (if self.f.forced { String::new() } else { held }, Vec::new());
         }
-        let (content, calls) = parse(&held, self.f);
-        (content, calls)
+        parse_reply(&held, self.f, self.tools.as_ref())
     }
 }
 
@@ -760,8 +921,17 @@ fn call_schema(function: &Value, args_key: &str, params: Option<Value>) -> Value
     })
 }
 
-/// The grammar that forces a valid call (several when `parallel`) to one of
-/// the allowed functions, in format `f`. `special` gives the id of a marker
+/// The most calls one forced reply may hold when parallel calls are on
+/// (`tool_choice` required, `parallel_tool_calls` true): the grammar lets
+/// the model end after any call from the first, and ends the reply itself
+/// after this many. Without a bound a small model repeats one call until
+/// `max_tokens` cuts it (Gemma 3 270M did, issue 29), and the cut reply
+/// held no call at all. Eight covers the fan-outs agents ask for (a few
+/// cities, files or queries at once) at some 20 tokens a call.
+pub const MAX_PARALLEL_CALLS: usize = 8;
+
+/// The grammar that forces a valid call (several when `parallel`, at most
+/// [`MAX_PARALLEL_CALLS`]) to one of the allowed functions, in format `f`. `special` gives the id of a marker
 /// that is one control token in the vocabulary.
 pub fn forced_grammar(
     spec: &ToolSpec,
@@ -807,11 +977,8 @@ pub fn forced_grammar(
     };
     let many = spec.parallel && !matches!(spec.choice, ToolChoice::Named(_));
     let list = |items: Value| {
-        let mut a = json!({"type": "array", "items": items, "minItems": 1});
-        if !many {
-            a["maxItems"] = json!(1);
-        }
-        a
+        let most = if many { MAX_PARALLEL_CALLS } else { 1 };
+        json!({"type": "array", "items": items, "minItems": 1, "maxItems": most})
     };
     let lark = match f.body {
         Body::Object if !f.open.is_empty() => {
@@ -822,7 +989,10 @@ pub fn forced_grammar(
                 lit(f.close)
             );
             if many {
-                format!("start: call (\"\\n\" call)*\ncall: {block}\n")
+                format!(
+                    "start: call (\"\\n\" call) ~ 0..{}\ncall: {block}\n",
+                    MAX_PARALLEL_CALLS - 1
+                )
             } else {
                 format!("start: {block}\n")
             }
@@ -1137,6 +1307,92 @@ mod tests {
         assert_eq!(parse("{not json", &GENERIC).1, vec![]);
     }
 
+    /// Issue 29: under auto, one bare or fenced JSON call to a declared
+    /// tool with arguments that pass its schema is a call; anything else
+    /// stays content, exactly as written.
+    #[test]
+    fn the_lenient_rule_takes_one_valid_json_call_and_nothing_else() {
+        let auto = spec(ToolChoice::Auto, true);
+        let call = |t: &str| parse_reply(t, &HERMES, Some(&auto));
+        let want = vec![Call {
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+        }];
+        for t in [
+            r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#,
+            "  {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n",
+            "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```",
+            "```\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+        ] {
+            assert_eq!(call(t), (String::new(), want.clone()), "{t}");
+        }
+        // get_time declares no parameters: any object passes.
+        assert_eq!(call(r#"{"name": "get_time", "arguments": {}}"#).1.len(), 1);
+        for t in [
+            // A name not declared.
+            r#"{"name": "get_wether", "arguments": {"city": "Paris"}}"#,
+            // Arguments that fail the schema: `city` is required, a string.
+            r#"{"name": "get_weather", "arguments": {"town": "Paris"}}"#,
+            r#"{"name": "get_weather", "arguments": {"city": 75}}"#,
+            r#"{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}"#,
+            r#"{"name": "get_weather"}"#,
+            r#"{"name": "get_weather", "arguments": {"city": "Paris"}, "id": 1}"#,
+            // Two objects, a list, two fences.
+            "{\"name\": \"get_time\", \"arguments\": {}}\n{\"name\": \"get_time\", \"arguments\": {}}",
+            r#"[{"name": "get_weather", "arguments": {"city": "Paris"}}]"#,
+            "```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```\n```json\n{}\n```",
+            // Text around the object, a fence that is not JSON's.
+            "Here: {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+            "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}} is the call",
+            "```python\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+        ] {
+            assert_eq!(call(t), (t.to_string(), vec![]), "{t}");
+        }
+        // Only under auto, and only with the request's tools.
+        let t = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
+        assert_eq!(parse_reply(t, &HERMES, None).1, vec![]);
+        let none = spec(ToolChoice::None, true);
+        assert_eq!(parse_reply(t, &HERMES, Some(&none)).1, vec![]);
+        // The generic fallback's format takes it too (its envelope aside).
+        assert_eq!(parse_reply(t, &GENERIC, Some(&auto)).1, want);
+    }
+
+    /// A streamed reply that begins with `{` or a fence goes out only when
+    /// it ends, and then as the whole-reply rule decides; any other start
+    /// goes out as it comes.
+    #[test]
+    fn a_streamed_lenient_call_is_held_and_decided_at_the_end() {
+        let auto = spec(ToolChoice::Auto, true);
+        for text in [
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+            " {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+            "{\"name\": \"nope\", \"arguments\": {}}",
+            "```\nplain code\n```",
+        ] {
+            for size in [1, 3, 8] {
+                let mut s = ToolStream::new(&HERMES).with_tools(Some(&auto));
+                let mut out = String::new();
+                for chunk in text.as_bytes().chunks(size) {
+                    out.push_str(&s.push(std::str::from_utf8(chunk).unwrap()));
+                    assert_eq!(out, "", "{text:?} in pieces of {size}");
+                }
+                let (rest, calls) = s.finish();
+                out.push_str(&rest);
+                assert_eq!((out, calls), parse_reply(text, &HERMES, Some(&auto)));
+            }
+        }
+        let mut s = ToolStream::new(&HERMES).with_tools(Some(&auto));
+        assert_eq!(s.push(" "), "");
+        assert_eq!(s.push("Hi {"), " Hi {");
+        let mut s = ToolStream::new(&HERMES).with_tools(Some(&auto));
+        assert_eq!(s.push("``"), "");
+        assert_eq!(s.push("`js"), "");
+        assert_eq!(s.push("x\n"), "```jsx\n");
+        // Without auto nothing is held.
+        let mut s = ToolStream::new(&HERMES).with_tools(Some(&spec(ToolChoice::None, true)));
+        assert_eq!(s.push("{\"a\""), "{\"a\"");
+    }
+
     #[test]
     fn streaming_holds_a_split_marker_and_gives_the_same_calls() {
         let out = "Sure.<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
@@ -1212,9 +1468,16 @@ mod tests {
             panic!()
         };
         assert!(
-            g.contains("anyOf") && g.contains("call (\"\\n\" call)*"),
+            g.contains("anyOf") && g.contains("call (\"\\n\" call) ~ 0..7"),
             "{g}"
         );
+        // Parallel calls in a list are bounded too (issue 29).
+        let Grammar::Lark(g) =
+            forced_grammar(&spec(ToolChoice::Required, true), &GENERIC, |_| None)
+        else {
+            panic!()
+        };
+        assert!(g.contains("\"minItems\":1,\"maxItems\":8"), "{g}");
         let Grammar::Lark(g) = forced_grammar(&spec(ToolChoice::Required, false), &MISTRAL, |s| {
             (s == "[TOOL_CALLS]").then_some(5)
         }) else {

@@ -2,9 +2,10 @@
 //! chat template and stop rules, whichever container they come from.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
 use onebit_model::forward::context_limit;
 use onebit_model::load::{self, Container, Opened};
 use onebit_model::pack::{self, Pack, TokenRef};
@@ -20,8 +21,21 @@ pub struct Loaded {
 /// block is [`print_semantics`]'s, for `-v`).
 pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     let t = Instant::now();
-    let opened = load::open(path)?;
-    let model = opened.load(exec)?;
+    // A spinner with the time taken while the weights load, when stderr is
+    // a terminal (indicatif draws nothing otherwise, so logs get only the
+    // `[load]` line). The load reports no steps, so no bar of a fraction.
+    let spin = ProgressBar::new_spinner();
+    if !spin.is_hidden() {
+        spin.set_style(
+            ProgressStyle::with_template("[load] {spinner} {msg} {elapsed}")
+                .expect("valid template"),
+        );
+        spin.set_message(path.display().to_string());
+        spin.enable_steady_tick(Duration::from_millis(120));
+    }
+    let loaded = load::open(path).and_then(|o| o.load(exec).map(|m| (o, m)));
+    spin.finish_and_clear();
+    let (opened, model) = loaded?;
     eprintln!(
         "[load] {} in {:.2} s, {} threads, {} KV cache",
         path.display(),

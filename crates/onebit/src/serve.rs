@@ -145,6 +145,11 @@ pub struct ServeArgs {
     /// header and the log.
     #[arg(long)]
     strict_fields: bool,
+    /// How the access log (one line per request on stderr: method, route,
+    /// status, model, tokens, time to first token, duration) is written:
+    /// text (`key=value` words) or json (one object per line).
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text)]
+    log_format: LogFormatArg,
     /// Keep activations in f32 and dequantize weights (the slow reference path).
     #[arg(long)]
     f32_activations: bool,
@@ -156,6 +161,13 @@ pub struct ServeArgs {
     /// source) on stderr while loading.
     #[arg(short, long)]
     verbose: bool,
+}
+
+/// `--log-format` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// The keys from --api-key, ONEBIT_API_KEY and --api-key-file.
@@ -243,6 +255,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
         allow_special_in_content: a.allow_special_in_content,
         strict_fields: a.strict_fields,
+        log_format: match a.log_format {
+            LogFormatArg::Text => onebit_serve::reqlog::LogFormat::Text,
+            LogFormatArg::Json => onebit_serve::reqlog::LogFormat::Json,
+        },
     };
     let how = Arc::new(HowToLoad {
         exec,

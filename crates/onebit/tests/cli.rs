@@ -489,3 +489,58 @@ fn bench_batch_reports_aggregate_and_per_sequence_and_refuses_what_it_cannot_run
     let err = fails(&args);
     assert!(err.contains("--batch") && err.contains("--lookup"), "{err}");
 }
+
+/// Issue 29: progress is drawn while a model loads when stderr is a
+/// terminal (a pseudo-terminal from Python's `pty` module, `TERM` set as a
+/// terminal sets it), and none of it reaches a pipe, where only the
+/// `[load]` line is written.
+#[test]
+fn load_progress_is_drawn_on_a_terminal_only() {
+    let m = real_model(SMOLLM2_135M);
+    let m = m.to_str().unwrap();
+    let args = ["run", "--model", m, "--prompt", "Hi", "--max-tokens", "1"];
+    let piped = onebit(&args);
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(piped.status.success(), "{stderr}");
+    let loads: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("[load] "))
+        .collect();
+    assert!(loads.len() == 1 && loads[0].contains(" in "), "{stderr}");
+    assert!(!stderr.contains(['\r', '\x1b']), "{stderr:?}");
+    let script = r#"
+import os, pty, subprocess, sys
+master, slave = pty.openpty()
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
+                     env=dict(os.environ, TERM="xterm-256color"))
+os.close(slave)
+out = b""
+while True:
+    try:
+        b = os.read(master, 65536)
+    except OSError:
+        break
+    if not b:
+        break
+    out += b
+sys.stdout.write(out.decode("utf-8", "replace"))
+sys.exit(p.wait())
+"#;
+    let tty = Command::new("python3")
+        .args(["-c", script, env!("CARGO_BIN_EXE_onebit")])
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{shown}");
+    // A spinner frame (indicatif's: braille dots) beside the path, then the
+    // plain line once the load is done.
+    let frames = "⠁⠂⠄⡀⢀⠠⠐⠈";
+    let spun = shown.split(['\r', '\n']).any(|l| {
+        frames
+            .chars()
+            .any(|f| l.contains(&format!("[load] {f} {m}")))
+    });
+    assert!(spun, "{shown:?}");
+    assert!(shown.contains(&format!("[load] {m} in ")), "{shown:?}");
+}

@@ -758,6 +758,27 @@ fn responses_and_anthropic_messages_clients() {
     python_script("test_anthropic.py", &[plain.url(), tools.url()]);
 }
 
+/// Issue 29: tool calls arrive from models that write them as plain JSON
+/// (Qwen2.5-Coder 0.5B under `auto`, through LangChain's bind_tools), and
+/// required parallel calls end by themselves (Gemma 3 270M).
+#[test]
+fn tool_calls_arrive_from_small_models() {
+    let small = ["--threads", "1", "--ctx", "2048"];
+    let qwen = Server::start(onebit_testdata::QWEN25_CODER_05B, &small);
+    let gemma = Server::start(onebit_testdata::GEMMA3_270M, &small);
+    python_script("test_tools_arrive.py", &[qwen.url(), gemma.url()]);
+}
+
+/// Issue 29's client matrix, the OpenAI-speaking rest: langchain-openai
+/// (invoke, stream, structured output in every method, embeddings) and
+/// litellm's `openai/` route, unchanged.
+#[test]
+fn langchain_openai_and_litellm_clients() {
+    let srv = Server::smollm(&[]);
+    python_client(&srv, "test_langchain_openai.py");
+    python_client(&srv, "test_litellm.py");
+}
+
 #[test]
 fn openai_structured_output() {
     let smol = Server::smollm(&["--max-seqs", "8"]);
@@ -848,4 +869,159 @@ fn strict_fields_refuses_what_it_does_not_read() {
                 "options": {"num_thread": 2, "mirostat": null, "num_predict": 1}}),
     );
     assert_eq!(status, 200, "{v}");
+}
+
+/// The next `n` access-log lines of `srv` (10 s at most), other lines skipped.
+fn access_lines(srv: &Server, n: usize, prefix: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        if let Ok(l) = srv.log.recv_timeout(Duration::from_millis(100)) {
+            if l.starts_with(prefix) {
+                out.push(l);
+            }
+        }
+    }
+    assert_eq!(out.len(), n, "{out:?}");
+    out
+}
+
+/// Issue 29: one access-log line per request on stderr, with its method,
+/// route, status, model, tokens, time to first token and duration: here a
+/// 200 (whole, then streamed and served from the prefix cache), a 400 and
+/// a 404, in `--log-format json`, and the same words in the text default.
+#[test]
+fn access_log_has_a_line_per_request_with_its_fields() {
+    let srv = Server::smollm(&["--log-format", "json"]);
+    // Five tokens asked and none to stop on early: finish "length", five tokens.
+    let ask = json!({"messages": [{"role": "user", "content": "Count from one to fifty in words."}],
+                     "temperature": 0, "max_tokens": 5});
+    let (_, whole) = srv.chat(&ask);
+    assert_eq!(whole["choices"][0]["finish_reason"], "length", "{whole}");
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let (s, body) = http(
+        srv.port,
+        "POST",
+        "/v1/chat/completions",
+        streamed.to_string().as_bytes(),
+    );
+    assert_eq!(s, 200, "{body}");
+    let usage = sse_events(&body).last().unwrap()["usage"].clone();
+    let (s, _) = srv.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}),
+    );
+    assert_eq!(s, 400);
+    let (s, _) = srv.get("/v1/no-such-route");
+    assert_eq!(s, 404);
+    let lines: Vec<Value> = access_lines(&srv, 4, "{")
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let model = onebit_testdata::SMOLLM2_135M.trim_end_matches(".gguf");
+    for (l, usage) in lines[..2].iter().zip([&whole["usage"], &usage]) {
+        assert_eq!(
+            (
+                &l["log"],
+                &l["method"],
+                &l["route"],
+                &l["status"],
+                &l["model"]
+            ),
+            (
+                &json!("access"),
+                &json!("POST"),
+                &json!("/v1/chat/completions"),
+                &json!(200),
+                &json!(model)
+            ),
+            "{l}"
+        );
+        assert_eq!(l["completion_tokens"], 5, "{l}");
+        assert_eq!(l["prompt_tokens"], usage["prompt_tokens"], "{l}");
+        assert_eq!(
+            l["cached_tokens"], usage["prompt_tokens_details"]["cached_tokens"],
+            "{l}"
+        );
+        let (ttft, total) = (
+            l["ttft_ms"].as_f64().unwrap(),
+            l["duration_ms"].as_f64().unwrap(),
+        );
+        assert!(0.0 < ttft && ttft <= total, "{l}");
+    }
+    // The same prompt again: its prefix came from the cache.
+    assert!(
+        lines[1]["cached_tokens"].as_u64().unwrap() > 0,
+        "{}",
+        lines[1]
+    );
+    // The 400 reached the model (it names it) but ran nothing; the 404 reached none.
+    assert_eq!(
+        (&lines[2]["status"], &lines[2]["model"]),
+        (&json!(400), &json!(model))
+    );
+    assert_eq!(lines[2]["completion_tokens"], Value::Null);
+    assert_eq!(
+        (
+            &lines[3]["method"],
+            &lines[3]["route"],
+            &lines[3]["status"],
+            &lines[3]["model"]
+        ),
+        (
+            &json!("GET"),
+            &json!("/v1/no-such-route"),
+            &json!(404),
+            &Value::Null
+        )
+    );
+    assert!(lines[2..]
+        .iter()
+        .all(|l| l["ttft_ms"].is_null() && l["duration_ms"].as_f64().unwrap() >= 0.0));
+    drop(srv);
+    // Text, the default: the same fields as words.
+    let srv = Server::smollm(&[]);
+    srv.chat(&ask);
+    srv.get("/v1/no-such-route");
+    let lines = access_lines(&srv, 2, "[access] ");
+    let words: Vec<Vec<&str>> = lines.iter().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(
+        words[0][1..4],
+        ["POST", "/v1/chat/completions", "200"],
+        "{lines:?}"
+    );
+    assert_eq!(words[0][4], format!("model={model}"));
+    assert_eq!(words[0][6], "completion_tokens=5");
+    for (w, key) in words[0][5..].iter().zip([
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "ttft_ms",
+        "duration_ms",
+    ]) {
+        let v = w
+            .strip_prefix(&format!("{key}="))
+            .unwrap_or_else(|| panic!("{w}"));
+        assert!(v.parse::<f64>().is_ok(), "{w}");
+    }
+    assert_eq!(
+        words[1][1..],
+        [
+            "GET",
+            "/v1/no-such-route",
+            "404",
+            "model=-",
+            "prompt_tokens=-",
+            "completion_tokens=-",
+            "cached_tokens=-",
+            "ttft_ms=-"
+        ]
+        .iter()
+        .copied()
+        .chain([words[1][9]])
+        .collect::<Vec<_>>()[..]
+    );
+    assert!(words[1][9].starts_with("duration_ms="), "{lines:?}");
 }
