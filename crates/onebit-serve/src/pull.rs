@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use crate::api::ApiError;
 use crate::app::{App, Catalog, PullStep};
-use crate::fields::{object, refuse_unknown};
+use crate::fields::{check_unread, mark_unread, object, unread};
 use crate::reply::json_response;
 
 const PULL_FIELDS: [&str; 4] = ["model", "name", "stream", "insecure"];
@@ -68,7 +68,8 @@ pub async fn pull(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
     let r = async {
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
-        refuse_unknown(&o, &PULL_FIELDS)?;
+        let unknown = unread(&o, &PULL_FIELDS, "");
+        check_unread(app.strict_fields, &unknown)?;
         let name = name_of(&o)?;
         let stream = match o.get("stream") {
             None | Some(Value::Null) => true,
@@ -111,7 +112,11 @@ pub async fn pull(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         };
         if !stream {
             return match task.await {
-                Ok(Ok(())) => Ok(json_response(200, json!({"status": "success"}).to_string())),
+                Ok(Ok(())) => {
+                    let mut r = json_response(200, json!({"status": "success"}).to_string());
+                    mark_unread(&mut r, "POST /api/pull", &unknown);
+                    Ok(r)
+                }
                 Ok(Err((status, msg))) => Err(ApiError::invalid("model", msg).status(status)),
                 Err(e) => Err(ApiError::server(format!("the pull stopped: {e}"))),
             };
@@ -129,6 +134,7 @@ pub async fn pull(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/x-ndjson"),
         );
+        mark_unread(&mut resp, "POST /api/pull", &unknown);
         Ok(resp)
     }
     .await;
@@ -140,7 +146,8 @@ pub async fn delete(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
     let r = async {
         let body = app.read_body(&headers, body).await?;
         let o = object(&body)?;
-        refuse_unknown(&o, &["model", "name"])?;
+        let unknown = unread(&o, &["model", "name"], "");
+        check_unread(app.strict_fields, &unknown)?;
         let name = name_of(&o)?;
         let cat = catalog(&app)?;
         let gone = {
@@ -151,7 +158,9 @@ pub async fn delete(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
         };
         gone.map_err(|(status, msg)| ApiError::invalid("model", msg).status(status))?;
         app.models.remove(&name);
-        Ok(json_response(200, String::new()))
+        let mut r = json_response(200, String::new());
+        mark_unread(&mut r, "DELETE /api/delete", &unknown);
+        Ok(r)
     }
     .await;
     r.unwrap_or_else(error)
