@@ -718,6 +718,7 @@ pub async fn messages(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             model: m.name.clone(),
             prompt_tokens: p.ids.len(),
             tool_format: p.tool_format,
+            tools: p.req.tools.clone(),
             stops,
         };
         let affinity = run.affinity.clone();
@@ -738,6 +739,9 @@ struct Meta {
     model: String,
     prompt_tokens: usize,
     tool_format: Option<&'static CallFormat>,
+    /// The request's tools: under `auto`, a reply that is one bare JSON
+    /// call to one of them is a call (`tools::parse_reply`'s rule).
+    tools: Option<crate::tools::ToolSpec>,
     stops: Vec<String>,
 }
 
@@ -857,7 +861,9 @@ impl Follow {
             stops: meta.stops.clone(),
             seen: String::new(),
             matched: None,
-            ts: meta.tool_format.map(ToolStream::whole),
+            ts: meta
+                .tool_format
+                .map(|f| ToolStream::whole(f).with_tools(meta.tools.as_ref())),
             finish: None,
             cancel: run.cancels.clone(),
             calls: 0,

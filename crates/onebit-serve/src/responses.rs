@@ -894,6 +894,7 @@ async fn create_inner(
         echo,
         prompt_tokens: p.ids.len(),
         tool_format: p.tool_format,
+        tools: p.req.tools.clone(),
         history,
         store,
     };
@@ -919,6 +920,9 @@ struct Meta {
     echo: Echo,
     prompt_tokens: usize,
     tool_format: Option<&'static CallFormat>,
+    /// The request's tools: under `auto`, a reply that is one bare JSON
+    /// call to one of them is a call (`tools::parse_reply`'s rule).
+    tools: Option<crate::tools::ToolSpec>,
     history: Vec<Value>,
     store: bool,
 }
@@ -1209,9 +1213,9 @@ struct Follow {
 }
 
 impl Follow {
-    fn new(f: Option<&'static CallFormat>) -> Follow {
+    fn new(f: Option<&'static CallFormat>, tools: Option<&crate::tools::ToolSpec>) -> Follow {
         Follow {
-            ts: f.map(ToolStream::whole),
+            ts: f.map(|f| ToolStream::whole(f).with_tools(tools)),
             finish: None,
         }
     }
@@ -1251,7 +1255,7 @@ impl Follow {
 
 async fn whole_response(app: &App, m: &Served, run: Run, meta: Meta) -> Result<Response, ApiError> {
     let mut out = Output::new();
-    let mut follow = Follow::new(meta.tool_format);
+    let mut follow = Follow::new(meta.tool_format, meta.tools.as_ref());
     let per = drive(&m.tok, run, |u| {
         follow.update(&mut out, u);
         true
@@ -1292,7 +1296,7 @@ fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Respo
             return;
         }
         let mut out = Output::new();
-        let mut follow = Follow::new(meta.tool_format);
+        let mut follow = Follow::new(meta.tool_format, meta.tools.as_ref());
         let tok = m.tok.clone();
         let gone = tx.clone();
         let driving = drive(&tok, run, |u| {
@@ -1393,6 +1397,46 @@ mod tests {
             panic!("not a chat")
         };
         m
+    }
+
+    /// Under `auto`, a reply that is one bare JSON call to a declared tool
+    /// with valid arguments is a `function_call` item, as on chat
+    /// completions (`tools::parse_reply`'s rule); without the tools it stays
+    /// the message's text.
+    #[test]
+    fn a_bare_json_call_under_auto_is_a_function_call() {
+        let spec = tools::ToolSpec {
+            tools: vec![serde_json::json!({"type": "function", "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object",
+                    "properties": {"city": {"type": "string"}}, "required": ["city"]}}})],
+            choice: crate::tools::ToolChoice::Auto,
+            parallel: true,
+        };
+        let reply = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
+        let run = |spec: Option<&tools::ToolSpec>| {
+            let mut out = Output::new();
+            let mut f = Follow::new(Some(&tools::HERMES), spec);
+            f.update(
+                &mut out,
+                Update::Delta {
+                    index: 0,
+                    split: crate::text::Split {
+                        reasoning: String::new(),
+                        content: reply.into(),
+                    },
+                    logprobs: Vec::new(),
+                },
+            );
+            f.end(&mut out, Finish::Stop);
+            (out.text.clone(), out.calls.clone())
+        };
+        let (text, calls) = run(Some(&spec));
+        assert_eq!(text, "");
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].name, "get_weather");
+        let (text, calls) = run(None);
+        assert_eq!((text.as_str(), calls.len()), (reply, 0));
     }
 
     #[test]
