@@ -28,7 +28,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request, MAX_STOPS};
+use crate::api::{self, type_name, ApiError, Endpoint, Limits, Prompt, Request, MAX_STOPS};
 use crate::app::{App, Served};
 use crate::engine::Finish;
 use crate::fields::{model_name, object};
@@ -76,20 +76,6 @@ const COUNT_FIELDS: [&str; 7] = [
 /// service tier, and the API version a body may name. (`cache_control`,
 /// at the top or on a block, is honoured by the prefix cache, always on.)
 const NOTED: [&str; 3] = ["metadata", "service_tier", "anthropic_version"];
-
-/// The header that names accepted fields that changed nothing.
-pub const IGNORED_HEADER: &str = "x-onebit-ignored-fields";
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 fn bad(message: impl Into<String>) -> ApiError {
     ApiError::invalid(None, message)
@@ -657,12 +643,9 @@ fn respond(app: &App, r: Result<Response, ApiError>) -> Response {
     }
 }
 
+/// Names the accepted fields that changed nothing (header and log line).
 fn with_noted(mut r: Response, noted: &[String]) -> Response {
-    if !noted.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&noted.join(", ")) {
-            r.headers_mut().insert(IGNORED_HEADER, v);
-        }
-    }
+    crate::fields::mark_unread(&mut r, "POST /v1/messages", noted);
     r
 }
 

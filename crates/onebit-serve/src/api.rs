@@ -169,7 +169,8 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 pub const MAX_STOPS: usize = 16;
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
-fn type_name(v: &Value) -> &'static str {
+/// How an error names the JSON type a field was given.
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

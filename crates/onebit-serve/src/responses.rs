@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::api::{self, ApiError, Endpoint, Limits, Prompt, Request};
+use crate::api::{self, type_name, ApiError, Endpoint, Limits, Prompt, Request};
 use crate::app::{App, Served};
 use crate::constrain::{json_options, Grammar};
 use crate::engine::Finish;
@@ -63,20 +63,6 @@ const FIELDS: [&str; 21] = [
 /// Identifiers and hints with no effect on a local server: accepted and
 /// reported. (`prompt_cache_key`: the prefix cache needs no key.)
 const NOTED: [&str; 3] = ["user", "safety_identifier", "prompt_cache_key"];
-
-/// The header that names accepted fields that changed nothing.
-pub const IGNORED_HEADER: &str = "x-onebit-ignored-fields";
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 fn bad(param: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(param, message)
@@ -904,11 +890,7 @@ async fn create_inner(
     } else {
         whole_response(&app, &m, run, meta).await?
     };
-    if !noted.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&noted.join(", ")) {
-            r.headers_mut().insert(IGNORED_HEADER, v);
-        }
-    }
+    crate::fields::mark_unread(&mut r, "POST /v1/responses", &noted);
     run::mark(&mut r, affinity);
     Ok(r)
 }
