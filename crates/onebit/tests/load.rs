@@ -8,7 +8,11 @@
 //!
 //! Also mixed in (issue 15): idle sockets, slow-loris heads, a cross-site 403
 //! (text/plain), a 405, and longer prompts prefilled in chunks beside the
-//! short ones.
+//! short ones. And (issue 31) embeddings clients, whose vectors must equal
+//! those of the same inputs sent alone, and slow-body clients: each sends a
+//! request's body in pieces (within the minimum rate: answered, and the
+//! answer checked like the others) while another connection trickles a body
+//! below it (cut with a 408).
 //!
 //! Clients: `ONEBIT_LOAD_CLIENTS`, default 16 (CI); each repeats its kind
 //! until `ONEBIT_LOAD_SECS` have passed, default 20 (CI, kept short for this
@@ -162,6 +166,11 @@ enum Kind {
     Refused,
     /// A ~300-token prompt, streamed: prefilled in chunks beside the others.
     LongPrompt,
+    /// Two prompts' embeddings in one request.
+    Embed,
+    /// A whole request whose body comes in pieces, slowly but within the
+    /// minimum rate, beside a connection trickling a body below it.
+    SlowBody,
 }
 
 fn kind(i: usize) -> Kind {
@@ -173,8 +182,32 @@ fn kind(i: usize) -> Kind {
         9 => Kind::SlowLoris,
         10 => Kind::Refused,
         11 => Kind::LongPrompt,
+        14 => Kind::Embed,
+        15 => Kind::SlowBody,
         _ => Kind::Whole,
     }
+}
+
+/// The inputs of client `i`'s embeddings request.
+fn embed_body(i: usize) -> Vec<u8> {
+    json!({"input": [PROMPTS[i % PROMPTS.len()], PROMPTS[(i + 1) % PROMPTS.len()]]})
+        .to_string()
+        .into_bytes()
+}
+
+/// The vectors of an embeddings answer, as sent (JSON numbers compare exactly).
+fn vectors(status: u16, body: &str) -> Result<String, String> {
+    if status != 200 {
+        return Err(format!("status {status}: {body}"));
+    }
+    let v: Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?;
+    let data = v["data"]
+        .as_array()
+        .ok_or_else(|| format!("no data: {body}"))?;
+    if data.len() != 2 {
+        return Err(format!("{} vectors for 2 inputs", data.len()));
+    }
+    Ok(Value::Array(data.iter().map(|d| d["embedding"].clone()).collect()).to_string())
 }
 
 fn long_prompt() -> String {
@@ -188,6 +221,47 @@ fn long_prompt() -> String {
 fn client(port: u16, i: usize) -> Result<Option<String>, String> {
     let prompt = PROMPTS[i % PROMPTS.len()];
     match kind(i) {
+        Kind::Embed => {
+            let (s, b) = request(port, "POST", "/v1/embeddings", &embed_body(i))?;
+            vectors(s, &b).map(Some)
+        }
+        Kind::SlowBody => {
+            // Below the rate: the head and one byte, then nothing.
+            let b = body(prompt, false);
+            let mut trickle = connect(port).map_err(|e| e.to_string())?;
+            trickle
+                .write_all(head("POST", "/v1/chat/completions", b.len()).as_bytes())
+                .and_then(|_| trickle.write_all(&b[..1]))
+                .map_err(|e| e.to_string())?;
+            // Within it: four pieces 300 ms apart, inside the grace period.
+            let mut s = connect(port).map_err(|e| e.to_string())?;
+            s.write_all(head("POST", "/v1/chat/completions", b.len()).as_bytes())
+                .map_err(|e| e.to_string())?;
+            for piece in b.chunks(b.len().div_ceil(4)) {
+                std::thread::sleep(Duration::from_millis(300));
+                s.write_all(piece).map_err(|e| e.to_string())?;
+            }
+            let mut raw = Vec::new();
+            let _ = s.read_to_end(&mut raw);
+            let text = String::from_utf8_lossy(&raw).to_string();
+            let (h, rest) = text
+                .split_once("\r\n\r\n")
+                .ok_or_else(|| format!("no response head: {text:?}"))?;
+            let status = h
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let answer = content(status, rest)?;
+            let mut cut = String::new();
+            let _ = trickle.read_to_string(&mut cut);
+            if !cut.starts_with("HTTP/1.1 408") {
+                return Err(format!(
+                    "a body below the minimum rate was not cut with 408: {cut:?}"
+                ));
+            }
+            Ok(Some(answer))
+        }
         Kind::Whole => {
             let (s, b) = request(port, "POST", "/v1/chat/completions", &body(prompt, false))?;
             content(s, &b).map(Some)
@@ -299,7 +373,8 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
     let server = Server::for_load();
     let port = server.port;
 
-    // Each prompt alone: the reference answers.
+    // Each prompt alone: the reference answers, and each embeddings
+    // client's vectors alone.
     let alone: Vec<String> = PROMPTS
         .iter()
         .map(|p| {
@@ -307,10 +382,16 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
             content(s, &b).unwrap()
         })
         .collect();
+    let embed_alone: Vec<String> = (0..PROMPTS.len())
+        .map(|i| {
+            let (s, b) = request(port, "POST", "/v1/embeddings", &embed_body(i)).unwrap();
+            vectors(s, &b).unwrap()
+        })
+        .collect();
     // Warm-up: one full batch at once, then the baseline.
     std::thread::scope(|s| {
-        // Eight Whole clients (see `kind`), eight different prompts.
-        for i in [2, 3, 6, 14, 15, 18, 19, 22] {
+        // Eight Whole clients (see `kind`).
+        for i in [2, 3, 6, 18, 19, 22, 34, 35] {
             s.spawn(move || client(port, i).unwrap());
         }
     });
@@ -355,7 +436,10 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
         match r {
             Ok(Some(answer)) => {
                 completed += 1;
-                let want = &alone[i % PROMPTS.len()];
+                let want = match kind(*i) {
+                    Kind::Embed => &embed_alone[i % PROMPTS.len()],
+                    _ => &alone[i % PROMPTS.len()],
+                };
                 assert_eq!(
                     answer,
                     want,
@@ -398,10 +482,15 @@ fn many_clients_with_hangups_leave_the_server_up_correct_and_lean() {
         baseline,
         allowed
     );
-    // Every Whole and Stream run answered (a failure panicked above).
+    // Every run of an answering kind answered (a failure panicked above).
     let answering = results
         .iter()
-        .filter(|(i, _)| matches!(kind(*i), Kind::Whole | Kind::Stream))
+        .filter(|(i, _)| {
+            matches!(
+                kind(*i),
+                Kind::Whole | Kind::Stream | Kind::Embed | Kind::SlowBody
+            )
+        })
         .count();
     assert_eq!(completed, answering);
     assert!(completed >= n_clients / 2, "only {completed} answers");
