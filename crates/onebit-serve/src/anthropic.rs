@@ -959,7 +959,10 @@ fn sse(v: &Value) -> Bytes {
 
 fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Response {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    tokio::spawn(async move {
+    // A panic in the producer (a bug) ends the stream with an error event.
+    let last = sse(&json!({"type": "error", "error": {"type": "api_error",
+        "message": crate::conn::STREAM_FAILED}}));
+    crate::conn::spawn_stream(tx.clone(), last, async move {
         let send = |v: Value| tx.send(sse(&v)).is_ok();
         let start = json!({"type": "message_start", "message": {
             "id": meta.id,

@@ -234,24 +234,77 @@ impl<F: Future<Output = Response>> Future for CatchPanic<F> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
             Ok(p) => p,
             Err(payload) => {
-                let what = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let what = panic_text(&*payload);
                 let at = PANICKED_AT
                     .with(|p| p.borrow_mut().take())
                     .unwrap_or_else(|| "an unknown place".into());
                 eprintln!("[serve] a request panicked at {at}: {what}; answered 500");
-                Poll::Ready(
-                    crate::api::ApiError::server(
-                        "the server failed on this request (an internal error, logged)",
-                    )
-                    .into_response(),
-                )
+                Poll::Ready(crate::api::ApiError::server(STREAM_FAILED).into_response())
             }
         }
     }
+}
+
+/// What a request that panicked is answered with (a 500, or the error
+/// event that ends a stream), in each protocol's shape.
+pub const STREAM_FAILED: &str = "the server failed on this request (an internal error, logged)";
+
+/// What a panic carried, as text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// A streamed answer's producer whose panic (a bug) is caught like a
+/// request's: logged with where it happened, and the stream ended with
+/// `last` (an error event in the protocol's shape) rather than a cut body.
+struct CatchStreamPanic<F> {
+    fut: Pin<Box<F>>,
+    tx: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    last: Option<Bytes>,
+}
+
+impl<F: Future<Output = ()>> Future for CatchStreamPanic<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let fut = self.fut.as_mut();
+        // Sound to resume after, as for a request (see CatchPanic): the
+        // panicking producer is never polled again.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(p) => p,
+            Err(payload) => {
+                let at = PANICKED_AT
+                    .with(|p| p.borrow_mut().take())
+                    .unwrap_or_else(|| "an unknown place".into());
+                eprintln!(
+                    "[serve] a stream panicked at {at}: {}; ended with an error event",
+                    panic_text(&*payload)
+                );
+                if let Some(last) = self.last.take() {
+                    let _ = self.tx.send(last);
+                }
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+/// Spawns the producer of a streamed answer that writes into `tx`; a panic
+/// in it sends `last` on `tx` and ends the stream there.
+pub fn spawn_stream<F>(tx: tokio::sync::mpsc::UnboundedSender<Bytes>, last: Bytes, fut: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    record_panic_locations();
+    tokio::spawn(CatchStreamPanic {
+        fut: Box::pin(fut),
+        tx,
+        last: Some(last),
+    });
 }
 
 /// After the shutdown timeout's `cut`, how long the answers it ends

@@ -816,7 +816,12 @@ async fn answer(
         return Ok(resp);
     }
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
-    tokio::spawn(async move {
+    // A panic in the producer (a bug) ends the stream with Ollama's error line.
+    let last = Bytes::from(format!(
+        "{}\n",
+        json!({"error": crate::conn::STREAM_FAILED})
+    ));
+    crate::conn::spawn_stream(out_tx.clone(), last, async move {
         let mut clock = clock;
         let line = |v: &Value| Bytes::from(format!("{v}\n"));
         let gone = out_tx.clone();

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{self, ApiError, Endpoint};
 use crate::app::{App, Entry, Served};
+use crate::conn;
 use crate::engine::Finish;
 use crate::fields::{check_unread, mark_unread, model_field};
 use crate::metrics::Metrics;
@@ -356,7 +357,11 @@ fn sse(v: &Value) -> Bytes {
 
 fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Response {
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
-    tokio::spawn(async move {
+    // A panic in the producer (a bug) ends the stream with an error event
+    // in OpenAI's shape and [DONE].
+    let failed = ApiError::server(conn::STREAM_FAILED).body();
+    let last = Bytes::from(format!("data: {failed}\n\ndata: [DONE]\n\n"));
+    conn::spawn_stream(out_tx.clone(), last, async move {
         let n = run.cancels.len();
         let chat = meta.ep == Endpoint::Chat;
         let chunk = |choice: Value| {

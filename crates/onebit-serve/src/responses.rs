@@ -1264,7 +1264,10 @@ fn sse(v: &Value) -> Bytes {
 
 fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Response {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    tokio::spawn(async move {
+    // A panic in the producer (a bug) ends the stream with an error event.
+    let last = sse(&json!({"type": "error", "code": "server_error",
+        "message": crate::conn::STREAM_FAILED, "param": null}));
+    crate::conn::spawn_stream(tx.clone(), last, async move {
         let mut seq = 0u64;
         let mut send = |mut v: Value| {
             v["sequence_number"] = json!(seq);

@@ -211,3 +211,42 @@ fn a_panicking_request_is_one_json_500() {
     let (status, body, _) = request(port, HEALTH);
     assert_eq!((status, body.as_str()), (200, "ok"));
 }
+
+/// Issue 31: a streamed answer's producer that panics (a bug) ends its
+/// stream with the protocol's error event, `last`, after what it had sent,
+/// instead of a cut body; another stream beside it goes on to its end.
+#[test]
+fn a_stream_whose_producer_panics_ends_with_its_error_event() {
+    use axum::body::Bytes;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        let sent = tx.clone();
+        conn::spawn_stream(tx.clone(), Bytes::from_static(b"error event"), async move {
+            let _ = sent.send(Bytes::from_static(b"first"));
+            tokio::task::yield_now().await;
+            let v: Vec<u8> = Vec::new();
+            let _ = v[std::hint::black_box(3)];
+        });
+        let (ok_tx, mut ok_rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        let ok = ok_tx.clone();
+        conn::spawn_stream(ok_tx, Bytes::from_static(b"error event"), async move {
+            tokio::task::yield_now().await;
+            let _ = ok.send(Bytes::from_static(b"done"));
+        });
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(b) = rx.recv().await {
+            got.push(b);
+        }
+        assert_eq!(got, [&b"first"[..], &b"error event"[..]]);
+        let mut other = Vec::new();
+        while let Some(b) = ok_rx.recv().await {
+            other.push(b);
+        }
+        assert_eq!(other, [&b"done"[..]]);
+    });
+}
