@@ -17,13 +17,12 @@
 //! change nothing here), or refused by name; every error is in Anthropic's
 //! shape, `{"type": "error", "error": {"type", "message"}}`.
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -1016,17 +1015,7 @@ fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Respo
             }
         }
     });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-    });
-    let mut r = Response::new(Body::from_stream(body));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    crate::reply::event_stream(rx)
 }
 
 #[cfg(test)]

@@ -3,12 +3,11 @@
 //! engine's request type, run by [`crate::run`], and its events shaped into
 //! OpenAI's answers here.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use onebit_text::Tokenizer;
 use serde_json::{json, Value};
@@ -521,15 +520,5 @@ fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Respo
         }
         let _ = out_tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
     });
-    let body = futures_util::stream::unfold(out_rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-    });
-    let mut r = Response::new(Body::from_stream(body));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    crate::reply::event_stream(out_rx)
 }

@@ -80,3 +80,21 @@ pub fn random_u64() -> u64 {
     h.write_u64(N.fetch_add(1, Ordering::Relaxed));
     h.finish()
 }
+
+/// A server-sent-events response whose body is what `rx` receives, in
+/// order, until every sender is gone.
+pub fn event_stream(rx: tokio::sync::mpsc::UnboundedReceiver<axum::body::Bytes>) -> Response {
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    let mut r = Response::new(Body::from_stream(body));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}

@@ -13,12 +13,11 @@
 //! shape; a response made with `store` (the default) is kept in memory
 //! within [`crate::stored`]'s bounds for `previous_response_id`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -1323,17 +1322,7 @@ fn stream_response(app: Arc<App>, m: Arc<Served>, run: Run, meta: Meta) -> Respo
             }
         }
     });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-    });
-    let mut r = Response::new(Body::from_stream(body));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
+    crate::reply::event_stream(rx)
 }
 
 fn not_found(id: &str) -> ApiError {
