@@ -108,6 +108,9 @@ pub struct TensorInfo {
     /// Absolute byte offset in the file.
     pub offset: u64,
     pub n_bytes: u64,
+    /// The file of a split GGUF that holds the data: 0 for the file opened,
+    /// k for its (k+1)-th part (see [`Gguf::open_all`]).
+    pub part: u16,
 }
 
 impl TensorInfo {
@@ -131,7 +134,25 @@ pub struct Gguf {
     meta_index: HashMap<String, usize>,
     pub tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// The other parts of a split GGUF, in order (part 2 first); empty for
+    /// a single file.
+    parts: Vec<Part>,
 }
+
+/// One more file of a split GGUF: where its tensors' bytes are.
+struct Part {
+    path: PathBuf,
+    map: Arc<memmap2::Mmap>,
+}
+
+/// The keys llama.cpp's `gguf-split` writes into every part of a split
+/// GGUF (`examples/gguf-split`): how many parts, which one this is (from
+/// 0), and the tensors of all parts together (in the first part only).
+pub const SPLIT_COUNT: &str = "split.count";
+pub const SPLIT_NO: &str = "split.no";
+pub const SPLIT_TENSORS_COUNT: &str = "split.tensors.count";
+/// More parts than this are refused before any is opened.
+pub const MAX_SPLIT_PARTS: u64 = 9999;
 
 impl Gguf {
     pub fn open(path: impl AsRef<Path>) -> Result<Gguf> {
@@ -271,6 +292,7 @@ impl Gguf {
                 dtype,
                 offset,
                 n_bytes,
+                part: 0,
             });
         }
 
@@ -319,7 +341,127 @@ impl Gguf {
             meta_index,
             tensors: raw,
             tensor_index,
+            parts: Vec::new(),
         })
+    }
+
+    /// Opens a model file: a single GGUF as [`open`](Self::open) does, or
+    /// the first part of a split GGUF (llama.cpp's gguf-split names its
+    /// parts `PREFIX-00001-of-0000N.gguf`) with every other part found
+    /// beside it, their tensors read as one file's. The metadata is the
+    /// first part's. A later part given first, a missing part, or parts
+    /// that disagree on the count, their order or the tensor total is
+    /// refused by name.
+    pub fn open_all(path: impl AsRef<Path>) -> Result<Gguf> {
+        let mut g = Self::open(path)?;
+        let count = |g: &Gguf, key: &str| -> Result<Option<u64>> {
+            match g.get(key) {
+                None => Ok(None),
+                Some(v) => match v.as_i64() {
+                    Some(n) if n >= 0 => Ok(Some(n as u64)),
+                    _ => Err(g.key_error(key, format!("must be a count, found {v:?}"))),
+                },
+            }
+        };
+        let n = count(&g, SPLIT_COUNT)?.unwrap_or(1);
+        if n <= 1 {
+            return Ok(g);
+        }
+        if n > MAX_SPLIT_PARTS {
+            return Err(g.key_error(
+                SPLIT_COUNT,
+                format!("is {n}; at most {MAX_SPLIT_PARTS} parts are read"),
+            ));
+        }
+        let no = count(&g, SPLIT_NO)?.unwrap_or(0);
+        let name = g.path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+        let suffix = format!("-{:05}-of-{n:05}.gguf", no + 1);
+        let Some(prefix) = name.strip_suffix(&suffix) else {
+            return Err(g.key_error(
+                SPLIT_COUNT,
+                format!(
+                    "is {n}: this is part {} of a split GGUF, but its name does not end in `{suffix}`, so the other parts cannot be found (gguf-split names them PREFIX-00001-of-{n:05}.gguf ...)",
+                    no + 1
+                ),
+            ));
+        };
+        let prefix = prefix.to_string();
+        if no != 0 {
+            return Err(g.key_error(
+                SPLIT_NO,
+                format!(
+                    "is {no}: this is part {} of {n} of a split GGUF; give the first part, {prefix}-00001-of-{n:05}.gguf",
+                    no + 1
+                ),
+            ));
+        }
+        let dir = g.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        for k in 1..n {
+            let p = dir.join(format!("{prefix}-{:05}-of-{n:05}.gguf", k + 1));
+            if !p.is_file() {
+                return Err(FormatError::Malformed {
+                    path: g.path.clone(),
+                    what: format!(
+                        "is part 1 of {n} of a split GGUF, but part {} ({}) is not there",
+                        k + 1,
+                        p.display()
+                    ),
+                });
+            }
+            let part = Self::open(&p)?;
+            if count(&part, SPLIT_COUNT)? != Some(n) || count(&part, SPLIT_NO)? != Some(k) {
+                return Err(part.key_error(
+                    SPLIT_NO,
+                    format!(
+                        "should say part {k} (from 0) of {n} of {}, found {SPLIT_COUNT} {:?} and {SPLIT_NO} {:?}",
+                        g.path.display(),
+                        part.get(SPLIT_COUNT),
+                        part.get(SPLIT_NO)
+                    ),
+                ));
+            }
+            let Gguf {
+                path, map, tensors, ..
+            } = part;
+            for mut t in tensors {
+                t.part = k as u16;
+                if g.tensor_index
+                    .insert(t.name.clone(), g.tensors.len())
+                    .is_some()
+                {
+                    return Err(FormatError::Tensor {
+                        path,
+                        tensor: t.name,
+                        what: format!(
+                            "is in more than one part of the split GGUF {}",
+                            g.path.display()
+                        ),
+                    });
+                }
+                g.tensors.push(t);
+            }
+            g.parts.push(Part { path, map });
+        }
+        if let Some(total) = count(&g, SPLIT_TENSORS_COUNT)? {
+            if total != g.tensors.len() as u64 {
+                return Err(g.key_error(
+                    SPLIT_TENSORS_COUNT,
+                    format!(
+                        "is {total}, but the {n} parts hold {} tensors",
+                        g.tensors.len()
+                    ),
+                ));
+            }
+        }
+        Ok(g)
+    }
+
+    /// The files of this model: the one opened, then a split GGUF's other
+    /// parts in order.
+    pub fn files(&self) -> Vec<&Path> {
+        std::iter::once(self.path.as_path())
+            .chain(self.parts.iter().map(|p| p.path.as_path()))
+            .collect()
     }
 
     pub fn path(&self) -> &Path {
@@ -337,10 +479,11 @@ impl Gguf {
     /// The bytes of a tensor; the range was validated at open.
     pub fn tensor_bytes(&self, info: &TensorInfo) -> ByteView {
         let (at, len) = (info.offset as usize, info.n_bytes as usize);
-        if self.file_backed {
-            ByteView::file_mapped(self.map.clone(), at, len)
-        } else {
-            ByteView::new(self.map.clone(), at, len)
+        // Parts are only ever opened from files (`open_all`).
+        match info.part.checked_sub(1).map(|k| &self.parts[k as usize]) {
+            Some(part) => ByteView::file_mapped(part.map.clone(), at, len),
+            None if self.file_backed => ByteView::file_mapped(self.map.clone(), at, len),
+            None => ByteView::new(self.map.clone(), at, len),
         }
     }
 

@@ -34,9 +34,6 @@ pub struct Opened {
     pub sem: Semantics,
 }
 
-/// The GGUF key a split file's parts carry: how many parts there are.
-pub const SPLIT_COUNT: &str = "split.count";
-
 pub fn open(path: &Path) -> Result<Opened> {
     if path.is_dir() {
         if !Pack::is_pack(path) {
@@ -55,22 +52,9 @@ pub fn open(path: &Path) -> Result<Opened> {
             sem,
         });
     }
-    let gguf = Gguf::open(path)?;
-    // A part of a split GGUF (llama.cpp's gguf-split: `split.count` parts,
-    // the tensors spread over them) is refused by name, not read as a model
-    // that lacks tensors.
-    if let Some(n) = gguf
-        .get(SPLIT_COUNT)
-        .and_then(|v| v.as_i64())
-        .filter(|n| *n > 1)
-    {
-        return Err(ModelError::Unsupported {
-            path: path.to_path_buf(),
-            what: format!(
-                "is one part of a split GGUF ({SPLIT_COUNT} = {n}); loading split files is not implemented: merge the parts into one file first (llama.cpp's gguf-split --merge)"
-            ),
-        });
-    }
+    // A single file, or the first part of a split GGUF with its other
+    // parts beside it (llama.cpp's gguf-split), read as one.
+    let gguf = Gguf::open_all(path)?;
     let sem = families::semantics_from_gguf(&gguf)?;
     Ok(Opened {
         container: Container::Gguf(gguf),
@@ -89,6 +73,16 @@ impl Opened {
 
     /// Loads the weights the semantics name.
     pub fn load(&self, exec: &ExecConfig) -> Result<Model> {
+        self.load_reporting(exec, &mut |_, _| {})
+    }
+
+    /// [`load`](Self::load), reporting the preparation of the weights as
+    /// `progress(done, total)` in bytes (see [`Model::new_reporting`]).
+    pub fn load_reporting(
+        &self,
+        exec: &ExecConfig,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model> {
         let (sk, sv) = self.sem.head_dims(LayerKind::Sliding);
         let d = &self.sem.dims;
         for dim in [d.head_dim_k, d.head_dim_v, sk, sv] {
@@ -102,7 +96,7 @@ impl Opened {
         // The tables this run uses (LongRoPE's short or long one).
         let sem = self.sem.at_context(context_limit(exec, &self.sem));
         let w = weights::load(self.container.tensors(), &sem)?;
-        let model = Model::new(sem, w, exec);
+        let model = Model::new_reporting(sem, w, exec, progress);
         // Preparing each matrix read its neighbours' edges too (read-around);
         // now that every prepared copy exists, drop those pages again.
         for m in model.weights.matrices() {

@@ -643,8 +643,9 @@ fn the_official_clients_pull_list_ps_retrieve_and_delete_through_the_server() {
 }
 
 #[test]
-fn a_part_of_a_split_gguf_is_refused_by_name_not_loaded() {
-    // The llama fixture whole, marked as part 1 of 2 as gguf-split marks it.
+fn a_split_gguf_missing_a_part_is_refused_by_name_not_loaded() {
+    // The llama fixture whole, marked as part 1 of 2 as gguf-split marks it,
+    // with no part 2 beside it.
     let src = fixture("llama", "Q4_K_M.gguf");
     let g = onebit_formats::gguf::Gguf::open(&src).unwrap();
     let mut w = onebit_formats::gguf::writer::GgufWriter::from_gguf(&g);
@@ -656,7 +657,8 @@ fn a_part_of_a_split_gguf_is_refused_by_name_not_loaded() {
     let e = env("pull-split-load-env");
     let err = fails(&e, &["inspect", "--model", part.to_str().unwrap()]);
     assert!(
-        err.contains("m-Q4_K_M-00001-of-00002.gguf: is one part of a split GGUF (split.count = 2)"),
+        err.contains("is part 1 of 2 of a split GGUF, but part 2")
+            && err.contains("m-Q4_K_M-00002-of-00002.gguf) is not there"),
         "{err}"
     );
 }
