@@ -155,6 +155,13 @@ impl QMatrix {
     /// given: list them in the order the forward reads them. Matrices
     /// already prepared, and clones listed twice, are packed once.
     pub fn prepare_all(pool: &Pool, ws: &[&QMatrix]) {
+        Self::prepare_all_reporting(pool, ws, &mut |_, _| {});
+    }
+
+    /// [`prepare_all`](Self::prepare_all), calling `progress(done, total)`
+    /// in bytes of prepared copies once before the first matrix and after
+    /// each one (a progress bar's steps; `done == total` at the end).
+    pub fn prepare_all_reporting(pool: &Pool, ws: &[&QMatrix], progress: &mut dyn FnMut(u64, u64)) {
         #[cfg(target_arch = "x86_64")]
         {
             let mut todo: Vec<&QMatrix> = Vec::new();
@@ -173,8 +180,14 @@ impl QMatrix {
             // from 284 to 306 MB.
             let mut order: Vec<usize> = (0..todo.len()).collect();
             order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
-            let Some(slots) = Slot::shared(&lens, &order, |i, dst| todo[i].pack_into(pool, dst))
-            else {
+            let total: u64 = lens.iter().map(|&l| l as u64).sum();
+            let mut done = 0u64;
+            progress(0, total);
+            let Some(slots) = Slot::shared(&lens, &order, |i, dst| {
+                todo[i].pack_into(pool, dst);
+                done += lens[i] as u64;
+                progress(done, total);
+            }) else {
                 // Only if the lengths' sum overflows, which matrices that
                 // each fit in memory do not reach; one mapping per matrix
                 // is still correct.
@@ -189,7 +202,7 @@ impl QMatrix {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (pool, ws);
+        let _ = (pool, ws, progress);
     }
 
     /// Drops the original's pages from resident memory again once the

@@ -101,6 +101,17 @@ pub fn context_limit(exec: &ExecConfig, sem: &Semantics) -> usize {
 
 impl Model {
     pub fn new(sem: Semantics, weights: Weights, exec: &ExecConfig) -> Model {
+        Self::new_reporting(sem, weights, exec, &mut |_, _| {})
+    }
+
+    /// [`new`](Self::new), reporting the preparation of the weights (the
+    /// long part of a load) as `progress(done, total)` in bytes.
+    pub fn new_reporting(
+        sem: Semantics,
+        weights: Weights,
+        exec: &ExecConfig,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Model {
         let max_context = context_limit(exec, &sem);
         // Table choices that depend on the context, resolved for this run.
         let sem = sem.at_context(max_context);
@@ -130,7 +141,7 @@ impl Model {
         if exec.precision == Precision::Quantized {
             // Prepare (rows interleaved into the SIMD kernels' layout) now,
             // not on the first prompt, in one mapping in reading order.
-            QMatrix::prepare_all(&pool, &weights.matrices());
+            QMatrix::prepare_all_reporting(&pool, &weights.matrices(), progress);
         }
         Model {
             sem,

@@ -21,20 +21,38 @@ pub struct Loaded {
 /// block is [`print_semantics`]'s, for `-v`).
 pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
     let t = Instant::now();
-    // A spinner with the time taken while the weights load, when stderr is
-    // a terminal (indicatif draws nothing otherwise, so logs get only the
-    // `[load]` line). The load reports no steps, so no bar of a fraction.
-    let spin = ProgressBar::new_spinner();
-    if !spin.is_hidden() {
-        spin.set_style(
+    // While the file opens, a spinner; while the weights are prepared (the
+    // long part), a bar of the prepared bytes. Only when stderr is a
+    // terminal: indicatif draws nothing otherwise, so logs get only the
+    // `[load]` line.
+    let bar = ProgressBar::new(0);
+    if !bar.is_hidden() {
+        bar.set_style(
             ProgressStyle::with_template("[load] {spinner} {msg} {elapsed}")
                 .expect("valid template"),
         );
-        spin.set_message(path.display().to_string());
-        spin.enable_steady_tick(Duration::from_millis(120));
+        bar.set_message(path.display().to_string());
+        bar.enable_steady_tick(Duration::from_millis(120));
     }
-    let loaded = load::open(path).and_then(|o| o.load(exec).map(|m| (o, m)));
-    spin.finish_and_clear();
+    let mut progress = |done: u64, total: u64| {
+        if bar.is_hidden() || total == 0 {
+            return;
+        }
+        if bar.length() != Some(total) {
+            bar.set_length(total);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "[load] {msg} preparing weights [{bar:30}] {bytes}/{total_bytes} {elapsed}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+        }
+        bar.set_position(done);
+    };
+    let loaded =
+        load::open(path).and_then(|o| o.load_reporting(exec, &mut progress).map(|m| (o, m)));
+    bar.finish_and_clear();
     let (opened, model) = loaded?;
     eprintln!(
         "[load] {} in {:.2} s, {} threads, {} KV cache",
