@@ -83,6 +83,33 @@ pub struct Served {
     pub about: ModelAbout,
     /// One line about the model (the startup line's).
     pub summary: String,
+    /// Bytes its sequences may hold beyond the weights: `max_seqs` states
+    /// at the full context plus the prefix cache's budget (what
+    /// `--max-memory` counts, with the file's size).
+    pub state_bytes: u64,
+    /// Last, so it drops after everything above: gives the freed memory
+    /// back to the system.
+    _trim: TrimOnDrop,
+}
+
+/// Hands the C allocator's free pages back to the system when dropped.
+/// A model's tokenizer, templates and engine state live in glibc's
+/// per-thread arenas (64 MiB heaps), which keep freed pages resident: after
+/// unloading Gemma 3 270M beside SmolLM2, two such heaps held 128 MB and the
+/// server's RSS stayed 100 MB above what SmolLM2 alone needs. The repacked
+/// weights are their own mapping and go back without this.
+struct TrimOnDrop;
+
+impl Drop for TrimOnDrop {
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free memory the allocator holds;
+        // it takes no pointer and is safe to call from any thread at any
+        // time (glibc locks each arena while it trims it).
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
 }
 
 impl Drop for Served {
@@ -109,6 +136,16 @@ impl Served {
             eprintln!("[serve] {name}: speculative decoding: {p:?}");
         }
         let ctx = model.max_context();
+        let full = model.new_state().bytes_at(ctx) as u64;
+        let cache = if cfg.prefix_cache {
+            cfg.cache_bytes
+                .unwrap_or_else(|| crate::engine::default_cache_bytes(&model)) as u64
+        } else {
+            0
+        };
+        let state_bytes = (cfg.max_seqs.max(1) as u64)
+            .saturating_mul(full)
+            .saturating_add(cache);
         let n_vocab = model.sem.dims.n_vocab;
         let n_embd = model.sem.dims.n_embd;
         let grammar_eos = stops.first().copied();
@@ -138,6 +175,8 @@ impl Served {
             generative,
             about,
             summary,
+            state_bytes,
+            _trim: TrimOnDrop,
         }
     }
 
@@ -382,6 +421,9 @@ pub struct Registry {
     /// adds to it, `/api/delete` takes from it.
     entries: RwLock<Vec<Arc<Entry>>>,
     pub max_loaded: usize,
+    /// Bytes the loaded models may take together (`--max-memory`), each
+    /// counted as [`Registry::footprint`]; None: no bound but `max_loaded`.
+    pub max_memory: Option<u64>,
     /// How long a model stays loaded after a request that states no
     /// `keep_alive` (`--idle-unload`).
     pub idle: KeepAlive,
@@ -402,6 +444,7 @@ impl Registry {
         Registry {
             entries: RwLock::new(entries),
             max_loaded: max_loaded.max(1),
+            max_memory: None,
             idle,
             engine,
             metrics,
@@ -517,7 +560,7 @@ impl Registry {
         // A request that goes away mid-load (its future dropped) leaves the
         // entry unloaded for the next one to load, not stuck loading.
         let mut guard = LoadGuard { e, done: false };
-        self.make_room(e);
+        self.make_room(e)?;
         let load = e.load.clone();
         let r = tokio::task::spawn_blocking(move || load()).await;
         let started = match r {
@@ -536,13 +579,14 @@ impl Registry {
                 let served = Arc::new(served);
                 *lock(&e.about) = Some(served.about.clone());
                 Metrics::add(&e.loads, 1);
+                let footprint = e.bytes.saturating_add(served.state_bytes);
                 *st = State::Loaded {
                     served: served.clone(),
                     used: self.clock.fetch_add(1, Ordering::Relaxed) + 1,
                     expires: expiry(keep.unwrap_or(self.idle)),
                 };
                 eprintln!("[serve] loaded {}", e.name);
-                Ok(served)
+                Ok((served, footprint))
             }
             Err(why) => {
                 *st = State::Unloaded;
@@ -555,34 +599,113 @@ impl Registry {
         guard.done = true;
         drop(st);
         e.changed.notify_waiters();
-        out
+        let (served, footprint) = out?;
+        // Its states are known now, not before the load: make room for
+        // them too.
+        self.evict_for_memory(e, footprint);
+        Ok(served)
     }
 
-    /// Unloads least recently used models until one more fits.
-    fn make_room(&self, loading: &Arc<Entry>) {
+    /// What a loaded model counts against `--max-memory`: its file (the
+    /// repacked weights take about as much) plus [`Served::state_bytes`].
+    /// A model not loaded yet counts its file only.
+    pub fn footprint(&self, e: &Entry) -> u64 {
+        match &*lock(&e.state) {
+            State::Loaded { served, .. } => e.bytes.saturating_add(served.state_bytes),
+            _ => e.bytes,
+        }
+    }
+
+    /// Unloads least recently used models until `loading` fits: one more
+    /// within `max_loaded`, and its file within `max_memory` beside the
+    /// others. A model whose file alone is over `max_memory` is refused.
+    fn make_room(&self, loading: &Arc<Entry>) -> Result<(), ApiError> {
+        if let Some(max) = self.max_memory {
+            if loading.bytes > max {
+                return Err(ApiError::invalid(
+                    "model",
+                    format!(
+                        "model `{}` needs at least {} MB (its file), over this server's --max-memory of {} MB",
+                        loading.name,
+                        loading.bytes / 1_000_000,
+                        max / 1_000_000
+                    ),
+                )
+                .status(503)
+                .with_code("insufficient_memory"));
+            }
+        }
         loop {
             let entries = self.entries();
-            let held = entries
+            let others: Vec<&Arc<Entry>> = entries
                 .iter()
                 .filter(|e| !Arc::ptr_eq(e, loading))
                 .filter(|e| !matches!(*lock(&e.state), State::Unloaded))
-                .count();
-            if held < self.max_loaded {
-                return;
+                .collect();
+            let used: u64 = others.iter().map(|e| self.footprint(e)).sum();
+            let over_memory = self
+                .max_memory
+                .is_some_and(|max| used.saturating_add(loading.bytes) > max);
+            if others.len() < self.max_loaded && !over_memory {
+                return Ok(());
             }
-            let lru = entries
-                .iter()
-                .filter_map(|e| match &*lock(&e.state) {
-                    State::Loaded { used, .. } => Some((*used, e.clone())),
-                    _ => None,
-                })
-                .min_by_key(|(used, _)| *used);
-            match lru {
-                Some((_, e)) => self.unload(&e, "evicted (least recently used)"),
+            let why = if over_memory {
+                "evicted (least recently used) to stay within --max-memory"
+            } else {
+                "evicted (least recently used)"
+            };
+            match self.lru(loading) {
+                Some(e) => self.unload(&e, why),
                 // Only loads under way: nothing to evict yet.
-                None => return,
+                None => return Ok(()),
             }
         }
+    }
+
+    /// Once `loaded` is loaded and takes `footprint`: unloads the least
+    /// recently used others while all together are over `max_memory`.
+    fn evict_for_memory(&self, loaded: &Arc<Entry>, footprint: u64) {
+        let Some(max) = self.max_memory else { return };
+        loop {
+            let used: u64 = self
+                .entries()
+                .iter()
+                .filter(|e| !Arc::ptr_eq(e, loaded))
+                .filter(|e| !matches!(*lock(&e.state), State::Unloaded))
+                .map(|e| self.footprint(e))
+                .sum();
+            if used.saturating_add(footprint) <= max {
+                return;
+            }
+            match self.lru(loaded) {
+                Some(e) => self.unload(
+                    &e,
+                    "evicted (least recently used) to stay within --max-memory",
+                ),
+                None => {
+                    eprintln!(
+                        "[serve] {} takes about {} MB with its sequences' states, over --max-memory of {} MB; it stays loaded alone",
+                        loaded.name,
+                        footprint / 1_000_000,
+                        max / 1_000_000
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The least recently used loaded model other than `but`.
+    fn lru(&self, but: &Arc<Entry>) -> Option<Arc<Entry>> {
+        self.entries()
+            .iter()
+            .filter(|e| !Arc::ptr_eq(e, but))
+            .filter_map(|e| match &*lock(&e.state) {
+                State::Loaded { used, .. } => Some((*used, e.clone())),
+                _ => None,
+            })
+            .min_by_key(|(used, _)| *used)
+            .map(|(_, e)| e)
     }
 
     /// Unloads `e` if it is loaded: the registry lets go of it, and its

@@ -84,6 +84,10 @@ pub struct ServeConfig {
     /// Models loaded at once at most; loading one more unloads the least
     /// recently used.
     pub max_loaded: usize,
+    /// Bytes the loaded models may take together (each its file plus its
+    /// sequences' states at the full context and its prefix cache); None:
+    /// no bound but `max_loaded`.
+    pub max_memory: Option<u64>,
     /// How long a model stays loaded after its last request, unless the
     /// request's `keep_alive` says otherwise.
     pub idle_unload: KeepAlive,
@@ -130,6 +134,7 @@ impl Default for ServeConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             max_loaded: 1,
+            max_memory: None,
             idle_unload: KeepAlive::For(Duration::from_secs(300)),
             max_seqs: 8,
             max_queue: 64,
@@ -233,7 +238,7 @@ async fn start(
         cut,
     ));
 
-    let registry = Registry::new(
+    let mut registry = Registry::new(
         models,
         cfg.max_loaded,
         cfg.idle_unload,
@@ -249,6 +254,7 @@ async fn start(
         },
         metrics.clone(),
     );
+    registry.max_memory = cfg.max_memory;
     let app = Arc::new(App {
         models: registry,
         max_body_bytes: cfg.max_body_bytes,

@@ -41,6 +41,13 @@ pub struct ServeArgs {
     /// least recently used.
     #[arg(long, default_value_t = 1)]
     max_loaded: usize,
+    /// Memory the loaded models may take together (512M, 8G, 16GiB or
+    /// bytes), each counted as its file plus --max-seqs states at the full
+    /// context plus its prefix cache; loading one more unloads the least
+    /// recently used until it fits, and a model whose file alone is larger
+    /// is refused (503). Default: no bound but --max-loaded.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_memory: Option<u64>,
     /// How long a model stays loaded after its last request, unless the
     /// request's Ollama `keep_alive` says otherwise: seconds or a duration
     /// (5m, 1h, 30s); negative: never unload.
@@ -227,6 +234,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         host: a.host,
         port: a.port,
         max_loaded: a.max_loaded.max(1),
+        max_memory: a.max_memory,
         idle_unload: a.idle_unload,
         max_seqs: a.max_seqs.max(1),
         max_queue: a.max_queue,
@@ -544,4 +552,56 @@ fn load(
         pooling,
         about,
     })
+}
+
+/// A size in bytes: a number with an optional unit, K/M/G/T in powers of
+/// 1,000 (kB, MB and GB alike) or KiB/MiB/GiB/TiB in powers of 1,024.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| {
+        format!("`{s}` is not a size (a number with an optional unit: 512M, 8G, 16GiB)")
+    })?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024f64.powi(2),
+        "gib" => 1024f64.powi(3),
+        "tib" => 1024f64.powi(4),
+        u => {
+            return Err(format!(
+                "`{s}`: unknown unit `{u}` (K, M, G, T or KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    let bytes = n * scale;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is not a size from 1 byte up"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_read_in_decimal_and_binary_units() {
+        assert_eq!(parse_size("512M"), Ok(512_000_000));
+        assert_eq!(parse_size("8G"), Ok(8_000_000_000));
+        assert_eq!(parse_size("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size("16GiB"), Ok(16 * (1 << 30)));
+        assert_eq!(parse_size("300mib"), Ok(300 * (1 << 20)));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        for bad in ["", "G", "8X", "-1G", "0", "1e99T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
 }

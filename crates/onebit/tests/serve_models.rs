@@ -92,6 +92,49 @@ fn wait_loaded(port: u16, want: &[&str]) {
     }
 }
 
+/// The context each sequence may hold (`--ctx`), for the RSS budget.
+const CTX: usize = 2048;
+
+/// SmolLM2's file plus an f16 KV cache of `CTX` positions, plus 10 %.
+fn smol_budget(smol: &std::path::Path) -> u64 {
+    let d = onebit_model::load::open(smol)
+        .expect("SmolLM2 opens")
+        .sem
+        .dims;
+    let kv = (d.n_layer * d.n_head_kv * (d.head_dim_k + d.head_dim_v) * 2 * CTX) as u64;
+    let size = std::fs::metadata(smol).expect("model file").len();
+    (size + kv) * 11 / 10
+}
+
+/// The server's resident memory (VmRSS) once it is under `budget`, waiting
+/// up to 10 s (an unloaded engine thread ends after its last step); fails
+/// with the last reading otherwise.
+fn wait_rss_below(srv: &Server, budget: u64) -> u64 {
+    let read = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", srv.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        kib * 1024
+    };
+    let t = Instant::now();
+    loop {
+        let rss = read();
+        if rss <= budget {
+            return rss;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "RSS {:.1} MB after unloading, over the {:.1} MB budget (SmolLM2's file + KV + 10 %)",
+            rss as f64 / 1e6,
+            budget as f64 / 1e6
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn three_models_two_loaded_picked_by_name_evicted_lru_and_unloaded_by_keep_alive() {
     let smol = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
@@ -106,6 +149,8 @@ fn three_models_two_loaded_picked_by_name_evicted_lru_and_unloaded_by_keep_alive
             "1",
             "--max-loaded",
             "2",
+            "--ctx",
+            &CTX.to_string(),
             "--model",
             &format!("gemma={}", gemma.display()),
             "--model",
@@ -150,6 +195,15 @@ fn three_models_two_loaded_picked_by_name_evicted_lru_and_unloaded_by_keep_alive
     assert_eq!(v["response"].as_str().unwrap(), want_gemma, "{v}");
     // keep_alive 0: gemma unloads once its request is done.
     wait_loaded(port, &[SMOL]);
+    // And its memory goes back: RSS within 10 % of what SmolLM2 needs, its
+    // file plus its KV cache (as tests/memory.rs counts it: K and V rows of
+    // every layer, here f16 for each of the --ctx positions a sequence may
+    // hold). Gemma 3's file alone is 253 MB.
+    let rss = wait_rss_below(&srv, smol_budget(&smol));
+    eprintln!(
+        "[models] RSS {:.1} MB after gemma unloaded",
+        rss as f64 / 1e6
+    );
     // A request with nothing to generate and keep_alive 0 unloads at once.
     let (s, v) = call(
         port,
@@ -202,6 +256,81 @@ fn three_models_two_loaded_picked_by_name_evicted_lru_and_unloaded_by_keep_alive
         1
     );
     assert_eq!(metric("onebit_model_loaded{model=\"gemma\"}"), 0);
+}
+
+/// `--max-memory` bounds the loaded models together, each counted as its
+/// file plus `--max-seqs` states at the full context (and its prefix cache,
+/// off here): at 300 MB SmolLM2 (98 MB + 12 MB) and Gemma 3 270M (253 MB +
+/// its KV) each fit alone but not together, so loading one unloads the
+/// other although `--max-loaded` allows three; Qwen2.5-0.5B (491 MB) does
+/// not fit at all and is refused by name with a 503, not loaded.
+#[test]
+fn max_memory_evicts_to_fit_and_refuses_a_model_larger_than_the_bound() {
+    let smol = onebit_testdata::real_model(onebit_testdata::SMOLLM2_135M);
+    let gemma = onebit_testdata::real_model(onebit_testdata::GEMMA3_270M);
+    let qwen = onebit_testdata::real_model(onebit_testdata::QWEN25_CODER_05B);
+    const BOUND: u64 = 300_000_000;
+    let footprint = |p: &std::path::Path| {
+        let sem = onebit_model::load::open(p).expect("model opens").sem;
+        let d = &sem.dims;
+        // f16 K and V rows of every layer at each of the 512 positions: at
+        // most what a state at the full context holds (sliding layers hold
+        // fewer).
+        let kv = (d.n_layer * d.n_head_kv * (d.head_dim_k + d.head_dim_v) * 2 * 512) as u64;
+        std::fs::metadata(p).unwrap().len() + kv
+    };
+    let (fs, fg) = (footprint(&smol), footprint(&gemma));
+    assert!(fs < BOUND && fg < BOUND && fs + fg > BOUND, "{fs} {fg}");
+    assert!(std::fs::metadata(&qwen).unwrap().len() > BOUND);
+
+    let srv = Server::start(
+        onebit_testdata::SMOLLM2_135M,
+        &[
+            "--threads",
+            "1",
+            "--max-loaded",
+            "3",
+            "--max-memory",
+            "300M",
+            "--max-seqs",
+            "1",
+            "--no-prefix-cache",
+            "--ctx",
+            "512",
+            "--model",
+            &format!("gemma={}", gemma.display()),
+            "--model",
+            &format!("qwen={}", qwen.display()),
+        ],
+    );
+    let port = srv.port;
+    wait_loaded(port, &[SMOL]);
+    served(port, "gemma");
+    wait_loaded(port, &["gemma"]);
+
+    let (s, v) = call(
+        port,
+        "POST",
+        "/v1/completions",
+        &json!({"model": "qwen", "prompt": PROMPT, "max_tokens": 1}),
+    );
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(v["error"]["code"], "insufficient_memory", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("`qwen`") && msg.contains("--max-memory of 300 MB"),
+        "{msg}"
+    );
+    assert_eq!(loaded(port), ["gemma"], "the refused model evicted another");
+
+    served(port, SMOL);
+    wait_loaded(port, &[SMOL]);
+    let log: Vec<String> = srv.log.try_iter().collect();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("unloaded gemma") && l.contains("--max-memory")),
+        "{log:?}"
+    );
 }
 
 /// Sixteen clients spread over three models, two loaded at a time, for two
