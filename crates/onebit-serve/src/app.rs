@@ -7,7 +7,7 @@
 //! last request holding it ends. The bottom of the ordered modules
 //! (routes -> protocols -> run -> app): it imports only leaf modules.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -406,6 +406,8 @@ pub struct Entry {
     state: Mutex<State>,
     /// Woken when a load ends (requests waiting for it go on).
     changed: Notify,
+    /// Requests waiting for a load under way.
+    waiting: AtomicUsize,
     /// What the last load said about the model (for `/api/tags`).
     about: Mutex<Option<ModelAbout>>,
     pub requests: AtomicU64,
@@ -529,6 +531,9 @@ impl Registry {
         keep: Option<KeepAlive>,
     ) -> Result<Arc<Served>, ApiError> {
         Metrics::add(&e.requests, 1);
+        // Counted while this request waits for a load under way; the
+        // guard takes it off however the wait ends.
+        let mut waiting: Option<Waiting> = None;
         loop {
             let notified = e.changed.notified();
             tokio::pin!(notified);
@@ -545,12 +550,37 @@ impl Registry {
                         return Ok(served.clone());
                     }
                     State::Loading => {
+                        // The queue limits apply while the model loads: as
+                        // many wait as the engine's queue takes at once
+                        // when the load ends (with the request loading it,
+                        // `--max-queue` in all), the rest are told to retry.
+                        if waiting.is_none() {
+                            let limit = self.engine.max_queue.saturating_sub(1);
+                            if e.waiting.fetch_add(1, Ordering::Relaxed) >= limit {
+                                e.waiting.fetch_sub(1, Ordering::Relaxed);
+                                Metrics::add(&self.metrics.requests_rejected_full, 1);
+                                return Err(ApiError {
+                                    status: 503,
+                                    message: format!(
+                                        "the server is busy: {} requests already wait for model `{}` to load (--max-queue); retry shortly",
+                                        limit + 1,
+                                        e.name
+                                    ),
+                                    kind: "server_error",
+                                    param: None,
+                                    code: Some("queue_full"),
+                                });
+                            }
+                            waiting = Some(Waiting(e.clone()));
+                        }
                         // Registered before the lock is released: a load
                         // that ends in between still wakes this waiter.
                         notified.as_mut().enable();
                     }
                     State::Unloaded => {
                         *st = State::Loading;
+                        // This request loads it now: no longer waiting.
+                        drop(waiting.take());
                         break;
                     }
                 }
@@ -829,11 +859,21 @@ fn entry(s: ModelSource) -> Arc<Entry> {
         load: s.load,
         state: Mutex::new(State::Unloaded),
         changed: Notify::new(),
+        waiting: AtomicUsize::new(0),
         about: Mutex::new(None),
         requests: AtomicU64::new(0),
         loads: AtomicU64::new(0),
         unloads: AtomicU64::new(0),
     })
+}
+
+/// A request counted in [`Entry::waiting`] until it is dropped.
+struct Waiting(Arc<Entry>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Resets a load that did not finish.

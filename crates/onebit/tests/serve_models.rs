@@ -333,6 +333,77 @@ fn max_memory_evicts_to_fit_and_refuses_a_model_larger_than_the_bound() {
     );
 }
 
+/// Requests that arrive while their model loads wait for it, within the
+/// queue limits: with `--max-queue 3`, two wait beside the one that loads
+/// it (the three then fill the engine's queue at once); of eight sent at
+/// once while Gemma 3 loads, the others are told to retry (503
+/// `queue_full`, naming the model being loaded), and every accepted one
+/// gets the model's greedy answer.
+#[test]
+fn requests_arriving_while_their_model_loads_wait_within_the_queue_limits() {
+    let gemma = onebit_testdata::real_model(onebit_testdata::GEMMA3_270M);
+    let want = run_greedy(&gemma);
+    let srv = Server::start(
+        onebit_testdata::SMOLLM2_135M,
+        &[
+            "--threads",
+            "1",
+            "--max-loaded",
+            "2",
+            "--max-seqs",
+            "1",
+            "--max-queue",
+            "3",
+            "--model",
+            &format!("gemma={}", gemma.display()),
+        ],
+    );
+    let port = srv.port;
+    wait_loaded(port, &[SMOL]);
+    let go = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                call(
+                    port,
+                    "POST",
+                    "/v1/completions",
+                    &json!({"model": "gemma", "prompt": PROMPT, "max_tokens": 6, "temperature": 0}),
+                )
+            })
+        })
+        .collect();
+    let (mut answered, mut waited_out) = (0, 0);
+    for c in clients {
+        let (s, v) = c.join().unwrap();
+        match s {
+            200 => {
+                assert_eq!(v["choices"][0]["text"].as_str().unwrap(), want, "{v}");
+                answered += 1;
+            }
+            503 => {
+                assert_eq!(v["error"]["code"], "queue_full", "{v}");
+                if v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("wait for model `gemma` to load")
+                {
+                    waited_out += 1;
+                }
+            }
+            _ => panic!("{s}: {v}"),
+        }
+    }
+    eprintln!("[models] {answered} answered, {waited_out} told to retry while gemma loaded");
+    // The loader and the two it lets wait, at least; some refused while it
+    // loaded (gemma takes a second or more to load, the eight arrive at once).
+    assert!(answered >= 3, "{answered} answered");
+    assert!(waited_out >= 1, "none refused while the model loaded");
+    assert!(answered + waited_out <= 8);
+}
+
 /// Sixteen clients spread over three models, two loaded at a time, for two
 /// rounds each: every request is answered, each with its own model's greedy
 /// text (as it answered alone), while the models load and evict under them.
