@@ -404,9 +404,10 @@ fn requests_arriving_while_their_model_loads_wait_within_the_queue_limits() {
     assert!(answered + waited_out <= 8);
 }
 
-/// Sixteen clients spread over three models, two loaded at a time, for two
-/// rounds each: every request is answered, each with its own model's greedy
-/// text (as it answered alone), while the models load and evict under them.
+/// Sixteen clients spread over three models, two loaded at a time, for 30
+/// s (each client's requests go round the three): every request is
+/// answered, each with its own model's greedy text (as it answered alone),
+/// while the models load and evict under them.
 #[test]
 fn sixteen_clients_over_three_models_lose_nothing() {
     let gemma = onebit_testdata::real_model(onebit_testdata::GEMMA3_270M);
@@ -430,15 +431,19 @@ fn sixteen_clients_over_three_models_lose_nothing() {
     let names = [SMOL, "gemma", "smol2"];
     let want: Vec<String> = names.iter().map(|n| served(port, n)).collect();
     assert_eq!(want[0], want[2], "one file under two names answers alike");
+    let until = Instant::now() + Duration::from_secs(30);
     let clients: Vec<_> = (0..16)
         .map(|c| {
             std::thread::spawn(move || {
-                (0..2)
-                    .map(|r| {
-                        let i = (c + r) % 3;
-                        (i, served(port, names[i]))
-                    })
-                    .collect::<Vec<_>>()
+                let mut got = Vec::new();
+                for r in 0.. {
+                    if r > 0 && Instant::now() >= until {
+                        break;
+                    }
+                    let i = (c + r) % 3;
+                    got.push((i, served(port, names[i])));
+                }
+                got
             })
         })
         .collect();
@@ -449,5 +454,6 @@ fn sixteen_clients_over_three_models_lose_nothing() {
             answered += 1;
         }
     }
-    assert_eq!(answered, 32);
+    eprintln!("[models] {answered} requests answered in 30 s by 16 clients");
+    assert!(answered >= 16);
 }
