@@ -56,7 +56,8 @@ impl TilesArg {
 
 pub fn import(a: ImportArgs) -> Result<()> {
     let t0 = Instant::now();
-    let g = Gguf::open(&a.model)?;
+    // A split GGUF imports from its first part, as it loads.
+    let g = Gguf::open_all(&a.model)?;
     let bar = ProgressBar::new(1);
     bar.set_style(
         ProgressStyle::with_template("[import] {bar:40} {pos}/{len} {msg}")

@@ -31,7 +31,8 @@ pub fn load_model(path: &Path, exec: &ExecConfig) -> Result<Loaded> {
             ProgressStyle::with_template("[load] {spinner} {msg} {elapsed}")
                 .expect("valid template"),
         );
-        bar.set_message(path.display().to_string());
+        let name = path.file_name().unwrap_or(path.as_os_str());
+        bar.set_message(name.to_string_lossy().into_owned());
         bar.enable_steady_tick(Duration::from_millis(120));
     }
     let mut progress = |done: u64, total: u64| {
