@@ -10,9 +10,6 @@ use std::sync::Arc;
 /// largest base page a Linux kernel uses, a multiple of the smaller ones.
 #[cfg(target_arch = "x86_64")]
 const PAGE: usize = 4 << 10;
-/// How far before a view [`ByteView::release_pages_behind`] releases:
-/// Linux's default `fault_around_bytes`.
-const FAULT_AROUND: usize = 64 << 10;
 #[cfg(not(target_arch = "x86_64"))]
 const PAGE: usize = 64 << 10;
 
@@ -71,34 +68,33 @@ impl ByteView {
             };
         }
     }
-    /// Drops from resident memory the file pages this view has read, for
-    /// views released in ascending file order (a matrix's row chunks; the
-    /// experts of a stacked tensor, one after another), with two changes
-    /// from [`ByteView::release_pages`]. The page holding the view's last
-    /// byte stays: the next view shares it, and releasing it now would only
-    /// fault it back in. And the range starts [`FAULT_AROUND`] bytes before
-    /// the view: a fault maps the cached pages around it (Linux's
-    /// `fault_around_bytes`, 64 KiB by default), so reading this view mapped
-    /// released pages of the views before it back in, and nothing else
-    /// releases them until the load ends. With experts of a few dozen KiB
-    /// that kept most of the file resident beside the repacked copies.
+    /// [`ByteView::release_pages`] for views released in ascending file
+    /// order (a matrix's row chunks; the experts of a stacked tensor, one
+    /// after another), except that the page holding the view's last byte
+    /// stays resident: the next view shares it, and releasing it first made
+    /// that view's first read fault it back in together with the cached
+    /// pages around it (the kernel maps up to `fault_around_bytes`, 64 KiB,
+    /// around a fault), this view's released ones among them, which nothing
+    /// released again until the load ended. With experts of a few dozen KiB
+    /// that kept most of the file resident beside the repacked copies. The
+    /// next view's release, which starts at its first byte's page, takes
+    /// the kept page.
     pub fn release_pages_behind(&self) {
         #[cfg(unix)]
         if let Some(map) = &self.file_map {
-            let from = self.start.saturating_sub(FAULT_AROUND);
-            let base = map.as_ptr() as usize;
-            let keep_from = (base + self.start + self.len) & !(PAGE - 1);
-            if keep_from <= base + from {
+            let begin = map.as_ptr() as usize + self.start;
+            let keep_from = (begin + self.len) & !(PAGE - 1);
+            if keep_from <= begin {
                 return;
             }
             // SAFETY: as in `release_pages`: only clean pages of a read-only
             // private file map are discarded, so no byte changes; the range
-            // ends within this view and starts within the map.
+            // is a prefix of this view's, so within the map.
             let _ = unsafe {
                 map.unchecked_advise_range(
                     memmap2::UncheckedAdvice::DontNeed,
-                    from,
-                    keep_from - (base + from),
+                    self.start,
+                    keep_from - begin,
                 )
             };
         }
