@@ -15,6 +15,29 @@ The vocabulary is synthetic but complete, so both onebit and llama.cpp load
 it: a byte-level BPE ("gpt2") of the 256 byte symbols, then two- and
 three-symbol tokens, each with the merge that makes it, then the special
 tokens; exactly as many tokens as the real model's embedding has rows.
+
+The mixture-of-experts shapes (MOE_SHAPES) are written already quantized:
+an F16 Qwen3-30B-A3B would take 61 GB. Each tensor gets the type
+llama-quantize gives it for the named file type (read from llama.cpp's
+src/llama-quant.cpp, llama_tensor_get_type_impl: for Q4_K_M, Q6_K for
+output.weight and for attn_v / ffn_down_exps in the use_more_bits layers,
+Q4_K elsewhere; for Q4_0, Q6_K for the output matrix, which a tied model's
+token_embd is; ffn_gate_inp, exp_probs_b, norms and conv taps stay F32;
+checked tensor by tensor against `llama-quantize --dry-run` on a sparse F16
+file of each shape: 289 Q4_K, 49 Q6_K, 241 F32 for Qwen3-30B-A3B, 132 Q4_0,
+1 Q6_K, 123 F32 for LFM2-8B-A1B, no difference) and
+seeded random bytes that are valid blocks: random codes and sub-block
+scales, and f16 block scales drawn from a small range so the weights are
+about 0.02 in size. The router (ffn_gate_inp) is seeded normal noise, as
+it is the part whose values decide which experts a token reads.
+
+    scripts/gen-shapes.py --router-histogram FILE.gguf [TOKENS]
+
+prints, for a MoE shape file, the expert-load histogram of the first
+routed layer over a prompt: each token's RMS-normed embedding row through
+the router, top-k, counted per expert. It leaves out the attention (or
+conv) block before the FFN, so it shows how evenly random router weights
+spread tokens, not what a trained router does.
 """
 
 import sys
@@ -62,6 +85,223 @@ SHAPES = {
 }
 
 
+# Mixture-of-experts shapes, written quantized (see the module docstring).
+# Sources: Qwen/Qwen3-30B-A3B config.json (hidden 2048, 48 layers, 32 heads,
+# 4 KV heads, head_dim 128, 128 experts, 8 per token, moe_intermediate_size
+# 768, intermediate_size 6144, vocab 151936, rope_theta 1e6, rms_norm_eps
+# 1e-6, max_position_embeddings 40960, untied); LiquidAI/LFM2-8B-A1B
+# config.json (hidden 2048, 24 layers, attention at layers 2, 6, 10, 14, 18,
+# 21 and gated short convolutions (conv_L_cache 3) elsewhere, 32 heads, 8 KV
+# heads, 32 experts, 4 per token, moe_intermediate_size 1792, 2 leading
+# dense layers of intermediate_size 7168, sigmoid routing with an expert
+# bias, norm_topk_prob, routed_scaling_factor 1.0, vocab 65536, rope_theta
+# 1e6, norm_eps 1e-5, max_position_embeddings 128000, tied embeddings).
+MOE_SHAPES = {
+    "qwen3-30b-a3b": (
+        "qwen3moe",
+        "qwen2",
+        "Q4_K_M",
+        dict(
+            n_vocab=151936, n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128,
+            n_ff=6144, n_expert=128, n_used=8, n_ff_exp=768, ctx=40960, rope_base=1000000.0,
+            eps=1e-6, specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        ),
+    ),
+    "lfm2-8b-a1b": (
+        "lfm2moe",
+        "lfm2",
+        "Q4_0",
+        dict(
+            n_vocab=65536, n_embd=2048, n_layer=24, n_head=32, n_head_kv=8, head_dim=64,
+            n_ff=7168, n_expert=32, n_used=4, n_ff_exp=1792, n_dense=2,
+            attn_layers=(2, 6, 10, 14, 18, 21), conv_l=3, ctx=128000, rope_base=1000000.0,
+            eps=1e-5, specials=["<|startoftext|>", "<|im_start|>", "<|im_end|>"],
+        ),
+    ),
+}
+
+Q = gguf.GGMLQuantizationType
+
+
+def use_more_bits(i, n):
+    """llama-quantize's layers that get more bits (src/llama-quant.cpp)."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def moe_tensors(arch, ftype, d):
+    """(name, numpy shape outermost first, ggml type) of a MoE shape file."""
+    e, v, hd = d["n_embd"], d["n_vocab"], d["head_dim"]
+    q, kv = d["n_head"] * hd, d["n_head_kv"] * hd
+    ex, ff_e, n = d["n_expert"], d["n_ff_exp"], d["n_layer"]
+    base = Q.Q4_K if ftype == "Q4_K_M" else Q.Q4_0
+    out = []
+    if arch == "qwen3moe":
+        out += [("token_embd.weight", (v, e), base), ("output_norm.weight", (e,), Q.F32),
+                ("output.weight", (v, e), Q.Q6_K)]
+    else:
+        # Tied: the token table is the output matrix, quantized as one.
+        out += [("token_embd.weight", (v, e), Q.Q6_K), ("token_embd_norm.weight", (e,), Q.F32)]
+    for i in range(n):
+        b = f"blk.{i}."
+        more = ftype == "Q4_K_M" and use_more_bits(i, n)
+        out.append((b + "attn_norm.weight", (e,), Q.F32))
+        if arch == "qwen3moe" or i in d["attn_layers"]:
+            out += [(b + "attn_q.weight", (q, e), base), (b + "attn_k.weight", (kv, e), base),
+                    (b + "attn_v.weight", (kv, e), Q.Q6_K if more else base),
+                    (b + "attn_output.weight", (e, q), base),
+                    (b + "attn_q_norm.weight", (hd,), Q.F32), (b + "attn_k_norm.weight", (hd,), Q.F32)]
+        else:
+            out += [(b + "shortconv.in_proj.weight", (3 * e, e), base),
+                    (b + "shortconv.out_proj.weight", (e, e), base),
+                    (b + "shortconv.conv.weight", (e, d["conv_l"]), Q.F32)]
+        out.append((b + "ffn_norm.weight", (e,), Q.F32))
+        if i < d.get("n_dense", 0):
+            out += [(b + "ffn_gate.weight", (d["n_ff"], e), base), (b + "ffn_up.weight", (d["n_ff"], e), base),
+                    (b + "ffn_down.weight", (e, d["n_ff"]), base)]
+            continue
+        out += [(b + "ffn_gate_inp.weight", (ex, e), Q.F32),
+                (b + "ffn_gate_exps.weight", (ex, ff_e, e), base),
+                (b + "ffn_up_exps.weight", (ex, ff_e, e), base),
+                (b + "ffn_down_exps.weight", (ex, e, ff_e), Q.Q6_K if more else base)]
+        if arch == "lfm2moe":
+            out.append((b + "exp_probs_b.bias", (ex,), Q.F32))
+    return out
+
+
+def random_blocks(rng, qtype, n_blocks):
+    """n_blocks valid blocks of qtype: random codes, small f16 scales."""
+    bs = gguf.GGML_QUANT_SIZES[qtype][1]
+    raw = rng.integers(0, 256, size=(n_blocks, bs), dtype=np.uint8)
+
+    def f16s(lo, hi):
+        return rng.uniform(lo, hi, size=n_blocks).astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
+
+    if qtype == Q.Q4_0:  # d, 16 code bytes: |w| <= 8 d
+        raw[:, 0:2] = f16s(0.001, 0.005)
+    elif qtype == Q.Q4_K:  # d, dmin, 12 six-bit scale/min bytes, 128 code bytes
+        # w = d * sc * q - dmin * m with sc, m, q uniform: dmin = 7.5 d makes
+        # the weights zero-mean, so embedding rows share no direction that
+        # would send every token to the same experts.
+        d = rng.uniform(0.00005, 0.0002, size=n_blocks)
+        raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
+        raw[:, 2:4] = (7.5 * d).astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
+    elif qtype == Q.Q6_K:  # 128 + 64 code bytes, 16 int8 scales, d last
+        raw[:, 192:208] = rng.integers(-32, 32, size=(n_blocks, 16), dtype=np.int8).view(np.uint8)
+        raw[:, 208:210] = f16s(0.00005, 0.0002)
+    else:
+        raise ValueError(qtype)
+    return raw
+
+
+def write_moe(name, out):
+    arch, pre, ftype, d = MOE_SHAPES[name]
+    e = d["n_embd"]
+    w = gguf.GGUFWriter(out, arch)
+    w.add_name(f"random-weight {name} shape")
+    w.add_context_length(d["ctx"])
+    w.add_embedding_length(e)
+    w.add_block_count(d["n_layer"])
+    w.add_feed_forward_length(d["n_ff"])
+    w.add_head_count(d["n_head"])
+    w.add_rope_freq_base(d["rope_base"])
+    w.add_layer_norm_rms_eps(d["eps"])
+    w.add_vocab_size(d["n_vocab"])
+    w.add_expert_count(d["n_expert"])
+    w.add_expert_used_count(d["n_used"])
+    w.add_expert_feed_forward_length(d["n_ff_exp"])
+    if arch == "qwen3moe":
+        w.add_head_count_kv(d["n_head_kv"])
+        w.add_key_length(d["head_dim"])
+        w.add_value_length(d["head_dim"])
+        w.add_rope_dimension_count(d["head_dim"])
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    else:
+        w.add_head_count_kv([d["n_head_kv"] if i in d["attn_layers"] else 0 for i in range(d["n_layer"])])
+        w.add_shortconv_l_cache(d["conv_l"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_leading_dense_block_count(d["n_dense"])
+        w.add_expert_weights_norm(True)
+        w.add_expert_weights_scale(1.0)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    tokens, types, merges = vocabulary(d["n_vocab"], d["specials"])
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    first_special = d["n_vocab"] - len(d["specials"])
+    w.add_bos_token_id(first_special)
+    w.add_eos_token_id(first_special + 1)
+    w.add_add_bos_token(False)
+
+    tensors = moe_tensors(arch, ftype, d)
+    for tname, shape, qt in tensors:
+        if qt == Q.F32:
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+        else:
+            blk, bs = gguf.GGML_QUANT_SIZES[qt]
+            row = shape[-1] // blk * bs
+            w.add_tensor_info(tname, (*shape[:-1], row), np.dtype(np.uint8), int(np.prod(shape[:-1])) * row,
+                              raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(20261202)
+    total = 0
+    for tname, shape, qt in tensors:
+        n = int(np.prod(shape))
+        if qt == Q.F32:
+            if tname.endswith("norm.weight"):
+                data = (1.0 + 0.02 * rng.standard_normal(n, dtype=np.float32)).reshape(shape)
+            elif tname.endswith("ffn_gate_inp.weight"):
+                data = (0.05 * rng.standard_normal(n, dtype=np.float32)).reshape(shape)
+            else:  # conv taps, expert bias
+                data = (0.02 * rng.standard_normal(n, dtype=np.float32)).reshape(shape)
+        else:
+            blk = gguf.GGML_QUANT_SIZES[qt][0]
+            data = random_blocks(rng, qt, n // blk)
+        total += data.nbytes
+        w.write_tensor_data(data)
+    w.close()
+    print(f"{out}: {len(tensors)} tensors, {total / 1e9:.2f} GB of data", file=sys.stderr)
+
+
+def rms_norm(x, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def router_histogram(path, n_tokens):
+    """Expert load of the first routed layer's router over n_tokens token ids."""
+    r = gguf.GGUFReader(path)
+    arch = r.fields["general.architecture"].contents()
+    f = {k: r.fields[k].contents() for k in r.fields if k.startswith(arch + ".")}
+    k_used, eps = f[f"{arch}.expert_used_count"], f[f"{arch}.attention.layer_norm_rms_epsilon"]
+    by = {t.name: t for t in r.tensors}
+    first = f.get(f"{arch}.leading_dense_block_count", 0)
+    rt = by[f"blk.{first}.ffn_gate_inp.weight"]
+    router = gguf.dequantize(rt.data, rt.tensor_type).astype(np.float64)
+    emb = by["token_embd.weight"]
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, int(emb.shape[1]), size=n_tokens)
+    rows = np.stack([gguf.dequantize(emb.data[i], emb.tensor_type) for i in ids]).reshape(n_tokens, -1)
+    h = rms_norm(rows.astype(np.float64), eps)
+    scores = h @ router.T
+    if f.get(f"{arch}.expert_gating_func", 1) == 2:
+        scores = 1.0 / (1.0 + np.exp(-scores))
+        b = f"blk.{first}.exp_probs_b.bias"
+        if b in by:
+            scores = scores + gguf.dequantize(by[b].data, by[b].tensor_type)
+    chosen = np.argsort(-scores, axis=1)[:, :k_used]
+    load = np.bincount(chosen.ravel(), minlength=router.shape[0])
+    mean = load.mean()
+    print(f"{path}: layer {first} router, {n_tokens} random tokens, top-{k_used} of {router.shape[0]} experts")
+    print(f"  tokens per expert: min {load.min()}, max {load.max()}, mean {mean:.1f}, "
+          f"max/mean {load.max() / mean:.2f}, experts never chosen {int((load == 0).sum())}")
+    width = 40 / max(1, load.max())
+    for i, c in enumerate(load):
+        print(f"  expert {i:3d} {c:5d} {'#' * int(round(c * width))}")
+
+
 def byte_symbols():
     """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
     keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
@@ -98,8 +338,15 @@ def vocabulary(n_vocab, specials):
 
 
 def main():
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--router-histogram":
+        router_histogram(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 512)
+        return
+    if len(sys.argv) == 3 and sys.argv[1] in MOE_SHAPES:
+        write_moe(sys.argv[1], sys.argv[2])
+        return
     if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
-        sys.exit(f"usage: gen-shapes.py {{{','.join(SHAPES)}}} OUT.gguf")
+        names = ",".join(list(SHAPES) + list(MOE_SHAPES))
+        sys.exit(f"usage: gen-shapes.py {{{names}}} OUT.gguf | --router-histogram FILE.gguf [TOKENS]")
     name, out = sys.argv[1], sys.argv[2]
     arch, pre, d = SHAPES[name]
     e, ff, hd = d["n_embd"], d["n_ff"], d["n_embd"] // d["n_head"]

@@ -3,25 +3,47 @@
 # the test suite), cached outside the repository:
 #   ~/.cache/onebit/shapes/qwen2.5-1.5b-Q4_K_M.gguf   (Qwen2.5-1.5B shape, 1.0 GB)
 #   ~/.cache/onebit/shapes/llama3.2-3b-Q4_0.gguf      (Llama-3.2-3B shape, 1.9 GB)
-# and prints their paths. scripts/gen-shapes.py writes an F16 file with the
-# gguf Python package (installed here, pinned), llama.cpp's llama-quantize
-# (scripts/build-llamacpp.sh) quantizes it, the F16 file is deleted. Files
-# already there are kept. A few minutes per model on 2 cores.
+#   ~/.cache/onebit/shapes/lfm2-8b-a1b-Q4_0.gguf      (LFM2-8B-A1B shape, MoE, 4.7 GB)
+#   ~/.cache/onebit/shapes/qwen3-30b-a3b-Q4_K_M.gguf  (Qwen3-30B-A3B shape, MoE, 18.6 GB)
+# and prints their paths. For the dense shapes scripts/gen-shapes.py writes
+# an F16 file with the gguf Python package (installed here, pinned),
+# llama.cpp's llama-quantize (scripts/build-llamacpp.sh) quantizes it, the
+# F16 file is deleted. The MoE shapes are written already quantized, with
+# the types llama-quantize would choose (an F16 30B would not fit the disk),
+# and their routers' expert-load histogram is printed to stderr. Files
+# already there are kept; ONEBIT_SHAPES_ONLY="lfm2-8b-a1b" (names separated
+# by spaces) makes only those. A few minutes per model on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${ONEBIT_SHAPES:-$HOME/.cache/onebit/shapes}"
-quantize="${LLAMA_QUANTIZE:-$(scripts/build-llamacpp.sh --bin-dir)/llama-quantize}"
-if [ ! -x "$quantize" ]; then
-    echo "error: no llama-quantize at $quantize (set LLAMA_QUANTIZE or run scripts/build-llamacpp.sh)" >&2
-    exit 1
-fi
+# llama-quantize, for the dense shapes only.
+need_quantize() {
+    quantize="${LLAMA_QUANTIZE:-$(scripts/build-llamacpp.sh --bin-dir)/llama-quantize}"
+    if [ ! -x "$quantize" ]; then
+        echo "error: no llama-quantize at $quantize (set LLAMA_QUANTIZE or run scripts/build-llamacpp.sh)" >&2
+        exit 1
+    fi
+}
 python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("gguf") != "0.19.0")' 2>/dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0
 mkdir -p "$out"
-for spec in qwen2.5-1.5b:Q4_K_M llama3.2-3b:Q4_0; do
-    shape="${spec%%:*}"; q="${spec#*:}"
+for spec in qwen2.5-1.5b:Q4_K_M llama3.2-3b:Q4_0 lfm2-8b-a1b:Q4_0:moe qwen3-30b-a3b:Q4_K_M:moe; do
+    shape="${spec%%:*}"; rest="${spec#*:}"; q="${rest%%:*}"
+    if [ -n "${ONEBIT_SHAPES_ONLY:-}" ] && [[ " $ONEBIT_SHAPES_ONLY " != *" $shape "* ]]; then
+        continue
+    fi
     dst="$out/$shape-$q.gguf"
+    if [ "${rest#*:}" = moe ]; then
+        if [ ! -s "$dst" ]; then
+            python3 scripts/gen-shapes.py "$shape" "$dst.tmp" >&2
+            mv "$dst.tmp" "$dst"
+            python3 scripts/gen-shapes.py --router-histogram "$dst" 512 >&2
+        fi
+        echo "$dst"
+        continue
+    fi
     if [ ! -s "$dst" ]; then
+        need_quantize
         tmp="$out/$shape-F16.gguf.tmp"
         python3 scripts/gen-shapes.py "$shape" "$tmp" >&2
         "$quantize" "$tmp" "$dst.tmp" "$q" "${THREADS:-2}" >"$out/$shape-$q.quantize.log" 2>&1 ||

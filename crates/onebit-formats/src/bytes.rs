@@ -5,6 +5,14 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
+/// The page size [`ByteView::release_pages_behind`] rounds to: x86-64's
+/// base page (where weights are repacked, the one caller); elsewhere the
+/// largest base page a Linux kernel uses, a multiple of the smaller ones.
+#[cfg(target_arch = "x86_64")]
+const PAGE: usize = 4 << 10;
+#[cfg(not(target_arch = "x86_64"))]
+const PAGE: usize = 64 << 10;
+
 #[derive(Clone)]
 pub struct ByteView {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
@@ -57,6 +65,37 @@ impl ByteView {
             // resident, which is harmless, so it is ignored.
             let _ = unsafe {
                 map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len)
+            };
+        }
+    }
+    /// [`ByteView::release_pages`] for views released in ascending file
+    /// order (a matrix's row chunks; the experts of a stacked tensor, one
+    /// after another), except that the page holding the view's last byte
+    /// stays resident: the next view shares it, and releasing it first made
+    /// that view's first read fault it back in together with the cached
+    /// pages around it (the kernel maps up to `fault_around_bytes`, 64 KiB,
+    /// around a fault), this view's released ones among them, which nothing
+    /// released again until the load ended. With experts of a few dozen KiB
+    /// that kept most of the file resident beside the repacked copies. The
+    /// next view's release, which starts at its first byte's page, takes
+    /// the kept page.
+    pub fn release_pages_behind(&self) {
+        #[cfg(unix)]
+        if let Some(map) = &self.file_map {
+            let begin = map.as_ptr() as usize + self.start;
+            let keep_from = (begin + self.len) & !(PAGE - 1);
+            if keep_from <= begin {
+                return;
+            }
+            // SAFETY: as in `release_pages`: only clean pages of a read-only
+            // private file map are discarded, so no byte changes; the range
+            // is a prefix of this view's, so within the map.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.start,
+                    keep_from - begin,
+                )
             };
         }
     }

@@ -252,11 +252,14 @@ impl QMatrix {
             // CHUNK is a whole number of row groups, so only the last
             // chunk ends in a partial group: the matrix's own tail.
             x86::pack_weight_rows(self.dtype, src, rb, out);
-            self.data.slice(r0 * rb, src.len()).release_pages();
+            self.data.slice(r0 * rb, src.len()).release_pages_behind();
         });
         // Once more over the whole matrix: a chunk packed on another
-        // thread may have faulted a shared boundary page back in.
-        self.data.release_pages();
+        // thread may have faulted a shared boundary page back in. The page
+        // holding the last row stays for the next matrix in the file (or
+        // the load's final `release_original`): released now, it would come
+        // back with its neighbours when that matrix is packed.
+        self.data.release_pages_behind();
     }
 
     #[cfg(not(target_arch = "x86_64"))]

@@ -1,7 +1,9 @@
 //! FastFlowLM's tiled weight encodings (`model.q4nx`), described in
 //! `docs/q4nx-format.md`: the Q4 matrix in three tile forms (the 5,120-byte
 //! full tile, the 1,280-byte quarter tile, the 4,608-byte symmetric chunk),
-//! each in its asymmetric (Q4_1) or symmetric (Q4_0) kind, and the Q8 tile.
+//! each in its asymmetric (Q4_1) or symmetric (Q4_0) kind, the Q8 tile
+//! (32 x 128 in 5,120 bytes) and the wide Q8 tile of the MoE packs (32 x 256
+//! in 8,704 bytes, `q8w`).
 //!
 //! The forms ([`TileForm`]), each a block of `rows` x `cols` weights in
 //! quantization groups of 32 columns, blocks in row-major order:
@@ -29,9 +31,11 @@
 //! on a lone tile uses that tile's evidence.
 
 mod q8;
+mod q8w;
 mod quant;
 
 pub use q8::*;
+pub use q8w::*;
 pub use quant::*;
 
 use half::{bf16, f16};

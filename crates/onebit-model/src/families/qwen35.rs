@@ -17,7 +17,7 @@
 use serde_json::Value as Json;
 
 use super::common::{base, qk_norm};
-use super::decls::{keys, Decls};
+use super::decls::{self as k, keys, Decls};
 use super::Family;
 use crate::error::Result;
 use crate::semantics::*;
@@ -45,6 +45,10 @@ keys! {
     SSM_INNER_SIZE = "ssm.inner_size", [];
     FULL_ATTN_INTERVAL = "full_attention_interval", ["full_attention_interval"];
     RECURRENT_LAYERS = "attention.recurrent_layers", [];
+    // config.json only: GGUF states the products (rope.dimension_count,
+    // ssm.inner_size).
+    PARTIAL_ROTARY = "", ["partial_rotary_factor", "rope_parameters/partial_rotary_factor"];
+    LINEAR_V_HEAD_DIM = "", ["linear_value_head_dim"];
 }
 
 const DEFAULT_INTERVAL: usize = 4;
@@ -103,6 +107,31 @@ pub fn body(d: &Decls, family: &'static str) -> Result<Semantics> {
                 format!("expected {n_layer} flags, found {v}"),
             ))
         }
+        None if d.get(k::LAYER_TYPES).is_some() => {
+            let types = d.get(k::LAYER_TYPES).expect("checked");
+            let kinds = types
+                .as_array()
+                .filter(|l| l.len() == n_layer)
+                .ok_or_else(|| {
+                    d.err(
+                        k::LAYER_TYPES,
+                        format!("expected {n_layer} layer types, found {types}"),
+                    )
+                })?
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("linear_attention") => Ok(LayerKind::DeltaNet),
+                    Some("full_attention") => Ok(LayerKind::Full),
+                    _ => Err(d.err(
+                        k::LAYER_TYPES,
+                        format!(
+                            "entries are \"linear_attention\" or \"full_attention\", found {t}"
+                        ),
+                    )),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Sourced::new(kinds, d.src(k::LAYER_TYPES))
+        }
         None => {
             let (interval, src) = match d.usize_opt(FULL_ATTN_INTERVAL)? {
                 Some(0) => return Err(d.err(FULL_ATTN_INTERVAL, "must be positive")),
@@ -132,9 +161,14 @@ pub fn body(d: &Decls, family: &'static str) -> Result<Semantics> {
     let head_k_dim = d.positive(SSM_STATE_SIZE)?;
     let n_k_heads = d.positive(SSM_GROUP_COUNT)?;
     let n_v_heads = d.positive(SSM_TIME_STEP_RANK)?;
-    let inner = d
-        .usize_opt(SSM_INNER_SIZE)?
-        .unwrap_or(n_v_heads * head_k_dim);
+    let inner = match (
+        d.usize_opt(SSM_INNER_SIZE)?,
+        d.usize_opt(LINEAR_V_HEAD_DIM)?,
+    ) {
+        (Some(i), _) => i,
+        (None, Some(dv)) => n_v_heads * d.size_checked(LINEAR_V_HEAD_DIM, dv)?,
+        (None, None) => n_v_heads * head_k_dim,
+    };
     if inner % n_v_heads != 0 || n_v_heads % n_k_heads != 0 {
         return Err(d.err(
             SSM_INNER_SIZE,
@@ -151,6 +185,33 @@ pub fn body(d: &Decls, family: &'static str) -> Result<Semantics> {
         },
         format!("{} and the other ssm.* keys", d.src(SSM_CONV_KERNEL)),
     ));
+    // A config.json states the rotary width as a fraction of the head dim.
+    if d.get(k::ROPE_DIMS).is_none() {
+        if let Some(f) = d.f64_opt(PARTIAL_ROTARY)? {
+            let rot = f * s.dims.head_dim_k as f64;
+            let n_rot = rot.round() as usize;
+            if !(f > 0.0 && f <= 1.0)
+                || (rot - n_rot as f64).abs() > 1e-6
+                || !n_rot.is_multiple_of(2)
+            {
+                return Err(d.err(
+                    PARTIAL_ROTARY,
+                    format!(
+                        "{f} of head dim {} is not an even rotary width",
+                        s.dims.head_dim_k
+                    ),
+                ));
+            }
+            for r in [&mut s.rope_full, &mut s.rope_sliding] {
+                r.value.n_rot = n_rot;
+                r.source = format!(
+                    "{}; rotary width {} x head_dim",
+                    r.source,
+                    d.src(PARTIAL_ROTARY)
+                );
+            }
+        }
+    }
     s.attn_output_gate = Sourced::new(
         true,
         format!("{family}: attn_q yields [q | gate] per head; output x sigmoid(gate)"),

@@ -25,11 +25,12 @@ use std::path::Path;
 
 use half::bf16;
 use onebit_formats::gguf::Gguf;
-use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, TileForm};
+use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, Q8wShape, TileForm};
 use onebit_formats::safetensors::{self, StDtype, StOut};
 use onebit_formats::{blocks, GgmlType};
 use serde_json::{json, Value as Json};
 
+use super::layout::{self, PackLayout, Plain};
 use super::names;
 use crate::error::{ModelError, Result};
 use crate::families::{self, ImportRules};
@@ -143,6 +144,9 @@ pub fn import(
     };
     let family = families::by_arch(&arch).ok_or_else(refuse)?;
     let rules = family.import.as_ref().ok_or_else(refuse)?;
+    if let Some(pl) = layout::of(family) {
+        return import_laid_out(g, family, rules, pl, opts, progress);
+    }
     let default_kind = rules.q4_kind;
     let rows = names::table(family).ok_or_else(|| ModelError::Unsupported {
         path: path.clone(),
@@ -493,4 +497,250 @@ pub fn write(dir: &Path, imp: &Imported) -> Result<()> {
         path: cfg,
         what: format!("cannot write: {e}"),
     })
+}
+
+/// The import of a family whose converter lays tensors out
+/// ([`layout::PackLayout`], FastFlowLM's MoE packs): the layout's ops
+/// applied (GGUF -> stored), expert stacks flattened expert-major; the
+/// layout's BF16 and F32 tensors in those types; Q4_1 full tiles
+/// ([N/32, Kp/256, 5120]) for its Q4 matrices (Q4_1 sources repacked
+/// exactly, others re-quantized; with `keep_q8`, Q8_0 sources kept as wide
+/// Q8 tiles); wide Q8 tiles for every other quantized matrix (Q8_0 sources
+/// exact up to bf16 scales, others re-quantized to Q8_0). Float matrices
+/// stay BF16, as for every family (the converter quantizes them).
+fn import_laid_out(
+    g: &Gguf,
+    family: &families::Family,
+    rules: &ImportRules,
+    pl: &PackLayout,
+    opts: ImportOptions,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Imported> {
+    let path = g.path().to_path_buf();
+    let arch = family.arch;
+    let terr = |name: &str, what: String| ModelError::Tensor {
+        path: path.clone(),
+        tensor: name.to_string(),
+        what,
+    };
+    if let Tiles::Force(f) = opts.tiles {
+        if f != TileForm::Full {
+            return Err(ModelError::Unsupported {
+                path: path.clone(),
+                what: format!(
+                    "--tiles {}: {} packs hold their Q4 matrices in full tiles only ({})",
+                    f.name(),
+                    arch,
+                    pl.source
+                ),
+            });
+        }
+    }
+    let rows = names::table(family).ok_or_else(|| ModelError::Unsupported {
+        path: path.clone(),
+        what: format!("family {arch} has import rules but no pack tensor-name table"),
+    })?;
+    let sem = families::semantics_from_gguf(g)?;
+    let config = config_json(g, &sem, rules)?;
+    let lay = (pl.resolve)(&config).map_err(|(key, what)| ModelError::Key {
+        path: path.clone(),
+        key,
+        what: format!("{what} (writing the layout of {})", pl.source),
+    })?;
+    let mut notes = vec![format!(
+        "{arch}: laid out as {}: experts in Q4_1 full tiles [N/32, Kp/256, 5120], other quantized matrices in wide Q8 tiles [N/32, Kp/256, 8704], V heads in grouped order, q_proj as queries then gates",
+        pl.source
+    )];
+    let mut plan: Vec<(String, String)> = Vec::new();
+    for t in &g.tensors {
+        let pack = names::to_pack(&rows, &t.name).ok_or_else(|| {
+            terr(
+                &t.name,
+                format!("has no name in the {arch} pack table, so it cannot be imported"),
+            )
+        })?;
+        plan.push((t.name.clone(), pack));
+    }
+    if g.tensor("output.weight").is_none() {
+        plan.push(("token_embd.weight".into(), "lm_head.weight".into()));
+        notes
+            .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
+    }
+    let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut kept_float, mut rounded) = (0usize, 0usize);
+    let total = plan.len();
+    let mut tensors = Vec::with_capacity(total);
+    for (done, (gname, pname)) in plan.iter().enumerate() {
+        progress(done, total, pname);
+        let info = g.tensor(gname).expect("planned from the file");
+        let mut t = Plain {
+            dtype: info.dtype,
+            dims: info.dims.clone(),
+            bytes: g.tensor_bytes(info).to_vec(),
+        };
+        let lm_head = pname == "lm_head.weight";
+        // The layout's names are GGUF names of the tensor itself; lm_head
+        // written from the embedding is a matrix like output.weight.
+        let key = if lm_head {
+            "output.weight"
+        } else {
+            gname.as_str()
+        };
+        if layout::listed(pl.experts, key) {
+            t.dims = match t.dims.as_slice() {
+                &[k, r, e] => vec![k, r * e],
+                d => {
+                    return Err(terr(
+                        gname,
+                        format!("an expert stack must be 3-D, found dims {d:?}"),
+                    ))
+                }
+            };
+        }
+        let plain_as = if layout::listed(pl.f32, key) {
+            Some(StDtype::F32)
+        } else if layout::listed(pl.bf16, key) || t.dims.len() == 1 {
+            Some(StDtype::BF16)
+        } else if !t.dtype.is_quantized() {
+            kept_float += 1;
+            Some(StDtype::BF16)
+        } else {
+            None
+        };
+        let ops = lay.ops_of(key);
+        if let Some(dt) = plain_as {
+            let f = t
+                .to_f32()
+                .and_then(|f| f.store(ops))
+                .map_err(|e| terr(gname, e))?;
+            let v: Vec<f32> = f
+                .bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect();
+            tensors.push(StOut {
+                name: pname.clone(),
+                dtype: dt,
+                shape: f.dims.iter().rev().copied().collect(),
+                data: if dt == StDtype::F32 {
+                    f.bytes
+                } else {
+                    to_bf16_bytes(&v)
+                },
+            });
+            continue;
+        }
+        if t.dims.len() != 2 {
+            return Err(terr(
+                gname,
+                format!(
+                    "dims {:?}: a quantized tensor the {arch} layout stores must be a matrix",
+                    t.dims
+                ),
+            ));
+        }
+        let t = t.store(ops).map_err(|e| terr(gname, e))?;
+        let (k, n) = (t.dims[0] as usize, t.dims[1] as usize);
+        let q4 = layout::listed(pl.q4, key) && !(opts.keep_q8 && t.dtype == GgmlType::Q8_0);
+        let out = if q4 {
+            let s = Q4Shape::of(TileForm::Full, n, k).map_err(|e| terr(gname, e.0))?;
+            let data = if t.dtype == GgmlType::Q4_1 {
+                q4nx::from_ggml(GgmlType::Q4_1, &t.bytes, s).map_err(|e| terr(gname, e.0))?
+            } else {
+                *requantized
+                    .entry(format!("{} -> Q4_1", t.dtype.name()))
+                    .or_default() += 1;
+                banded(&t, q4nx::ROWS, |v| {
+                    let band = Q4Shape::of(TileForm::Full, q4nx::ROWS, k).expect("checked above");
+                    Ok(q4nx::quantize(v, band, Q4Kind::Asymmetric))
+                })
+                .map_err(|e| terr(gname, e))?
+            };
+            StOut {
+                name: pname.clone(),
+                dtype: StDtype::I8,
+                shape: vec![
+                    (n / q4nx::ROWS) as u64,
+                    s.tiles_per_row() as u64,
+                    q4nx::TILE_BYTES as u64,
+                ],
+                data,
+            }
+        } else {
+            let s = Q8wShape::new(n, k).map_err(|e| terr(gname, e.0))?;
+            let data = if t.dtype == GgmlType::Q8_0 {
+                let (d, r) = q4nx::q8w_from_q8_0(&t.bytes, s).map_err(|e| terr(gname, e.0))?;
+                rounded += r;
+                d
+            } else {
+                *requantized
+                    .entry(format!("{} -> Q8_0", t.dtype.name()))
+                    .or_default() += 1;
+                banded(&t, q4nx::ROWS, |v| {
+                    let band = Q8wShape::new(q4nx::ROWS, k).map_err(|e| e.0)?;
+                    q4nx::q8w_from_q8_0(&q4nx::quantize_q8_0_bf16(v), band)
+                        .map(|(d, _)| d)
+                        .map_err(|e| e.0)
+                })
+                .map_err(|e| terr(gname, e))?
+            };
+            StOut {
+                name: pname.clone(),
+                dtype: StDtype::I8,
+                shape: s.stored_shape(),
+                data,
+            }
+        };
+        tensors.push(out);
+    }
+    progress(total, total, "done");
+    for (what, count) in &requantized {
+        notes.push(format!(
+            "{count} matrices re-quantized {what} (the {arch} converter's types)"
+        ));
+    }
+    if rounded > 0 {
+        notes.push(format!("{rounded} Q8_0 scales rounded f16 -> bf16"));
+    }
+    if kept_float > 0 {
+        notes.push(format!(
+            "{kept_float} float matrices kept as BF16 (FastFlowLM's converter quantizes them)"
+        ));
+    }
+    if opts.keep_q8 {
+        notes.push("--keep-q8: Q8_0 experts kept as wide Q8 tiles (FastFlowLM's runtime reads Q4_1 experts)".into());
+    }
+    Ok(Imported {
+        tensors,
+        config,
+        sem,
+        notes,
+    })
+}
+
+/// Tiles of a matrix made band by band (`rows` rows each, one tile row):
+/// each band's values decoded to f32 and handed to `tile`; tiles are in
+/// row-major block order, so the bands' tiles concatenate.
+fn banded(
+    t: &Plain,
+    rows: usize,
+    tile: impl Fn(&[f32]) -> std::result::Result<Vec<u8>, String>,
+) -> std::result::Result<Vec<u8>, String> {
+    let k = t.dims[0];
+    let rb = t
+        .dtype
+        .row_bytes(k)
+        .ok_or_else(|| format!("a row of {k} is not whole {} blocks", t.dtype))?
+        as usize;
+    let n = t.dims[1] as usize;
+    if !n.is_multiple_of(rows) {
+        return Err(format!("{n} rows are not whole tile rows of {rows}"));
+    }
+    let mut out = Vec::new();
+    let mut v = vec![0f32; rows * k as usize];
+    for band in t.bytes.chunks_exact(rb * rows) {
+        blocks::dequantize(t.dtype, band, &mut v).map_err(|e| e.to_string())?;
+        out.extend(tile(&v)?);
+    }
+    Ok(out)
 }

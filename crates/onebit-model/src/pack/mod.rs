@@ -15,13 +15,16 @@
 
 pub mod config;
 pub mod import;
+pub mod layout;
 pub mod names;
 pub mod verify;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, TileForm, TILE_BYTES};
+use onebit_formats::q4nx::{
+    self, Q4Kind, Q4Shape, Q8Shape, Q8wShape, TileForm, Q8W_TILE_BYTES, TILE_BYTES,
+};
 use onebit_formats::safetensors::{SafeTensors, StDtype, StTensor};
 use onebit_formats::{ByteView, GgmlType};
 use serde_json::Value as Json;
@@ -41,6 +44,8 @@ pub enum Form {
     /// Q4 tiles of a form, and the tensor's kind.
     Q4(TileForm, &'static str),
     Q8,
+    /// The MoE packs' wide Q8 tiles (32 x 256, 8,704 bytes).
+    Q8w,
 }
 
 impl std::fmt::Display for Form {
@@ -51,6 +56,7 @@ impl std::fmt::Display for Form {
             Form::Q4(TileForm::Quarter, k) => write!(f, "I8 Q4 quarter tiles (16 x 128), {k}"),
             Form::Q4(TileForm::Chunk4608, k) => write!(f, "I8 Q4 4,608-byte chunks, {k}"),
             Form::Q8 => write!(f, "I8 Q8 tiles"),
+            Form::Q8w => write!(f, "I8 wide Q8 tiles (32 x 256, 8,704 bytes)"),
         }
     }
 }
@@ -179,7 +185,20 @@ impl Pack {
                 .map(|t| t.raw.dims[1] as usize)
         };
         let mut tensors: Vec<PackTensor> = Vec::new();
+        if let Some(pl) = layout::of(family) {
+            let lay = (pl.resolve)(&text).map_err(|(key, what)| ModelError::Key {
+                path: config_path.clone(),
+                key,
+                what: format!("{what} (the layout of {})", pl.source),
+            })?;
+            for (g, t) in &by_gguf {
+                tensors.push(read_laid_out(&st, t, g, &lay, pl, hidden)?);
+            }
+        }
         for pass in [false, true] {
+            if layout::of(family).is_some() {
+                break;
+            }
             for (g, t) in &by_gguf {
                 let partners = names::input_from(g);
                 if partners.is_some() != pass {
@@ -206,7 +225,7 @@ impl Pack {
                 } else {
                     (KHint::Cols(hidden), Some(hidden))
                 };
-                tensors.push(read_tensor(&st, t, g, hint, k_cols)?);
+                tensors.push(read_tensor(&st, t, g, hint, k_cols, false)?);
             }
         }
         let index = tensors
@@ -322,6 +341,7 @@ fn read_tensor(
     gguf: &str,
     shape_hint: KHint,
     k_cols: Option<usize>,
+    wide: bool,
 ) -> Result<PackTensor> {
     let err = |what: String| ModelError::from(st.tensor_error(&t.name, what));
     let bytes = st.bytes(t);
@@ -373,8 +393,23 @@ fn read_tensor(
             inexact_scales: inexact,
         };
     match t.shape.as_slice() {
-        // Q8 tiles: [N/32, Kp/128, 5120].
-        &[nb, kb, w] if w as usize == TILE_BYTES => {
+        // Wide Q8 tiles of a MoE pack: [N/32, Kp/256, 8704].
+        &[nb, kb, w] if wide && w as usize == Q8W_TILE_BYTES => {
+            let n = nb as usize * q4nx::ROWS;
+            let kp = kb as usize * q4nx::Q8W_COLS;
+            let k = k_cols.unwrap_or(kp);
+            if k > kp || k.div_ceil(q4nx::Q8W_COLS) * q4nx::Q8W_COLS != kp {
+                return Err(err(format!(
+                    "wide Q8 tiles hold {kp} columns, which does not pad input width {k}"
+                )));
+            }
+            let s = Q8wShape::new(n, k).map_err(|e| err(e.0))?;
+            let (data, inexact) = q4nx::q8w_to_q8_0(&bytes, s).map_err(|e| err(e.0))?;
+            Ok(tiled(n, k, Form::Q8w, GgmlType::Q8_0, data, inexact))
+        }
+        // Q8 tiles: [N/32, Kp/128, 5120] (a MoE pack's 5,120-byte rows are
+        // Q4 full tiles in that shape).
+        &[nb, kb, w] if !wide && w as usize == TILE_BYTES => {
             let n = nb as usize * q4nx::ROWS;
             let kp = kb as usize * q4nx::Q8_COLS;
             let k = k_cols.unwrap_or(kp);
@@ -422,7 +457,8 @@ fn read_tensor(
                 KHint::None => return Err(err("a tiled tensor where a vector was expected".into())),
             };
             let s = Q4Shape::of(form, n, k).map_err(|e| err(e.0))?;
-            if t.shape.len() == 3 && t.shape[..2] != s.stored_shape()[..2] {
+            let in_3d = [(n / rows) as u64, s.tiles_per_row() as u64];
+            if t.shape.len() == 3 && t.shape[..2] != in_3d {
                 return Err(err(format!(
                     "shape {:?} is not [N/{rows}, Kp/{cols}, {w}] = {:?} for {n} rows by {k} columns",
                     t.shape,
@@ -439,7 +475,7 @@ fn read_tensor(
         }
         [.., w] if t.shape.len() <= 3 => {
             Err(err(format!(
-                "rows of {w} bytes are not a tile form onebit reads (5,120: the full Q4 tile or the Q8 tile; 1,280: the quarter tile; 4,608: the symmetric chunk)"
+                "rows of {w} bytes are not a tile form onebit reads (5,120: the full Q4 tile or the Q8 tile; 1,280: the quarter tile; 4,608: the symmetric chunk; 8,704: a MoE pack's wide Q8 tile)"
             )))
         }
         other => Err(err(format!(
@@ -447,6 +483,56 @@ fn read_tensor(
             t.dtype.name()
         ))),
     }
+}
+
+/// Reads one tensor of a pack with a [`layout::PackLayout`]: tiled matrices
+/// take their input width from the layout (else the hidden size), 5,120-byte
+/// rows are Q4 full tiles and 8,704-byte rows wide Q8 tiles; the layout's
+/// ops are undone and expert stacks get their 3-D GGUF dims back.
+fn read_laid_out(
+    st: &SafeTensors,
+    t: &StTensor,
+    gguf: &str,
+    lay: &layout::Layout,
+    pl: &layout::PackLayout,
+    hidden: usize,
+) -> Result<PackTensor> {
+    let err = |what: String| ModelError::from(st.tensor_error(&t.name, what));
+    let k = lay.width_of(gguf).unwrap_or(hidden);
+    let hint = if t.dtype == StDtype::I8 {
+        KHint::Cols(k)
+    } else {
+        KHint::None
+    };
+    let mut pt = read_tensor(st, t, gguf, hint, Some(k), true)?;
+    let ops = lay.ops_of(gguf);
+    if !ops.is_empty() {
+        let plain = layout::Plain {
+            dtype: pt.raw.dtype,
+            dims: pt.raw.dims.clone(),
+            bytes: pt.raw.bytes.to_vec(),
+        };
+        let back = plain
+            .restore(ops)
+            .map_err(|e| err(format!("cannot undo the layout of {}: {e}", pl.source)))?;
+        pt.raw = RawTensor {
+            dtype: back.dtype,
+            dims: back.dims,
+            bytes: ByteView::from_vec(back.bytes),
+        };
+    }
+    if layout::listed(pl.experts, gguf) {
+        let e = lay.n_expert as u64;
+        match pt.raw.dims.as_slice() {
+            &[k, rows] if rows % e == 0 => pt.raw.dims = vec![k, rows / e, e],
+            d => {
+                return Err(err(format!(
+                    "an expert stack of {e} experts must be a matrix whose rows split evenly among them, found dims {d:?}"
+                )))
+            }
+        }
+    }
+    Ok(pt)
 }
 
 #[cfg(test)]

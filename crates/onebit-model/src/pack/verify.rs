@@ -89,7 +89,7 @@ impl Report {
 }
 
 fn tiled(t: &PackTensor) -> bool {
-    matches!(t.form, Form::Q4(..) | Form::Q8)
+    matches!(t.form, Form::Q4(..) | Form::Q8 | Form::Q8w)
 }
 
 /// A tensor's rows decoded to f32 as the kernels see them.
