@@ -392,12 +392,13 @@ fn batched_prefill_equals_sequential_for_every_kv_type() {
     }
 }
 
-/// Gemma 4's two fixtures: `gemma4` (per-layer embeddings) and
-/// `gemma4-nople` (none); both with shared-KV layers and a sequence longer
-/// than the sliding window. Bound 1e-3 * M (testdata/llamacpp/README.md):
-/// llama.cpp's GELU goes through an fp16 table, in the FFN gate and in the
-/// per-layer branch; we compute it in f32 (seen: 4.8e-4 M).
-const GEMMA4: &[&str] = &["gemma4", "gemma4-nople"];
+/// Gemma 4's fixtures: `gemma4` (per-layer embeddings), `gemma4-nople`
+/// (none) and `gemma4-moe` (expert layers: the dense MLP beside 8 routed
+/// experts, top 2); all with shared-KV layers and a sequence longer than
+/// the sliding window. Bound 1e-3 * M (testdata/llamacpp/README.md):
+/// llama.cpp's GELU goes through an fp16 table, in the FFN gates and in
+/// the per-layer branch; we compute it in f32 (seen: 4.8e-4 M).
+const GEMMA4: &[&str] = &["gemma4", "gemma4-nople", "gemma4-moe"];
 
 #[test]
 fn gemma4_f32_and_dequantized_match_llamacpp_within_its_gelu_table() {
@@ -430,6 +431,20 @@ fn gemma4_quantized_and_f16_kv_match_llamacpp() {
         check_within_quantized_tolerances(fx, "f32", "tokens", KvType::F16);
         check_within_quantized_tolerances(fx, "Q8_0", "tokens", KvType::F16);
     }
+}
+
+#[test]
+fn gemma4_with_experts_batched_equals_sequential() {
+    check_batch_equals_sequential("gemma4-moe", "f32.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Float, "tokens");
+    check_batch_equals_sequential_kv(
+        "gemma4-moe",
+        "Q8_0.gguf",
+        Precision::Quantized,
+        "tokens",
+        KvType::F16,
+    );
 }
 
 #[test]
