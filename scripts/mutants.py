@@ -24,6 +24,7 @@ PACK_TESTS = ["-p", "onebit-model", "--test", "pack", "--lib"]
 NAMES = "crates/onebit-model/src/pack/names.rs"
 MOE = "crates/onebit-model/src/moe.rs"
 GEMMA4_MOE_TESTS = ["-p", "onebit-model", "--test", "golden", "gemma4"]
+SOFT_CAP_TESTS = ["-p", "onebit-model", "--test", "golden", "soft_cap"]
 
 MUTANTS = [
     ("qwen3moe: chosen experts' weights not renormalized", "crates/onebit-model/src/families/qwen3moe.rs",
@@ -109,7 +110,11 @@ MUTANTS = [
     ("gemma4: v norm off", G4,
      "s.v_norm = Sourced::new(true,", "s.v_norm = Sourced::new(false,", MODEL_TESTS),
     ("gemma4: final soft-cap dropped", G4,
-     "s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));", "let _ = cap;", MODEL_TESTS),
+     "Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP))", "Sourced::new(None, d.src(k::FINAL_SOFTCAP))", MODEL_TESTS),
+    ("gemma4: no soft-cap when a GGUF does not state one (llama.cpp runs 30)", G4,
+     "            Some(GGUF_DEFAULT_SOFTCAP),\n", "            None,\n", SOFT_CAP_TESTS),
+    ("gemma3: a stated soft-cap of 0 run as a cap of 0 (llama.cpp: none)", G3,
+     ".filter(|&c| c != 0.0)", ".filter(|_| true)", SOFT_CAP_TESTS),
     # Not a mutant: dropping the per-layer input's 1/sqrt(2) (or the projection's
     # 1/sqrt(n_embd)) scales the whole per-layer branch before its post_norm
     # RMSNorm, which cancels it up to eps; only the token rows' sqrt(width),

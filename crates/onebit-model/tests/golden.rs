@@ -433,6 +433,71 @@ fn gemma4_quantized_and_f16_kv_match_llamacpp() {
     }
 }
 
+/// Ours on an edited copy of a fixture's f32 GGUF, against the fixture's
+/// `f32.logits.bin`, within `rel` * M: for edits after which llama.cpp
+/// gives that file byte for byte (each checked with its driver when the
+/// test was written).
+fn check_edited_f32(
+    family: &str,
+    what: &str,
+    rel: f32,
+    edit: impl Fn(&mut onebit_formats::gguf::writer::GgufWriter),
+) {
+    use onebit_formats::gguf::{writer::GgufWriter, Gguf};
+    let fx = Fixture::new(family);
+    let g = Gguf::open(fx.dir.join("f32.gguf")).unwrap();
+    let mut w = GgufWriter::from_gguf(&g);
+    edit(&mut w);
+    let dir = onebit_testdata::TempDir::new("golden-edited");
+    let path = dir.file("f32.gguf", &w.to_bytes());
+    let exec = ExecConfig {
+        threads: 2,
+        precision: Precision::Quantized,
+        max_context: 128,
+        kv_type: KvType::F32,
+    };
+    let (model, _) = load::load(&path, &exec).unwrap();
+    let mut st = model.new_state();
+    let ours = model
+        .forward(&mut st, &fx.tokens("tokens"), Logits::All)
+        .unwrap();
+    let m = fx.max_abs_logit("f32");
+    let c = compare(
+        &ours,
+        &fx.logits("f32.logits.bin"),
+        fx.n_vocab(),
+        &fx.top1_margin("f32"),
+    );
+    eprintln!(
+        "{family} {what} vs f32.logits.bin: max|diff| {:.2e} M",
+        c.max_abs_diff / m
+    );
+    assert!(
+        c.max_abs_diff <= rel * m,
+        "{family} {what}: max |diff| {} exceeds {rel} * M",
+        c.max_abs_diff
+    );
+}
+
+/// llama.cpp's gemma4 soft-caps the logits at 30 when a GGUF does not
+/// state `final_logit_softcapping` (its hparams default, which gemma4.cpp
+/// keeps, unlike gemma3.cpp): the gemma4 fixture states 30, so without the
+/// key llama.cpp gives the same logits. A stated 0 is llama.cpp's "none":
+/// gemma3's fixture states no cap, and with 0 stated llama.cpp gives the
+/// same logits.
+#[test]
+fn a_soft_cap_not_stated_or_stated_as_0_runs_as_llamacpp_runs_it() {
+    check_edited_f32("gemma4", "without final_logit_softcapping", 1e-3, |w| {
+        w.remove_kv("gemma4.final_logit_softcapping");
+    });
+    check_edited_f32("gemma3", "with final_logit_softcapping 0", 5e-4, |w| {
+        w.set_kv(
+            "gemma3.final_logit_softcapping",
+            onebit_formats::gguf::Value::F32(0.0),
+        );
+    });
+}
+
 #[test]
 fn gemma4_with_experts_batched_equals_sequential() {
     check_batch_equals_sequential("gemma4-moe", "f32.gguf", Precision::Quantized, "tokens");

@@ -18,7 +18,8 @@
 //! - Body: sandwich norms, GELU(tanh)-gated FFN, then per-layer embeddings
 //!   when `embedding_length_per_layer_input` > 0, then the layer output
 //!   scale (`layer_output_scale` tensor, when present).
-//! - Embeddings times sqrt(n_embd); final logit soft-capping when stated;
+//! - Embeddings times sqrt(n_embd); final logit soft-capping as stated, and
+//!   at 30 when a GGUF does not state it (llama.cpp's default; 0: none);
 //!   tied output when there is no `output.weight`.
 //! - Expert layers (a GGUF with `expert_count` / `ffn_gate_inp`), as
 //!   llama.cpp's graph runs them: the dense MLP beside the routed experts,
@@ -143,6 +144,9 @@ const HF_FULL_DEFAULT: (&str, f64, f64) = ("proportional", 1_000_000.0, 0.25);
 const HF_SLIDING_DEFAULT: (&str, f64, f64) = ("default", 10_000.0, 1.0);
 
 const OUTPUT_SCALE: &str = "layer_output_scale.weight";
+
+/// The final soft-cap llama.cpp's gemma4 runs when a GGUF does not state one.
+const GGUF_DEFAULT_SOFTCAP: f32 = 30.0;
 
 pub fn semantics(d: &Decls) -> Result<Semantics> {
     let mut s = base(
@@ -278,9 +282,32 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         ),
     };
     s.activation = Sourced::new(Activation::GeluTanhGate, "gemma4: gelu_pytorch_tanh gate");
-    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
-        s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
-    }
+    // llama.cpp's gemma4 reads the key as optional over its hparams default
+    // of 30 (src/llama-hparams.h: f_final_logit_softcapping = 30.0f; unlike
+    // gemma3.cpp it does not reset it to 0) and soft-caps when it is non-zero.
+    s.final_softcap = match d.f64_opt(k::FINAL_SOFTCAP)? {
+        Some(0.0) => Sourced::new(None, format!("{} = 0: none", d.src(k::FINAL_SOFTCAP))),
+        Some(cap) if cap > 0.0 && cap.is_finite() => {
+            Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP))
+        }
+        Some(cap) => {
+            return Err(d.err(
+                k::FINAL_SOFTCAP,
+                format!("must be positive (or 0: none), found {cap}"),
+            ))
+        }
+        None if d.container == ContainerKind::Gguf => Sourced::new(
+            Some(GGUF_DEFAULT_SOFTCAP),
+            format!(
+                "{} absent: llama.cpp's gemma4 default {GGUF_DEFAULT_SOFTCAP} (src/llama-hparams.h)",
+                d.spelled(k::FINAL_SOFTCAP)
+            ),
+        ),
+        None => Sourced::new(
+            None,
+            format!("{} absent: none", d.spelled(k::FINAL_SOFTCAP)),
+        ),
+    };
 
     // The body: sandwich norms, per-layer embeddings, output scale.
     // HF writes null for a model without per-layer embeddings.
