@@ -296,12 +296,20 @@ def spec_nanbeige(hp):
 
 
 def spec_gemma4(hp):
-    """llama.cpp's gemma4 (src/models/gemma4.cpp), dense layers."""
+    """llama.cpp's gemma4 (src/models/gemma4.cpp): dense layers, or with hp["n_expert"] expert
+    layers (the dense MLP beside routed experts, the routing code of routing_code())."""
     arch, u32, f32 = "gemma4", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
     e, nh, nkv, ff, L = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["n_ff"], hp["n_layer"]
     hd, hd_swa, pl = hp["head_dim"], hp["head_dim_swa"], hp["n_embd_per_layer"]
     swa = hp["sliding"]
-    keys = common_keys(arch, hp) + [
+    moe = hp.get("n_expert")
+    # With experts: no matrix writes the routing code's dims into the residual stream.
+    rc = routing_code(hp) if moe else None
+    out_w = (lambda n_out, n_in: ("normal", (n_out, n_in), 0.5 / math.sqrt(n_in), 0.0, rc["out_rows"])) if moe \
+        else (lambda n_out, n_in: w(n_out, n_in, 0.5))
+    moe_keys = [(f"{arch}.expert_count", moe, u32), (f"{arch}.expert_used_count", hp["n_expert_used"], u32),
+                (f"{arch}.expert_feed_forward_length", hp["n_ff_exp"], u32)] if moe else []
+    keys = common_keys(arch, hp) + moe_keys + [
         (f"{arch}.rope.freq_base_swa", hp["rope_base_swa"], f32),
         (f"{arch}.attention.sliding_window", hp["window"], u32),
         (f"{arch}.attention.sliding_window_pattern", swa, gguf.GGUFValueType.ARRAY),
@@ -319,7 +327,7 @@ def spec_gemma4(hp):
     # rest get divisor 1e30 (no rotation), as conversion/gemma.py writes it.
     n_rot_pairs = hp["rot_pairs_full"]
     freqs = np.array([1.0] * n_rot_pairs + [1e30] * (hd // 2 - n_rot_pairs), dtype=np.float32)
-    t = [("token_embd.weight", ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
+    t = [("token_embd.weight", rc["embd"] if moe else ("normal", (hp["n_vocab"], e), hp["embd_std"], 0.0))]
     if pl:
         t += [("per_layer_token_embd.weight", ("normal", (hp["n_vocab"], pl * L), hp["embd_std"], 0.0)),
               ("per_layer_model_proj.weight", w(pl * L, e)),
@@ -334,17 +342,29 @@ def spec_gemma4(hp):
             t += [(b + "attn_k.weight", w(nkv * d, e)), (b + "attn_v.weight", w(nkv * d, e))]
         # q/k norm weights ~0.4: with attention scale 1, unit-RMS q and k
         # would make every softmax one-hot (and the quantized runs chaotic).
-        t += [(b + "attn_output.weight", w(e, nh * d, 0.5)), (b + "attn_q_norm.weight", qk_norm(d))]
+        t += [(b + "attn_output.weight", out_w(e, nh * d)), (b + "attn_q_norm.weight", qk_norm(d))]
         if i < kv_from:
             t.append((b + "attn_k_norm.weight", qk_norm(d)))
         t += [(b + "post_attention_norm.weight", norm(e)),
               (b + "layer_output_scale.weight", ("normal", (1,), 0.1, 0.8)),
               (b + "ffn_norm.weight", norm(e)),
               (b + "ffn_gate.weight", w(ff, e)), (b + "ffn_up.weight", w(ff, e)),
-              (b + "ffn_down.weight", w(e, ff, 0.5)),
+              (b + "ffn_down.weight", out_w(e, ff)),
               (b + "post_ffw_norm.weight", norm(e))]
+        if moe:
+            # The router's scale is exactly 1 on the code dims; the stacked tensors' NumPy
+            # shapes are [experts, outputs, inputs], gate rows before up rows in gate_up.
+            ne, fe = moe, hp["n_ff_exp"]
+            t += [(b + "ffn_gate_inp.weight", rc["router"](i)),
+                  (b + "ffn_gate_inp.scale", ("normal", (e,), 0.1, 1.0, *rc["norm"])),
+                  (b + "pre_ffw_norm_2.weight", norm(e)), (b + "post_ffw_norm_1.weight", norm(e)),
+                  (b + "post_ffw_norm_2.weight", norm(e)),
+                  (b + "ffn_gate_up_exps.weight", ("normal", (ne, 2 * fe, e), 1 / math.sqrt(e), 0.0)),
+                  (b + "ffn_down_exps.weight",
+                   ("normal", (ne, e, fe), hp["exp_down_gain"] / math.sqrt(fe), 0.0, rc["down_rows"])),
+                  (b + "ffn_down_exps.scale", ("uniform", (ne,), 0.5, 1.5, 1.0))]
         if pl:
-            t += [(b + "inp_gate.weight", w(pl, e)), (b + "proj.weight", w(e, pl, 0.5)),
+            t += [(b + "inp_gate.weight", w(pl, e)), (b + "proj.weight", out_w(e, pl)),
                   (b + "post_norm.weight", norm(e))]
     return keys, t + head(hp)
 
@@ -646,6 +666,133 @@ def reference_lfm2moe(path, hp, toks):
     return rms(x, T["token_embd_norm.weight"], eps) @ out.T, np.array(gaps).reshape(routed, n), chosen
 
 
+def gelu(x, table=False):
+    """GELU (tanh form), exact in float64, or (table) as ggml-cpu evaluates it in f32: the input
+    rounded to fp16, the tanh form in f32, the result rounded to fp16 (its fp16 lookup table),
+    and x itself past +-10 (0 below -10)."""
+    if not table:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * x * (1 + 0.044715 * x * x)))
+    x16 = x.astype(np.float16).astype(np.float32)
+    c = np.float32(math.sqrt(2 / math.pi))
+    y = (np.float32(0.5) * x16 * (np.float32(1) + np.tanh(c * x16 * (np.float32(1) + np.float32(0.044715) * x16 * x16))))
+    y = y.astype(np.float16).astype(np.float64)
+    return np.where(x <= -10, 0.0, np.where(x >= 10, x, y))
+
+
+def reference_gemma4(path, hp, toks, gelu_table=False, switch=()):
+    """An independent float64 NumPy forward of gemma4 (GEMMA4_MODEL and, with experts,
+    meta.json:model's ffn), written from src/models/gemma4.cpp: logits, per expert layer and
+    token the gap between the k-th and (k+1)-th router probability, and the chosen experts.
+    gelu_table emulates ggml-cpu's fp16 GELU. `switch` names rules to revert (a mutant of
+    the reference, to see how far a rule moves the logits): "no_expert_scale", "no_renorm",
+    "no_dense_branch", "no_post_norm_2", "router_on_ffn_input"."""
+    T = {t.name: np.array(t.data, dtype=np.float64).reshape([int(x) for x in reversed(t.shape)])
+         for t in gguf.GGUFReader(str(path)).tensors}
+    e, nh, nkv, eps, L, n = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["eps"], hp["n_layer"], len(toks)
+    pl, swa, win = hp["n_embd_per_layer"], hp["sliding"], hp["window"]
+    g_ = lambda v: gelu(v, gelu_table)
+    x0 = T["token_embd.weight"][toks] * math.sqrt(e)
+    x = x0
+    if pl:
+        proj = (x0 @ T["per_layer_model_proj.weight"].T / math.sqrt(e)).reshape(n, L, pl)
+        proj = rms(proj, T["per_layer_proj_norm.weight"], eps)
+        tok = T["per_layer_token_embd.weight"][toks].reshape(n, L, pl) * math.sqrt(pl)
+        per_layer = (proj + tok) / math.sqrt(2)
+    pos = np.arange(n)
+
+    def rope(v, n_rot, base, factors):
+        half = n_rot // 2
+        inv = base ** (-2 * np.arange(half) / n_rot) / factors
+        ang = pos[:, None] * inv[None, :]
+        c, s_ = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        a, b = v[..., :half], v[..., half:n_rot]
+        return np.concatenate([a * c - b * s_, a * s_ + b * c, v[..., n_rot:]], -1)
+
+    kv_from = L - hp["shared_kv_layers"]
+    cache, gaps, chosen = {}, [], []
+    for i in range(L):
+        g = lambda s: T[f"blk.{i}.{s}"]
+        d = hp["head_dim_swa"] if swa[i] else hp["head_dim"]
+        if swa[i]:
+            n_rot, base, fac = hp["head_dim_swa"], hp["rope_base_swa"], np.ones(d // 2)
+        else:
+            n_rot, base, fac = d, hp["rope_base"], T["rope_freqs.weight"]
+        h = rms(x, g("attn_norm.weight"), eps)
+        q = rope(rms((h @ g("attn_q.weight").T).reshape(n, nh, d), g("attn_q_norm.weight"), eps), n_rot, base, fac)
+        if i < kv_from:
+            k = rope(rms((h @ g("attn_k.weight").T).reshape(n, nkv, d), g("attn_k_norm.weight"), eps), n_rot, base, fac)
+            v = rms((h @ g("attn_v.weight").T).reshape(n, nkv, d), 1.0, eps)
+            cache[i] = (k, v)
+        else:
+            k, v = cache[kv_from - (2 if swa[i] else 1)]
+        o = np.zeros((n, nh, d))
+        p1, p0 = np.arange(n)[:, None], np.arange(n)[None, :]
+        mask = (p0 <= p1) & ((p1 - p0 < win) if swa[i] else True)
+        for hh in range(nh):
+            kh = hh // (nh // nkv)
+            sc = np.where(mask, q[:, hh] @ k[:, kh].T, -np.inf)
+            pr = np.exp(sc - sc.max(1, keepdims=True))
+            o[:, hh] = (pr / pr.sum(1, keepdims=True)) @ v[:, kh]
+        x = x + rms(o.reshape(n, nh * d) @ g("attn_output.weight").T, g("post_attention_norm.weight"), eps)
+        hf = rms(x, g("ffn_norm.weight"), eps)
+        dense = (g_(hf @ g("ffn_gate.weight").T) * (hf @ g("ffn_up.weight").T)) @ g("ffn_down.weight").T
+        if f"blk.{i}.ffn_gate_inp.weight" in T:
+            k_used = hp["n_expert_used"]
+            dense = rms(dense, g("post_ffw_norm_1.weight"), eps)
+            he = rms(x, g("pre_ffw_norm_2.weight"), eps)
+            r = rms(x, 1.0, eps) / math.sqrt(e) * g("ffn_gate_inp.scale")
+            if "router_on_ffn_input" in switch:
+                r = hf
+            lg = r @ g("ffn_gate_inp.weight").T
+            pr = np.exp(lg - lg.max(1, keepdims=True))
+            pr /= pr.sum(1, keepdims=True)
+            gu, down, sc = g("ffn_gate_up_exps.weight"), g("ffn_down_exps.weight"), g("ffn_down_exps.scale")
+            fe = gu.shape[1] // 2
+            f = np.zeros_like(x)
+            for t in range(n):
+                order = np.argsort(-pr[t], kind="stable")
+                gaps.append(float(pr[t, order[k_used - 1]] - pr[t, order[k_used]]))
+                chosen.append(sorted(int(c) for c in order[:k_used]))
+                wts = pr[t, order[:k_used]]
+                if "no_renorm" not in switch:
+                    wts = wts / wts.sum()
+                for ex, wt in zip(order[:k_used], wts):
+                    a = gu[ex] @ he[t]
+                    y = down[ex] @ (g_(a[:fe]) * a[fe:])
+                    f[t] += wt * y * (1.0 if "no_expert_scale" in switch else sc[ex])
+            if "no_post_norm_2" not in switch:
+                f = rms(f, g("post_ffw_norm_2.weight"), eps)
+            dense = f + (0 if "no_dense_branch" in switch else dense)
+        x = x + rms(dense, g("post_ffw_norm.weight"), eps)
+        if pl:
+            br = (g_(x @ g("inp_gate.weight").T) * per_layer[:, i]) @ g("proj.weight").T
+            x = x + rms(br, g("post_norm.weight"), eps)
+        if f"blk.{i}.layer_output_scale.weight" in T:
+            x = x * g("layer_output_scale.weight")[0]
+    logits = rms(x, T["output_norm.weight"], eps) @ T["token_embd.weight"].T
+    cap = hp["final_softcap"]
+    logits = cap * np.tanh(logits / cap)
+    n_moe = len(gaps) // n
+    return logits, np.array(gaps).reshape(n_moe, n), chosen
+
+
+def gemma4_check(out, hp, toks, f32_logits, dequant_path, dequant_logits):
+    """meta.json's numpy_float64_reference_check for gemma4 with experts: router_check's figures
+    with the exact GELU, the same with ggml's fp16 GELU table emulated, and how far each rule
+    reverted in the reference moves its logits (relative to M)."""
+    c = router_check(reference_gemma4)(out, hp, toks, f32_logits, dequant_path, dequant_logits)
+    m = float(np.abs(f32_logits).max())
+    tab = lambda p, *a: reference_gemma4(p, hp, toks, True, *a)[0]
+    base = tab(out / "f32.gguf")
+    c["f32_fp16_gelu_table_max_abs_diff_rel_to_max_abs_logit"] = float(np.abs(base - f32_logits).max() / m)
+    c["dequant_fp16_gelu_table_max_abs_diff_rel_to_max_abs_logit"] = float(
+        np.abs(tab(dequant_path) - dequant_logits).max() / m)
+    c["reference_mutants_max_abs_diff_rel_to_max_abs_logit"] = {
+        sw: float(np.abs(tab(out / "f32.gguf", (sw,)) - base).max() / m)
+        for sw in ("no_expert_scale", "no_renorm", "no_dense_branch", "no_post_norm_2", "router_on_ffn_input")}
+    return c
+
+
 def router_check(reference):
     """meta.json's numpy_float64_reference_check for a routed family: the reference forward
     against llama.cpp, and the smallest router gap on the f32 and the dequantized weights."""
@@ -683,6 +830,32 @@ GEMMA4_MODEL = {
     "per_layer_branch": "x + RMSNorm(proj(gelu(inp_gate(x)) * slice_i); post_norm)",
     "embedding_scale": "sqrt(n_embd)", "final_logit_softcapping": 30.0, "tied_embeddings": True,
 }
+
+# Gemma 4 with expert layers (Gemma-4-26B-A4B's structure at a tiny size), as
+# src/models/gemma4.cpp's is_moe_layer branch builds every layer's FFN.
+GEMMA4_MOE_MODEL = dict(
+    GEMMA4_MODEL,
+    layer_kinds="SSFSF (sliding_window_pattern), window 8",
+    shared_kv="layers 3 and 4 (the last shared_kv_layers = 2) have no K/V of their own: layer 3 (sliding) reads "
+              "layer 1's KV, layer 4 (full) layer 2's",
+    body="attn_norm -> attention -> post_attention_norm -> + (x = attn_out); FFN below -> post_ffw_norm -> +; "
+         "then the per-layer embedding branch; then x layer_output_scale",
+    ffn="every layer: dense = RMSNorm(ffn_down(gelu(ffn_gate h1) * ffn_up h1); post_ffw_norm_1), h1 = "
+        "RMSNorm(x; ffn_norm); router input r = rmsnorm(x) (no weight) / sqrt(n_embd) * ffn_gate_inp.scale; "
+        "p = softmax(ffn_gate_inp r) over 8 experts; the 2 largest, weights p_e / their sum; experts read "
+        "h2 = RMSNorm(x; pre_ffw_norm_2); moe = RMSNorm(sum_e w_e * ffn_down_exps.scale[e] * ffn_down_exps[e]("
+        "gelu(gate_e h2) * up_e h2); post_ffw_norm_2), gate_e|up_e the rows of ffn_gate_up_exps[e] (gate first); "
+        "FFN = dense + moe",
+    routing_code="routing_code(): the first 8 dims of each embedding hold the code; no attn_output, ffn_down, "
+                 "ffn_down_exps or per-layer proj row writes them; ffn_gate_inp.scale is exactly 1 there",
+)
+# Router gain 32 (the router input carries 1/sqrt(n_embd)): the smallest 2nd-3rd probability gap
+# is then 0.12. The experts' down projections have std 0.003/sqrt(n_ff_exp), so that their weighted
+# sum has an RMS near sqrt(eps) = 1e-3: post_ffw_norm_2 removes any common factor of the weights but
+# for its eps, and renormalization is only visible through it (at the 0.5 of the other fixtures,
+# dropping it moves the logits by 3e-5 M; here by 1.3e-2 M).
+ROUTER_GAIN_GEMMA4 = 32.0
+EXP_DOWN_GAIN_GEMMA4 = 0.003
 
 FAMILIES = {
     "llama": dict(
@@ -830,6 +1003,12 @@ FAMILIES = {
                       "ffn_gate_inp_shexp . h) * ffn_down_shexp(silu(ffn_gate_shexp h) * ffn_up_shexp h)",
                "norms": "'+1' folded in, except ssm_norm", "post_attention_norm": "the pre-FFN norm",
                "tied_embeddings": False}),
+    "gemma4-moe": dict(
+        spec=spec_gemma4, arch="gemma4", seed=1016, quant="Q8_0", check=gemma4_check,
+        hp=dict(GEMMA4_HP, n_layer=5, sliding=[True, True, False, True, False], n_embd_per_layer=32,
+                n_expert=8, n_expert_used=2, n_ff_exp=32, router_gain=ROUTER_GAIN_GEMMA4, code_scale=2.0,
+                exp_down_gain=EXP_DOWN_GAIN_GEMMA4),
+        model=GEMMA4_MOE_MODEL),
     "nanbeige": dict(
         spec=spec_nanbeige, arch="nanbeige", seed=1009, quant="Q8_0",
         hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=3, num_loops=2,

@@ -23,6 +23,8 @@ MODEL_TESTS = ["-p", "onebit-model"]
 PACK_TESTS = ["-p", "onebit-model", "--test", "pack", "--lib"]
 NAMES = "crates/onebit-model/src/pack/names.rs"
 MOE = "crates/onebit-model/src/moe.rs"
+GEMMA4_MOE_TESTS = ["-p", "onebit-model", "--test", "golden", "gemma4"]
+SOFT_CAP_TESTS = ["-p", "onebit-model", "--test", "golden", "soft_cap"]
 
 MUTANTS = [
     ("qwen3moe: chosen experts' weights not renormalized", "crates/onebit-model/src/families/qwen3moe.rs",
@@ -108,7 +110,11 @@ MUTANTS = [
     ("gemma4: v norm off", G4,
      "s.v_norm = Sourced::new(true,", "s.v_norm = Sourced::new(false,", MODEL_TESTS),
     ("gemma4: final soft-cap dropped", G4,
-     "s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));", "let _ = cap;", MODEL_TESTS),
+     "Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP))", "Sourced::new(None, d.src(k::FINAL_SOFTCAP))", MODEL_TESTS),
+    ("gemma4: no soft-cap when a GGUF does not state one (llama.cpp runs 30)", G4,
+     "            Some(GGUF_DEFAULT_SOFTCAP),\n", "            None,\n", SOFT_CAP_TESTS),
+    ("gemma3: a stated soft-cap of 0 run as a cap of 0 (llama.cpp: none)", G3,
+     ".filter(|&c| c != 0.0)", ".filter(|_| true)", SOFT_CAP_TESTS),
     # Not a mutant: dropping the per-layer input's 1/sqrt(2) (or the projection's
     # 1/sqrt(n_embd)) scales the whole per-layer branch before its post_norm
     # RMSNorm, which cancels it up to eps; only the token rows' sqrt(width),
@@ -119,6 +125,23 @@ MUTANTS = [
      "output_scale: output_scale.then_some(OUTPUT_SCALE),", "output_scale: None,", MODEL_TESTS),
     ("gemma4: sliding pattern ignored (every layer full)", G4,
      "Some(true) => Ok(LayerKind::Sliding),", "Some(true) => Ok(LayerKind::Full),", MODEL_TESTS),
+    # Gemma 4's expert layers (the gemma4-moe fixture); run: scripts/mutants.py gemma4-moe
+    ("gemma4-moe: per-expert output scale off", MOE,
+     "let s = sc[x];", "let s = 1.0 + 0.0 * sc[x];", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: chosen experts' weights not renormalized", MOE,
+     "    if m.norm_weights.value {", "    if false && m.norm_weights.value {", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: the dense MLP beside the experts dropped", MOE,
+     "            let s = &*s;\n", "            let s = &vec![0f32; s.len()][..];\n", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: the experts' sum not normed (post_ffw_norm_2 dropped)", MOE,
+     "            rmsnorm_inplace(o, &b.experts_out, eps);", "            let _ = b;", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: the dense MLP's output not normed (post_ffw_norm_1 dropped)", MOE,
+     "                rmsnorm_inplace(s, &b.shared_out, eps);", "                let _ = b;", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: the experts read the FFN input (pre_ffw_norm_2 dropped)", MOE,
+     "            normed = r;\n            &normed", "            normed = r;\n            let _ = &normed;\n            h", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: the router reads the FFN input", MOE,
+     "            scaled = r;\n            &scaled", "            scaled = r;\n            let _ = &scaled;\n            h", GEMMA4_MOE_TESTS),
+    ("gemma4-moe: the router's 1/sqrt(n_embd) dropped", MOE,
+     "let c = 1.0 / (e as f32).sqrt();", "let c = 1.0;", GEMMA4_MOE_TESTS),
     ("qwen35: attention output gate dropped", ATTENTION,
      "ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));", "let _ = g;", MODEL_TESTS),
 ]

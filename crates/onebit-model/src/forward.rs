@@ -346,7 +346,7 @@ impl Model {
                 .mix(&run, at, &mut rows, &h, &mut sc, &mut mixed)?;
             let post = lw.post_attn_norm.as_deref();
             self.residual(&mut x, &mut mixed, post, Some(&lw.ffn_norm), &mut h);
-            self.feed_forward(il, &h, n, &mut fb);
+            self.feed_forward(il, &x, &h, n, &mut fb);
             let post = lw.post_ffn_norm.as_deref();
             let last = slot + 1 == n_slots;
             let pass_ends = (slot + 1) % layers.len() == 0;
@@ -440,9 +440,10 @@ impl Model {
         Ok(out)
     }
 
-    /// Writes the feed-forward output into `ff`: the layer's dense FFN or
-    /// its routed experts (`moe.rs`).
-    fn feed_forward(&self, il: usize, h: &[f32], n: usize, bufs: &mut FfnBufs) {
+    /// Writes the feed-forward output into `ff`: the layer's dense FFN of
+    /// `h`, or its routed experts (`moe.rs`), which may also read the
+    /// residual `x`.
+    fn feed_forward(&self, il: usize, x: &[f32], h: &[f32], n: usize, bufs: &mut FfnBufs) {
         let act = match self.sem.activation.value {
             Activation::SiluGate => GluAct::Silu,
             Activation::GeluTanhGate => GluAct::GeluTanh,
@@ -457,7 +458,19 @@ impl Model {
                     .expect("routed weights are loaded only for a declared Moe")
                     .value;
                 let out = sized(&mut bufs.ff, n * self.sem.dims.n_embd);
-                return crate::moe::routed_ffn(&self.pool, self.precision, act, m, r, h, n, out);
+                let eps = self.sem.norm_eps.value;
+                return crate::moe::routed_ffn(
+                    &self.pool,
+                    self.precision,
+                    act,
+                    eps,
+                    m,
+                    r,
+                    x,
+                    h,
+                    n,
+                    out,
+                );
             }
         };
         let FfnBufs { gate, up, ff } = bufs;

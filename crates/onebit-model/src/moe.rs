@@ -5,8 +5,9 @@
 //! a pure function of its router logits; each expert product of its row is
 //! what `matmul` gives for that row alone (`matmul_each`), whatever other
 //! tokens share the expert; its experts' outputs are added in its own
-//! choice order (largest score first), then the shared expert's. So a
-//! batch gives the bits of one token at a time.
+//! choice order (largest score first), then the shared expert's; the
+//! norms a family declares around the branches (Gemma 4) are per row too.
+//! So a batch gives the bits of one token at a time.
 //!
 //! Work per call: one router product; one dispatch for every chosen
 //! expert's gate and up (and the shared expert's, and its gate), each
@@ -15,7 +16,7 @@
 //! each expert's rows are read once for all of its tokens.
 
 use onebit_kernels::matmul::{matmul_each, Input, Product};
-use onebit_kernels::ops::{glu, GluAct};
+use onebit_kernels::ops::{glu, rmsnorm, rmsnorm_inplace, GluAct};
 use onebit_kernels::{matmul, Pool, Precision};
 
 use crate::semantics::{Gating, Moe};
@@ -76,22 +77,57 @@ pub fn route(
     }
 }
 
-/// The FFN of `n` rows of `h` ([n][n_embd]) into `out` ([n][n_embd]).
+/// The FFN of `n` rows into `out` ([n][n_embd]): `x` is the residual
+/// stream, `h` the FFN input norm(x; ffn_norm) (both [n][n_embd]); `eps`
+/// the model's RMSNorm epsilon.
 #[allow(clippy::too_many_arguments)]
 pub fn routed_ffn(
     pool: &Pool,
     precision: Precision,
     act: GluAct,
+    eps: f32,
     m: &Moe,
     w: &RoutedWeights,
+    x: &[f32],
     h: &[f32],
     n: usize,
     out: &mut [f32],
 ) {
     let e = h.len() / n.max(1);
     let (ne, ff) = (m.n_expert, m.n_ff_exp);
+    // The router's input: h, or x RMS-normed without a weight, times
+    // 1/sqrt(n_embd), times the router's per-channel scale, in that order
+    // (llama.cpp's gemma4 graph).
+    let scaled: Vec<f32>;
+    let router_in: &[f32] = match &w.router_scale {
+        None => h,
+        Some(scale) => {
+            let ones = vec![1f32; e];
+            let c = 1.0 / (e as f32).sqrt();
+            let mut r = vec![0f32; n * e];
+            for (xr, rr) in x.chunks_exact(e).zip(r.chunks_exact_mut(e)) {
+                rmsnorm(xr, &ones, eps, rr);
+                rr.iter_mut().zip(scale).for_each(|(v, s)| *v = *v * c * s);
+            }
+            scaled = r;
+            &scaled
+        }
+    };
+    // The experts' input: h, or x through the experts' own norm.
+    let normed: Vec<f32>;
+    let he: &[f32] = match &w.branch_norms {
+        None => h,
+        Some(b) => {
+            let mut r = vec![0f32; n * e];
+            for (xr, rr) in x.chunks_exact(e).zip(r.chunks_exact_mut(e)) {
+                rmsnorm(xr, &b.experts_in, eps, rr);
+            }
+            normed = r;
+            &normed
+        }
+    };
     let mut logits = vec![0f32; n * ne];
-    matmul(pool, precision, &w.router, h, n, &mut logits);
+    matmul(pool, precision, &w.router, router_in, n, &mut logits);
     if let Some(b) = &w.router_bias {
         for row in logits.chunks_exact_mut(ne) {
             row.iter_mut().zip(b).for_each(|(l, b)| *l += b);
@@ -111,21 +147,23 @@ pub fn routed_ffn(
     }
     let used: Vec<usize> = (0..ne).filter(|&x| !tokens_of[x].is_empty()).collect();
 
-    // Inputs: 0 is h itself (an expert that has every token reads it, as
-    // does the shared expert); the others gather an expert's rows.
+    // Inputs: 0 is the experts' input itself (an expert that has every
+    // token reads it, as does the shared expert when the two read the
+    // same); the others gather an expert's rows, then h for the shared
+    // expert when the experts read another input.
     let gathered: Vec<Option<Vec<f32>>> = used
         .iter()
         .map(|&x| {
             let ts = &tokens_of[x];
             (ts.len() != n).then(|| {
                 ts.iter()
-                    .flat_map(|&t| &h[t * e..(t + 1) * e])
+                    .flat_map(|&t| &he[t * e..(t + 1) * e])
                     .copied()
                     .collect()
             })
         })
         .collect();
-    let mut inputs = vec![Input { x: h, n_tok: n }];
+    let mut inputs = vec![Input { x: he, n_tok: n }];
     let input_of: Vec<usize> = gathered
         .iter()
         .zip(&used)
@@ -140,6 +178,12 @@ pub fn routed_ffn(
             None => 0,
         })
         .collect();
+    let shared_input = if w.branch_norms.is_some() {
+        inputs.push(Input { x: h, n_tok: n });
+        inputs.len() - 1
+    } else {
+        0
+    };
 
     // Gate and up of every chosen expert (and the shared expert's, and its
     // gate), in one dispatch.
@@ -170,19 +214,19 @@ pub fn routed_ffn(
         if let Some(s) = &w.shared {
             products.push(Product {
                 w: &s.gate,
-                input: 0,
+                input: shared_input,
                 out: &mut sgate,
             });
             products.push(Product {
                 w: &s.up,
-                input: 0,
+                input: shared_input,
                 out: &mut sup,
             });
         }
         if let Some(g) = &w.shared_gate {
             products.push(Product {
                 w: g,
-                input: 0,
+                input: shared_input,
                 out: &mut sg,
             });
         }
@@ -239,7 +283,9 @@ pub fn routed_ffn(
         matmul_each(pool, precision, &down_inputs, &mut products);
     }
 
-    // Each token: its experts in its choice order, then the shared expert.
+    // Each token: its experts in its choice order (each output times its
+    // scale, then its weight), their sum through its norm, then the shared
+    // expert through its own.
     let mut slot = vec![0usize; ne]; // the expert's row of the next token
     let index: Vec<usize> = {
         let mut ix = vec![usize::MAX; ne];
@@ -253,10 +299,23 @@ pub fn routed_ffn(
         for &(x, wt) in &chosen[t * m.n_used..(t + 1) * m.n_used] {
             let d = &downs[index[x]][slot[x] * e..(slot[x] + 1) * e];
             slot[x] += 1;
-            o.iter_mut().zip(d).for_each(|(a, v)| *a += wt * v);
+            match &w.expert_scale {
+                Some(sc) => {
+                    let s = sc[x];
+                    o.iter_mut().zip(d).for_each(|(a, v)| *a += wt * (v * s));
+                }
+                None => o.iter_mut().zip(d).for_each(|(a, v)| *a += wt * v),
+            }
+        }
+        if let Some(b) = &w.branch_norms {
+            rmsnorm_inplace(o, &b.experts_out, eps);
         }
         if w.shared.is_some() {
-            let s = &sdown[t * e..(t + 1) * e];
+            let s = &mut sdown[t * e..(t + 1) * e];
+            if let Some(b) = &w.branch_norms {
+                rmsnorm_inplace(s, &b.shared_out, eps);
+            }
+            let s = &*s;
             if w.shared_gate.is_some() {
                 let g = 1.0 / (1.0 + (-sg[t]).exp());
                 o.iter_mut().zip(s).for_each(|(a, v)| *a += v * g);
@@ -285,6 +344,10 @@ mod tests {
             shared: Sourced::new(None, "test"),
             shared_gate: s(false),
             leading_dense: Sourced::new(0, "test"),
+            shared_names: crate::semantics::SHEXP_NAMES,
+            router_input: Sourced::new(crate::semantics::RouterInput::FfnInput, "test"),
+            expert_scale: Sourced::new(None, "test"),
+            branch_norms: Sourced::new(None, "test"),
         }
     }
 

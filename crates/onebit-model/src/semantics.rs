@@ -138,14 +138,19 @@ pub enum Gating {
 
 /// A routed-experts (mixture-of-experts) FFN, a kind of FFN a family
 /// declares for its layers from `leading_dense` on (the layers before run
-/// the dense FFN of `Dims::n_ff`). Per token `h`:
+/// the dense FFN of `Dims::n_ff`). Per token, with `x` the residual stream
+/// and `h = norm(x; ffn_norm)` the FFN input:
 ///
 /// ```text
-/// l = ffn_gate_inp(h) [+ ffn_gate_inp.bias];  p = gating(l)
+/// r = h, or (router_input ScaledRms) rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale
+/// l = ffn_gate_inp(r) [+ ffn_gate_inp.bias];  p = gating(l)
 /// chosen = the n_used experts of largest p [+ exp_probs_b]   (the bias only chooses)
 /// w_e = p_e for e in chosen;  [w /= max(sum w, 2^-14)];  w *= scale
-/// f = sum over chosen, largest first: w_e * down_e(act(gate_e(h)) * up_e(h))
-/// [f += [sigmoid(ffn_gate_inp_shexp(h)) *] down_s(act(gate_s(h)) * up_s(h))]
+/// he = h, or (branch_norms) norm(x; experts_in)
+/// f = sum over chosen, largest first: w_e * ([ffn_down_exps.scale_e *] down_e(act(gate_e(he)) * up_e(he)))
+/// [f = norm(f; experts_out)]                                   (branch_norms)
+/// s = down_s(act(gate_s(h)) * up_s(h));  [s = norm(s; shared_out)]  (branch_norms)
+/// [f += [sigmoid(ffn_gate_inp_shexp(h)) *] s]
 /// ```
 ///
 /// Each rule carries its source; what the forward does not run is refused
@@ -170,7 +175,45 @@ pub struct Moe {
     pub shared_gate: Sourced<bool>,
     /// Layers before this one run the dense FFN.
     pub leading_dense: Sourced<usize>,
+    /// The shared expert's tensors (without `blk.N.`): `ffn_{gate,up,down}_shexp`,
+    /// or (Gemma 4) the layer's dense MLP `ffn_{gate,up,down}`.
+    pub shared_names: [&'static str; 3],
+    /// What the router reads.
+    pub router_input: Sourced<RouterInput>,
+    /// Each chosen expert's output is multiplied by its entry of this
+    /// [n_expert] tensor (llama.cpp's `ffn_down_exps_s`), before its weight.
+    pub expert_scale: Sourced<Option<&'static str>>,
+    /// Gemma 4's per-branch norms around the experts and the shared expert.
+    pub branch_norms: Sourced<Option<BranchNorms>>,
 }
+
+/// The router's input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterInput {
+    /// The FFN input `h = norm(x; ffn_norm)`.
+    FfnInput,
+    /// Gemma 4: the residual `x` RMS-normed without a weight, times
+    /// 1/sqrt(n_embd), times this [n_embd] tensor (`ffn_gate_inp.scale`).
+    ScaledRms(&'static str),
+}
+
+/// Gemma 4's norms around the two branches of an expert layer (tensor names
+/// without `blk.N.`): the experts read `norm(x; experts_in)` (not the FFN
+/// input), their weighted sum is normed by `experts_out`, the shared
+/// expert's (the dense MLP's) output by `shared_out`, and the two are added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BranchNorms {
+    pub experts_in: &'static str,
+    pub experts_out: &'static str,
+    pub shared_out: &'static str,
+}
+
+/// The shared expert's tensors of most families.
+pub const SHEXP_NAMES: [&str; 3] = [
+    "ffn_gate_shexp.weight",
+    "ffn_up_shexp.weight",
+    "ffn_down_shexp.weight",
+];
 
 impl Moe {
     /// Whether layer `il` runs the routed experts.
@@ -601,6 +644,35 @@ impl Semantics {
                 "leading dense layers",
                 v.leading_dense.value.to_string(),
                 &v.leading_dense.source,
+            );
+            line(
+                "router input",
+                match v.router_input.value {
+                    RouterInput::FfnInput => "the FFN input (norm(x; ffn_norm))".into(),
+                    RouterInput::ScaledRms(t) => {
+                        format!("rmsnorm(x) without weight, x 1/sqrt(n_embd), x {t}")
+                    }
+                },
+                &v.router_input.source,
+            );
+            line(
+                "expert output scale",
+                opt(v.expert_scale.value),
+                &v.expert_scale.source,
+            );
+            line(
+                "expert branch norms",
+                match v.branch_norms.value {
+                    Some(b) => format!(
+                        "experts read norm(x; {}), their sum -> {}; shared expert ({}) -> {}; added",
+                        b.experts_in,
+                        b.experts_out,
+                        v.shared_names.join(", "),
+                        b.shared_out
+                    ),
+                    None => "none".into(),
+                },
+                &v.branch_norms.source,
             );
         }
         out

@@ -9,7 +9,7 @@ use onebit_formats::{blocks, ByteView, GgmlType};
 use onebit_kernels::QMatrix;
 
 use crate::error::{ModelError, Result};
-use crate::semantics::{LayerKind, Moe, NormForm, QkNorm, Semantics};
+use crate::semantics::{LayerKind, Moe, NormForm, QkNorm, RouterInput, Semantics};
 
 /// A tensor as a container holds it. `dims` in ggml order (contiguous first).
 #[derive(Clone, Debug)]
@@ -124,9 +124,23 @@ pub struct RoutedWeights {
     /// Each expert's slices of the stacked `ffn_{gate,up,down}_exps`
     /// (or of the fused `ffn_gate_up_exps`): views of the tensors' bytes.
     pub experts: Vec<FfnWeights>,
+    /// The shared expert (`Moe::shared_names`).
     pub shared: Option<FfnWeights>,
     /// `ffn_gate_inp_shexp`: [1 row][n_embd].
     pub shared_gate: Option<QMatrix>,
+    /// `Moe::router_input`'s per-channel scale (`ffn_gate_inp.scale`), [n_embd].
+    pub router_scale: Option<Vec<f32>>,
+    /// `Moe::expert_scale`'s values, [n_expert].
+    pub expert_scale: Option<Vec<f32>>,
+    /// `Moe::branch_norms`'s weights.
+    pub branch_norms: Option<BranchNormWeights>,
+}
+
+/// Gemma 4's norms around an expert layer's two branches ([`crate::semantics::BranchNorms`]).
+pub struct BranchNormWeights {
+    pub experts_in: Vec<f32>,
+    pub experts_out: Vec<f32>,
+    pub shared_out: Vec<f32>,
 }
 
 /// A layer's feed-forward: dense, or routed experts.
@@ -518,11 +532,54 @@ fn routed(l: &Loader, sem: &Semantics, m: &Moe, i: usize) -> Result<RoutedWeight
         }
         None
     };
+    let [sg, su, sd] = m.shared_names;
     let shared = match m.shared.value {
         Some(w) => Some(FfnWeights {
-            gate: l.matrix(&n("ffn_gate_shexp.weight"), w, e)?,
-            up: l.matrix(&n("ffn_up_shexp.weight"), w, e)?,
-            down: l.matrix(&n("ffn_down_shexp.weight"), e, w)?,
+            gate: l.matrix(&n(sg), w, e)?,
+            up: l.matrix(&n(su), w, e)?,
+            down: l.matrix(&n(sd), e, w)?,
+        }),
+        None => None,
+    };
+    // Per-expert scales llama.cpp would apply to the gate and up products
+    // (its `ffn_{gate,up}_exps_s`): not run here.
+    for t in [
+        "ffn_gate_exps.scale",
+        "ffn_up_exps.scale",
+        "ffn_gate_up_exps.scale",
+    ] {
+        if l.has(&n(t)) {
+            return Err(l.err(
+                &n(t),
+                "per-expert scales of the gate and up products are not implemented".into(),
+            ));
+        }
+    }
+    let expert_scale = match m.expert_scale.value {
+        Some(t) => Some(l.vector(&n(t), ne)?),
+        None => {
+            let t = n(crate::families::moe::EXPERT_SCALE);
+            if l.has(&t) {
+                return Err(l.err(
+                    &t,
+                    format!(
+                        "is present, but the routing declares no expert output scale ({})",
+                        m.expert_scale.source
+                    ),
+                ));
+            }
+            None
+        }
+    };
+    let router_scale = match m.router_input.value {
+        RouterInput::FfnInput => None,
+        RouterInput::ScaledRms(t) => Some(l.vector(&n(t), e)?),
+    };
+    let branch_norms = match m.branch_norms.value {
+        Some(b) => Some(BranchNormWeights {
+            experts_in: l.norm(&n(b.experts_in), e)?,
+            experts_out: l.norm(&n(b.experts_out), e)?,
+            shared_out: l.norm(&n(b.shared_out), e)?,
         }),
         None => None,
     };
@@ -543,6 +600,9 @@ fn routed(l: &Loader, sem: &Semantics, m: &Moe, i: usize) -> Result<RoutedWeight
         experts,
         shared,
         shared_gate,
+        router_scale,
+        expert_scale,
+        branch_norms,
     })
 }
 

@@ -392,12 +392,13 @@ fn batched_prefill_equals_sequential_for_every_kv_type() {
     }
 }
 
-/// Gemma 4's two fixtures: `gemma4` (per-layer embeddings) and
-/// `gemma4-nople` (none); both with shared-KV layers and a sequence longer
-/// than the sliding window. Bound 1e-3 * M (testdata/llamacpp/README.md):
-/// llama.cpp's GELU goes through an fp16 table, in the FFN gate and in the
-/// per-layer branch; we compute it in f32 (seen: 4.8e-4 M).
-const GEMMA4: &[&str] = &["gemma4", "gemma4-nople"];
+/// Gemma 4's fixtures: `gemma4` (per-layer embeddings), `gemma4-nople`
+/// (none) and `gemma4-moe` (expert layers: the dense MLP beside 8 routed
+/// experts, top 2); all with shared-KV layers and a sequence longer than
+/// the sliding window. Bound 1e-3 * M (testdata/llamacpp/README.md):
+/// llama.cpp's GELU goes through an fp16 table, in the FFN gates and in
+/// the per-layer branch; we compute it in f32 (seen: 4.8e-4 M).
+const GEMMA4: &[&str] = &["gemma4", "gemma4-nople", "gemma4-moe"];
 
 #[test]
 fn gemma4_f32_and_dequantized_match_llamacpp_within_its_gelu_table() {
@@ -430,6 +431,85 @@ fn gemma4_quantized_and_f16_kv_match_llamacpp() {
         check_within_quantized_tolerances(fx, "f32", "tokens", KvType::F16);
         check_within_quantized_tolerances(fx, "Q8_0", "tokens", KvType::F16);
     }
+}
+
+/// Ours on an edited copy of a fixture's f32 GGUF, against the fixture's
+/// `f32.logits.bin`, within `rel` * M: for edits after which llama.cpp
+/// gives that file byte for byte (each checked with its driver when the
+/// test was written).
+fn check_edited_f32(
+    family: &str,
+    what: &str,
+    rel: f32,
+    edit: impl Fn(&mut onebit_formats::gguf::writer::GgufWriter),
+) {
+    use onebit_formats::gguf::{writer::GgufWriter, Gguf};
+    let fx = Fixture::new(family);
+    let g = Gguf::open(fx.dir.join("f32.gguf")).unwrap();
+    let mut w = GgufWriter::from_gguf(&g);
+    edit(&mut w);
+    let dir = onebit_testdata::TempDir::new("golden-edited");
+    let path = dir.file("f32.gguf", &w.to_bytes());
+    let exec = ExecConfig {
+        threads: 2,
+        precision: Precision::Quantized,
+        max_context: 128,
+        kv_type: KvType::F32,
+    };
+    let (model, _) = load::load(&path, &exec).unwrap();
+    let mut st = model.new_state();
+    let ours = model
+        .forward(&mut st, &fx.tokens("tokens"), Logits::All)
+        .unwrap();
+    let m = fx.max_abs_logit("f32");
+    let c = compare(
+        &ours,
+        &fx.logits("f32.logits.bin"),
+        fx.n_vocab(),
+        &fx.top1_margin("f32"),
+    );
+    eprintln!(
+        "{family} {what} vs f32.logits.bin: max|diff| {:.2e} M",
+        c.max_abs_diff / m
+    );
+    assert!(
+        c.max_abs_diff <= rel * m,
+        "{family} {what}: max |diff| {} exceeds {rel} * M",
+        c.max_abs_diff
+    );
+}
+
+/// llama.cpp's gemma4 soft-caps the logits at 30 when a GGUF does not
+/// state `final_logit_softcapping` (its hparams default, which gemma4.cpp
+/// keeps, unlike gemma3.cpp): the gemma4 fixture states 30, so without the
+/// key llama.cpp gives the same logits. A stated 0 is llama.cpp's "none":
+/// gemma3's fixture states no cap, and with 0 stated llama.cpp gives the
+/// same logits.
+#[test]
+fn a_soft_cap_not_stated_or_stated_as_0_runs_as_llamacpp_runs_it() {
+    check_edited_f32("gemma4", "without final_logit_softcapping", 1e-3, |w| {
+        w.remove_kv("gemma4.final_logit_softcapping");
+    });
+    check_edited_f32("gemma3", "with final_logit_softcapping 0", 5e-4, |w| {
+        w.set_kv(
+            "gemma3.final_logit_softcapping",
+            onebit_formats::gguf::Value::F32(0.0),
+        );
+    });
+}
+
+#[test]
+fn gemma4_with_experts_batched_equals_sequential() {
+    check_batch_equals_sequential("gemma4-moe", "f32.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Float, "tokens");
+    check_batch_equals_sequential_kv(
+        "gemma4-moe",
+        "Q8_0.gguf",
+        Precision::Quantized,
+        "tokens",
+        KvType::F16,
+    );
 }
 
 #[test]

@@ -172,12 +172,13 @@ fn nanbeige_loop_counts_out_of_range_are_refused_by_name() {
 
 #[test]
 fn gemma4_experts_and_a_shared_kv_source_of_another_kind_are_refused_by_name() {
+    // Experts declared without the rest of their declarations.
     let e = load_variant("gemma4", |w| {
         w.set_kv("gemma4.expert_count", Value::U32(8));
     })
     .unwrap_err();
     assert!(
-        e.contains("gemma4.expert_count") && e.contains("mixture-of-experts"),
+        e.contains("gemma4.expert_used_count") && e.contains("absent"),
         "{e}"
     );
     // 3 shared layers of SSFSFSF: layer 4 (full) would read layer 3 (sliding).
@@ -292,4 +293,63 @@ fn lfm2moe_gating_and_dense_layers_it_does_not_run_are_refused_by_name() {
         .unwrap_err();
         assert!(e.contains(key) && e.contains(what), "{key}: {e}");
     }
+}
+
+/// Gemma 4's expert layers run llama.cpp's graph (`src/models/gemma4.cpp`),
+/// which hard-codes renormalization and a weight scale of 1 and reads no
+/// per-expert scale of the gate and up products: a container stating
+/// otherwise is refused by the key's or tensor's name; so is a layer
+/// without its MoE branch norm.
+#[test]
+fn gemma4_expert_rules_it_does_not_run_are_refused_by_name() {
+    let cases: [(&str, Value, &str); 3] = [
+        (
+            "gemma4.expert_weights_norm",
+            Value::Bool(false),
+            "always renormalizes",
+        ),
+        (
+            "gemma4.expert_weights_scale",
+            Value::F32(2.5),
+            "per-expert scale",
+        ),
+        ("gemma4.expert_gating_func", Value::U32(2), "runs Softmax"),
+    ];
+    for (key, v, what) in cases {
+        let e = load_variant("gemma4-moe", |w| {
+            w.set_kv(key, v.clone());
+        })
+        .unwrap_err();
+        assert!(e.contains(key) && e.contains(what), "{key}: {e}");
+    }
+    let e = load_variant("gemma4-moe", |w| {
+        w.set_tensor(
+            "blk.2.ffn_up_exps.scale",
+            &[8],
+            GgmlType::F32,
+            vec![0; 8 * 4],
+        );
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.2.ffn_up_exps.scale") && e.contains("not implemented"),
+        "{e}"
+    );
+    let e = load_variant("gemma4-moe", |w| {
+        w.remove_tensor("blk.3.pre_ffw_norm_2.weight");
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.3.pre_ffw_norm_2.weight") && e.contains("absent"),
+        "{e}"
+    );
+    // A per-expert output scale on a later layer only: refused, not ignored.
+    let e = load_variant("gemma4-moe", |w| {
+        w.remove_tensor("blk.0.ffn_down_exps.scale");
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.1.ffn_down_exps.scale") && e.contains("no expert output scale"),
+        "{e}"
+    );
 }

@@ -203,7 +203,8 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         ),
     };
     s.activation = Sourced::new(Activation::GeluTanhGate, "gemma3: gelu_pytorch_tanh gate");
-    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
+    // 0 is llama.cpp's "none" (gemma3.cpp soft-caps when it is non-zero).
+    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)?.filter(|&c| c != 0.0) {
         s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
     }
     if let Some(cap) = d.f64_opt(ATTN_SOFTCAP)? {

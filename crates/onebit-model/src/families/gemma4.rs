@@ -18,9 +18,14 @@
 //! - Body: sandwich norms, GELU(tanh)-gated FFN, then per-layer embeddings
 //!   when `embedding_length_per_layer_input` > 0, then the layer output
 //!   scale (`layer_output_scale` tensor, when present).
-//! - Embeddings times sqrt(n_embd); final logit soft-capping when stated;
+//! - Embeddings times sqrt(n_embd); final logit soft-capping as stated, and
+//!   at 30 when a GGUF does not state it (llama.cpp's default; 0: none);
 //!   tied output when there is no `output.weight`.
-//! - Mixture-of-experts layers are refused by name.
+//! - Expert layers (a GGUF with `expert_count` / `ffn_gate_inp`), as
+//!   llama.cpp's graph runs them: the dense MLP beside the routed experts,
+//!   each branch with its own norms, the router on a scaled RMSNorm of the
+//!   attention output, per-expert output scales (`expert_layers`). A pack
+//!   with experts is refused by name.
 //!
 //! A pack states the same rules in HF's config.json spellings: `layer_types`,
 //! `head_dim` (sliding layers) and `global_head_dim` (full layers),
@@ -40,6 +45,7 @@ use serde_json::{json, Value as Json};
 
 use super::common::{base, qk_norm};
 use super::decls::{self as k, keys, ContainerKind, Decls, Key};
+use super::moe::MoeRule;
 use super::{Family, ImportRules, PackNames};
 use crate::error::Result;
 use crate::semantics::*;
@@ -139,6 +145,9 @@ const HF_SLIDING_DEFAULT: (&str, f64, f64) = ("default", 10_000.0, 1.0);
 
 const OUTPUT_SCALE: &str = "layer_output_scale.weight";
 
+/// The final soft-cap llama.cpp's gemma4 runs when a GGUF does not state one.
+const GGUF_DEFAULT_SOFTCAP: f32 = 30.0;
+
 pub fn semantics(d: &Decls) -> Result<Semantics> {
     let mut s = base(
         d,
@@ -147,11 +156,16 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         &[],
     )?;
     let n_layer = s.dims.n_layer;
-    if d.usize_opt(EXPERT_COUNT)?.unwrap_or(0) > 0 || d.has_tensor("blk.0.ffn_gate_inp.weight") {
+    let experts =
+        d.usize_opt(EXPERT_COUNT)?.unwrap_or(0) > 0 || d.has_tensor("blk.0.ffn_gate_inp.weight");
+    if experts && d.container == ContainerKind::Pack {
         return Err(d.err(
             EXPERT_COUNT,
-            "mixture-of-experts layers are not implemented for gemma4",
+            "mixture-of-experts layers are not implemented for gemma4 packs",
         ));
+    }
+    if experts {
+        s.moe = Some(expert_layers(d, &s.dims)?);
     }
 
     // HF config flags for what onebit does not run.
@@ -268,9 +282,32 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         ),
     };
     s.activation = Sourced::new(Activation::GeluTanhGate, "gemma4: gelu_pytorch_tanh gate");
-    if let Some(cap) = d.f64_opt(k::FINAL_SOFTCAP)? {
-        s.final_softcap = Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP));
-    }
+    // llama.cpp's gemma4 reads the key as optional over its hparams default
+    // of 30 (src/llama-hparams.h: f_final_logit_softcapping = 30.0f; unlike
+    // gemma3.cpp it does not reset it to 0) and soft-caps when it is non-zero.
+    s.final_softcap = match d.f64_opt(k::FINAL_SOFTCAP)? {
+        Some(0.0) => Sourced::new(None, format!("{} = 0: none", d.src(k::FINAL_SOFTCAP))),
+        Some(cap) if cap > 0.0 && cap.is_finite() => {
+            Sourced::new(Some(cap as f32), d.src(k::FINAL_SOFTCAP))
+        }
+        Some(cap) => {
+            return Err(d.err(
+                k::FINAL_SOFTCAP,
+                format!("must be positive (or 0: none), found {cap}"),
+            ))
+        }
+        None if d.container == ContainerKind::Gguf => Sourced::new(
+            Some(GGUF_DEFAULT_SOFTCAP),
+            format!(
+                "{} absent: llama.cpp's gemma4 default {GGUF_DEFAULT_SOFTCAP} (src/llama-hparams.h)",
+                d.spelled(k::FINAL_SOFTCAP)
+            ),
+        ),
+        None => Sourced::new(
+            None,
+            format!("{} absent: none", d.spelled(k::FINAL_SOFTCAP)),
+        ),
+    };
 
     // The body: sandwich norms, per-layer embeddings, output scale.
     // HF writes null for a model without per-layer embeddings.
@@ -298,6 +335,82 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
 
     s.kv_source = kv_source(d, &kinds)?;
     Ok(s)
+}
+
+/// Gemma 4's expert layers as llama.cpp's graph builds them (every layer
+/// with a router `ffn_gate_inp` routes; here every layer, from 0).
+const MOE_SOURCE: &str = "llama.cpp src/models/gemma4.cpp";
+pub const MOE_RULE: MoeRule = MoeRule {
+    source: MOE_SOURCE,
+    gating: Some(Gating::Softmax),
+    selection_bias: false,
+    norm_default: true,
+    leading_dense: false,
+    shared: false,
+    shared_gate: false,
+};
+
+/// The routed FFN of a gemma4 GGUF with experts: softmax over all experts,
+/// the top `expert_used_count` renormalized (build_moe_ffn with norm_w
+/// true, scale 1), each expert's output times its `ffn_down_exps.scale`;
+/// the router reads rmsnorm(x) / sqrt(n_embd) * `ffn_gate_inp.scale`; the
+/// layer's dense MLP (`ffn_{gate,up,down}`, width `feed_forward_length`)
+/// runs beside the experts as an ungated shared expert on norm(x; ffn_norm),
+/// normed by `post_ffw_norm_1`; the experts read norm(x; `pre_ffw_norm_2`),
+/// their sum normed by `post_ffw_norm_2`; the two added, then the body's
+/// `post_ffw_norm`.
+fn expert_layers(d: &Decls, dims: &Dims) -> Result<Sourced<Moe>> {
+    let mut moe = super::moe::read(d, dims, &MOE_RULE)?;
+    let m = &mut moe.value;
+    // llama.cpp reads no expert_weights_norm/scale or gating key for gemma4:
+    // one stating otherwise is refused rather than run as the graph does.
+    if !m.norm_weights.value {
+        return Err(d.err(
+            k::EXPERT_WEIGHTS_NORM,
+            format!("false, but {MOE_SOURCE} always renormalizes the chosen experts' weights"),
+        ));
+    }
+    if m.scale.value != 1.0 {
+        return Err(d.err(
+            k::EXPERT_WEIGHTS_SCALE,
+            format!(
+                "{}, but {MOE_SOURCE} scales the weights by 1 (the per-expert scale is ffn_down_exps.scale)",
+                m.scale.value
+            ),
+        ));
+    }
+    if m.expert_scale.value.is_none() {
+        // Optional in llama.cpp's loader, but every converted Gemma 4 has
+        // it (HF's router.per_expert_scale); without it llama.cpp runs 1.
+        m.expert_scale.source = format!(
+            "{}; {MOE_SOURCE} runs no per-expert scale then",
+            m.expert_scale.source
+        );
+    }
+    m.shared = Sourced::new(
+        Some(dims.n_ff),
+        format!(
+            "{MOE_SOURCE}: the layer's dense MLP (width {}) runs beside the experts",
+            d.spelled(k::N_FF)
+        ),
+    );
+    m.shared_names = ["ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"];
+    m.shared_gate = Sourced::new(false, format!("{MOE_SOURCE}: the dense MLP is not gated"));
+    m.router_input = Sourced::new(
+        RouterInput::ScaledRms("ffn_gate_inp.scale"),
+        format!("{MOE_SOURCE}: the router reads the attention output, not the FFN input"),
+    );
+    m.branch_norms = Sourced::new(
+        Some(BranchNorms {
+            experts_in: "pre_ffw_norm_2.weight",
+            experts_out: "post_ffw_norm_2.weight",
+            shared_out: "post_ffw_norm_1.weight",
+        }),
+        format!(
+            "{MOE_SOURCE}: ffn_pre_norm_2, ffn_post_norm_2, ffn_post_norm_1; cur_mlp + cur_moe"
+        ),
+    );
+    Ok(moe)
 }
 
 /// RoPE as a GGUF states it: full layers keep the base's spec

@@ -8,6 +8,10 @@ use super::decls::{self as k, Decls, MAX_SIZE};
 use crate::error::Result;
 use crate::semantics::*;
 
+/// Each expert's output scale (`ffn_down_exps_s` in llama.cpp), one value
+/// per expert, when the container has it.
+pub const EXPERT_SCALE: &str = "ffn_down_exps.scale";
+
 /// What a family's graph does with routed experts.
 pub struct MoeRule {
     /// Where the rules come from (`llama.cpp src/models/qwen3moe.cpp`).
@@ -143,6 +147,16 @@ pub fn read(d: &Decls, dims: &Dims, rule: &MoeRule) -> Result<Sourced<Moe>> {
 
     let (shared, shared_gate) = shared(d, dims, rule, leading)?;
 
+    // llama.cpp loads `ffn_down_exps.scale` for every architecture
+    // (src/llama-model.cpp, "MoE expert weight scales") and multiplies each
+    // chosen expert's output by its entry (build_lora_mm_id).
+    let scale_name = format!("blk.{leading}.{EXPERT_SCALE}");
+    let expert_scale = if d.has_tensor(&scale_name) {
+        Sourced::new(Some(EXPERT_SCALE), format!("{scale_name} present"))
+    } else {
+        Sourced::new(None, format!("none ({scale_name} absent)"))
+    };
+
     Ok(Sourced::new(
         Moe {
             n_expert,
@@ -155,6 +169,10 @@ pub fn read(d: &Decls, dims: &Dims, rule: &MoeRule) -> Result<Sourced<Moe>> {
             shared,
             shared_gate,
             leading_dense,
+            shared_names: SHEXP_NAMES,
+            router_input: Sourced::new(RouterInput::FfnInput, format!("{src}: the FFN input")),
+            expert_scale,
+            branch_norms: Sourced::new(None, format!("{src}: none")),
         },
         format!(
             "{}, {}; width {ff_src}",

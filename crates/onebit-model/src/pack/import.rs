@@ -153,6 +153,15 @@ pub fn import(
         what: format!("family {arch} has import rules but no pack tensor-name table"),
     })?;
     let mut sem = families::semantics_from_gguf(g)?;
+    if let Some(m) = &sem.moe {
+        return Err(ModelError::Unsupported {
+            path: path.clone(),
+            what: format!(
+                "{arch} with routed experts ({}): packs of mixture-of-experts models are not implemented",
+                m.source
+            ),
+        });
+    }
     restate_dropped_factors(g, family, &mut sem)?;
     let d = &sem.dims;
     let mut notes = Vec::new();
