@@ -1,0 +1,358 @@
+//! Gemma 3's vision tower and image rows in the text forward, against
+//! llama.cpp's mtmd on the random-weight fixture `testdata/llamacpp/gemma3-vision/`
+//! (made by `scripts/gen-vision-fixtures.sh`; tolerances and their reasons in
+//! its README, section "Vision towers"):
+//!
+//! - the image embeddings within 1e-6 x max |e| of an independent float64
+//!   NumPy forward with exact tanh-GELU (`numpy.embd.bin`), and within 1e-3 x
+//!   max |e| of llama.cpp's (`llamacpp.embd.bin`; ggml's GELU is an F16 table);
+//! - the logits of every text position of the prompt holding the image,
+//!   with llama.cpp's embeddings put in, within 1e-3 x M of llama.cpp's
+//!   (`llamacpp.logits.bin`), and with our own embeddings, within 2e-3 x M;
+//! - batch == sequential: the prompt in one call, chunk by chunk (the image
+//!   whole in one call, as it must be), and beside a second sequence give the
+//!   same bits.
+//!
+//! The pixels are the fixture's 8-bit image normalized here, by the test's
+//! own arithmetic: `(v / 255 - mean) / std` per channel, CHW.
+
+use std::path::PathBuf;
+
+use onebit_formats::gguf::{writer::GgufWriter, Gguf, Value};
+use onebit_kernels::kv::KvType;
+use onebit_kernels::Precision;
+use onebit_model::vision::{ResizeFilter, VisionTower};
+use onebit_model::{load, Embeds, ExecConfig, Logits, Model, SeqInput};
+use onebit_testdata::read_f32;
+
+fn dir() -> PathBuf {
+    onebit_testdata::fixture("gemma3-vision")
+}
+
+fn tower() -> VisionTower {
+    VisionTower::open(dir().join("mmproj.gguf")).unwrap()
+}
+
+/// The fixture's image as the encoder's input.
+fn pixels(t: &VisionTower) -> Vec<f32> {
+    let p = t.preprocess();
+    let (w, h) = (p.width as usize, p.height as usize);
+    let rgb = std::fs::read(dir().join("image.rgb")).unwrap();
+    assert_eq!(rgb.len(), w * h * 3);
+    let mut out = vec![0f32; 3 * w * h];
+    for c in 0..3 {
+        for i in 0..w * h {
+            out[c * w * h + i] = (rgb[i * 3 + c] as f32 / 255.0 - p.mean[c]) / p.std[c];
+        }
+    }
+    out
+}
+
+enum Chunk {
+    Text(Vec<u32>),
+    Image(usize),
+}
+
+fn chunks() -> Vec<Chunk> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("chunks.json")).unwrap()).unwrap();
+    assert_eq!(v["non_causal"], true, "mtmd decoded the image non-causally");
+    v["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| match c["type"].as_str().unwrap() {
+            "text" => Chunk::Text(
+                c["tokens"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_u64().unwrap() as u32)
+                    .collect(),
+            ),
+            _ => Chunk::Image(c["n_tokens"].as_u64().unwrap() as usize),
+        })
+        .collect()
+}
+
+/// The text model as llama.cpp ran it: f32 weights and activations, F32 KV,
+/// a 128-token context.
+fn text_model() -> Model {
+    let exec = ExecConfig {
+        threads: 2,
+        precision: Precision::Float,
+        max_context: 128,
+        kv_type: KvType::F32,
+    };
+    load::load(&dir().join("text.gguf"), &exec).unwrap().0
+}
+
+/// The prompt's ids (placeholder 0 at image rows), where the image sits and
+/// which positions are text.
+fn prompt() -> (Vec<u32>, usize, Vec<usize>) {
+    let mut ids = Vec::new();
+    let mut at = None;
+    let mut text = Vec::new();
+    for c in chunks() {
+        match c {
+            Chunk::Text(t) => {
+                text.extend(ids.len()..ids.len() + t.len());
+                ids.extend(t);
+            }
+            Chunk::Image(n) => {
+                at = Some(ids.len());
+                ids.extend(std::iter::repeat_n(0, n));
+            }
+        }
+    }
+    (ids, at.expect("an image chunk"), text)
+}
+
+fn max_abs(x: &[f32]) -> f32 {
+    x.iter().fold(0f32, |m, v| m.max(v.abs()))
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn tower_reads_its_rules_from_the_mmproj() {
+    let t = tower();
+    let p = t.preprocess();
+    assert_eq!((p.width, p.height), (32, 32));
+    assert_eq!(p.mean, [0.48, 0.5, 0.52]);
+    assert_eq!(p.std, [0.26, 0.27, 0.28]);
+    assert_eq!(p.filter, ResizeFilter::Bilinear);
+    assert_eq!(p.projector, "gemma3");
+    // 16 x 16 patches pooled 4 x 4 (llama.cpp's default: no scale_factor key).
+    assert_eq!(t.n_tokens(), 16);
+    assert_eq!(t.n_embd_out(), 64);
+    assert!(t.bidirectional().value);
+    assert_eq!(t.markers().begin, "<start_of_image>");
+    let lines = t.lines().join("\n");
+    for want in [
+        "average 4 x 4",
+        "GeluTanh",
+        "both ways within one image",
+        "GGUF clip.vision.image_mean",
+    ] {
+        assert!(lines.contains(want), "{want} missing from:\n{lines}");
+    }
+}
+
+#[test]
+fn embeddings_match_numpy_and_llamacpp() {
+    let t = tower();
+    let e = t.encode(&pixels(&t), 2).unwrap();
+    assert_eq!((e.n_tokens, e.n_embd), (16, 64));
+    let np = read_f32(dir().join("numpy.embd.bin"));
+    let m = max_abs(&np);
+    let d = max_diff(&e.rows, &np);
+    println!("vs numpy float64: max |diff| {d:e} (M {m})");
+    assert!(d <= 1e-6 * m, "vs numpy: {d} > 1e-6 x {m}");
+    let ll = read_f32(dir().join("llamacpp.embd.bin"));
+    let d = max_diff(&e.rows, &ll);
+    println!("vs llama.cpp: max |diff| {d:e}");
+    assert!(d <= 1e-3 * m, "vs llama.cpp: {d} > 1e-3 x {m}");
+}
+
+/// Logits of the text positions, with `emb` as the image's rows.
+fn text_logits(model: &Model, emb: &[f32], bidirectional: bool) -> Vec<f32> {
+    let (ids, at, text) = prompt();
+    let mut st = model.new_state();
+    let rows = Embeds {
+        at,
+        rows: emb,
+        bidirectional,
+    };
+    let all = model
+        .forward_embeds(&mut st, &ids, &[rows], Logits::All)
+        .unwrap();
+    let v = model.sem.dims.n_vocab;
+    text.iter()
+        .flat_map(|&p| all[p * v..(p + 1) * v].to_vec())
+        .collect()
+}
+
+#[test]
+fn logits_match_llamacpp() {
+    let model = text_model();
+    let reference = read_f32(dir().join("llamacpp.logits.bin"));
+    let m = max_abs(&reference);
+    // llama.cpp's own image rows: the text side alone.
+    let ll = read_f32(dir().join("llamacpp.embd.bin"));
+    let ours = text_logits(&model, &ll, true);
+    let d = max_diff(&ours, &reference);
+    println!("llama.cpp's rows: max |diff| {d:e} (M {m})");
+    assert!(d <= 1e-3 * m, "{d} > 1e-3 x {m}");
+    // Our rows, end to end.
+    let t = tower();
+    let e = t.encode(&pixels(&t), 2).unwrap();
+    let ours = text_logits(&model, &e.rows, e.bidirectional);
+    let d = max_diff(&ours, &reference);
+    println!("our rows: max |diff| {d:e}");
+    assert!(d <= 2e-3 * m, "{d} > 2e-3 x {m}");
+}
+
+#[test]
+fn image_rows_causal_would_differ() {
+    // The fixture tells the attention rules apart: the same rows attended
+    // causally move the logits far beyond the tolerance.
+    let model = text_model();
+    let reference = read_f32(dir().join("llamacpp.logits.bin"));
+    let m = max_abs(&reference);
+    let ll = read_f32(dir().join("llamacpp.embd.bin"));
+    let d = max_diff(&text_logits(&model, &ll, false), &reference);
+    println!("causal image rows: max |diff| {d:e}");
+    assert!(
+        d > 2e-2 * m,
+        "causal image attention is indistinguishable here ({d})"
+    );
+}
+
+#[test]
+fn batch_equals_sequential() {
+    let model = text_model();
+    let t = tower();
+    let e = t.encode(&pixels(&t), 2).unwrap();
+    let (ids, at, _) = prompt();
+    let v = model.sem.dims.n_vocab;
+    let mut st = model.new_state();
+    let whole = model
+        .forward_embeds(&mut st, &ids, &[e.at(at)], Logits::All)
+        .unwrap();
+    // Chunk by chunk: the text before, the image whole, then the text after
+    // one token at a time.
+    let mut st = model.new_state();
+    let mut seq = model.forward(&mut st, &ids[..at], Logits::All).unwrap();
+    let end = at + e.n_tokens;
+    seq.extend(
+        model
+            .forward_embeds(&mut st, &ids[at..end], &[e.at(0)], Logits::All)
+            .unwrap(),
+    );
+    for &id in &ids[end..] {
+        seq.extend(model.forward(&mut st, &[id], Logits::All).unwrap());
+    }
+    assert_eq!(whole.len(), ids.len() * v);
+    assert!(whole == seq, "batched and sequential logits differ");
+    // Beside another sequence (text only) in one call.
+    let mut a = model.new_state();
+    let mut b = model.new_state();
+    let other: Vec<u32> = ids[..at].iter().rev().copied().collect();
+    let mut seqs = [
+        SeqInput {
+            state: &mut b,
+            tokens: &other,
+            want: Logits::All,
+        },
+        SeqInput {
+            state: &mut a,
+            tokens: &ids,
+            want: Logits::All,
+        },
+    ];
+    let rows = [e.at(at)];
+    let out = model
+        .forward_batch_embeds(&mut seqs, &[&[], &rows])
+        .unwrap();
+    assert!(out[1] == whole, "beside another sequence the logits differ");
+}
+
+/// The fixture's mmproj with `edit` applied, written to a temporary file.
+fn edited(tag: &str, edit: impl FnOnce(&mut GgufWriter)) -> Result<VisionTower, String> {
+    let g = Gguf::open(dir().join("mmproj.gguf")).unwrap();
+    let mut w = GgufWriter::from_gguf(&g);
+    edit(&mut w);
+    let tmp = onebit_testdata::TempDir::new(tag);
+    let p = tmp.file("mmproj.gguf", &w.to_bytes());
+    VisionTower::open(&p).map_err(|e| e.to_string())
+}
+
+#[test]
+fn refusals_name_what_is_wrong() {
+    let err = edited("vis-proj", |w| {
+        w.set_kv("clip.projector_type", Value::Str("qwen3vl_merger".into()));
+    })
+    .err()
+    .unwrap();
+    assert!(
+        err.contains("clip.projector_type") && err.contains("'qwen3vl_merger'"),
+        "{err}"
+    );
+    let err = edited("vis-audio", |w| {
+        w.set_kv("clip.has_vision_encoder", Value::Bool(false));
+    })
+    .err()
+    .unwrap();
+    assert!(err.contains("clip.has_vision_encoder"), "{err}");
+    let err = edited("vis-extra", |w| {
+        w.tensor_f32("v.blk.0.attn_q_norm.weight", &[16], &[1.0; 16]);
+    })
+    .err()
+    .unwrap();
+    assert!(err.contains("v.blk.0.attn_q_norm.weight"), "{err}");
+    let err = edited("vis-pool", |w| {
+        w.set_kv("clip.vision.projector.scale_factor", Value::U32(3));
+    })
+    .err()
+    .unwrap();
+    assert!(err.contains("clip.vision.projector.scale_factor"), "{err}");
+    let err = edited("vis-q8", |w| {
+        let g = Gguf::open(dir().join("mmproj.gguf")).unwrap();
+        let t = g.tensor("v.blk.0.attn_q.weight").unwrap().clone();
+        let dims = t.dims.clone();
+        let n = (dims[0] * dims[1]) as usize;
+        w.set_tensor(
+            "v.blk.0.attn_q.weight",
+            &dims,
+            onebit_formats::GgmlType::Q8_0,
+            vec![0u8; n / 32 * 34],
+        );
+    })
+    .err()
+    .unwrap();
+    assert!(
+        err.contains("v.blk.0.attn_q.weight") && err.contains("Q8_0"),
+        "{err}"
+    );
+
+    let t = tower();
+    let err = t.encode(&[0.0; 10], 1).err().unwrap().to_string();
+    assert!(err.contains("3 x 32 x 32"), "{err}");
+    let err = t.check_text_model(32, "gemma3").err().unwrap().to_string();
+    assert!(err.contains("64") && err.contains("32"), "{err}");
+}
+
+#[test]
+fn f16_weights_give_the_f32_results_within_f16_rounding() {
+    // The same tower stored as F16 (what mmproj files usually hold):
+    // widened at load, so the result moves only by the weights' rounding.
+    let g = Gguf::open(dir().join("mmproj.gguf")).unwrap();
+    let mut w = GgufWriter::from_gguf(&g);
+    for t in &g.tensors {
+        if t.dims.len() < 2 {
+            continue;
+        }
+        let mut v = vec![0f32; t.n_elements() as usize];
+        onebit_formats::blocks::dequantize(t.dtype, &g.tensor_bytes(t), &mut v).unwrap();
+        let bytes = v
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect();
+        w.set_tensor(&t.name, &t.dims, onebit_formats::GgmlType::F16, bytes);
+    }
+    let tmp = onebit_testdata::TempDir::new("vis-f16");
+    let p = tmp.file("mmproj.gguf", &w.to_bytes());
+    let t16 = VisionTower::open(&p).unwrap();
+    let t = tower();
+    let px = pixels(&t);
+    let a = t.encode(&px, 2).unwrap();
+    let b = t16.encode(&px, 2).unwrap();
+    let m = max_abs(&a.rows);
+    let d = max_diff(&a.rows, &b.rows);
+    println!("f16 weights: max |diff| {d:e} (M {m})");
+    assert!(d > 0.0 && d <= 2e-2 * m, "{d}");
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Writes one llama.cpp vision fixture: a tiny seeded random-weight text
+model (with a small SentencePiece vocabulary llama.cpp can tokenize, holding
+the image markers), its seeded random-weight mmproj GGUF, a fixed image at
+the encoder's own size, and what llama.cpp's mtmd makes of one prompt holding
+that image: the image embeddings and the logits of every text position. The
+layout is testdata/llamacpp/README.md's ("Vision towers"); run it through
+scripts/gen-vision-fixtures.sh, which pins the Python packages and builds the
+libmtmd driver (scripts/gen-vision-driver.c).
+
+    scripts/gen-vision-fixtures.sh TOWER OUT_DIR
+
+TOWER is a key of TOWERS below. Beside llama.cpp's embeddings it writes an
+independent float64 NumPy forward of the tower with exact tanh-GELU
+(`numpy.embd.bin`), so a test can tell llama.cpp's own rounding (GELU from
+an F16 table) from a real difference.
+
+Not part of CI: it needs llama.cpp built by scripts/build-llamacpp.sh.
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+here = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("gen_fixtures", here / "gen-fixtures.py")
+gf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gf)
+
+U32, F32, STR, BOOL, ARR = (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING,
+                            gguf.GGUFValueType.BOOL, gguf.GGUFValueType.ARRAY)
+
+# ---------------------------------------------------------------- vocabulary
+#
+# A SentencePiece ("llama") vocabulary of N_VOCAB pieces: the four special
+# tokens, the two image markers (CONTROL, so parse_special matches them),
+# the 256 byte pieces (every text tokenizes, by byte fallback at worst), then
+# "▁" and letters and a few words, scored so longer pieces win.
+
+SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_image>", "<end_of_image>"]
+WORDS = ["▁", *"abcdefghijklmnopqrstuvwxyz", "▁a", "▁i", "▁o", "▁t", "▁s", "▁w", "▁h", "▁d", "▁l", "▁is",
+         "▁the", "▁this", "▁what", "▁look", "▁here", "▁image", "▁describe", "▁it", "ok", "hi", "▁ok", "▁hi", "."]
+
+
+def vocab(n_vocab):
+    toks = list(SPECIAL) + [f"<0x{b:02X}>" for b in range(256)] + WORDS
+    types = [3, 3, 3, 2, 3, 3] + [6] * 256 + [1] * len(WORDS)
+    while len(toks) < n_vocab:
+        toks.append(f"<unused{len(toks)}>")
+        types.append(5)
+    assert len(toks) == n_vocab, len(toks)
+    scores = [0.0] * len(SPECIAL) + [0.0] * 256 + [-10.0 + len(t) for t in WORDS]
+    scores += [-100.0] * (n_vocab - len(scores))
+    return [("tokenizer.ggml.model", "llama", STR), ("tokenizer.ggml.tokens", toks, ARR),
+            ("tokenizer.ggml.scores", scores, ARR), ("tokenizer.ggml.token_type", types, ARR),
+            ("tokenizer.ggml.eos_token_id", 1, U32), ("tokenizer.ggml.unknown_token_id", 3, U32),
+            ("tokenizer.ggml.padding_token_id", 0, U32), ("tokenizer.ggml.add_eos_token", False, BOOL)]
+
+
+def text_spec(hp):
+    """gen-fixtures.py's gemma3 text model, its "none" tokenizer replaced by vocab()."""
+    keys, tensors = gf.spec_gemma3(hp)
+    keys = [k for k in keys if k[0] != "tokenizer.ggml.model"]
+    return keys + vocab(hp["n_vocab"]), tensors
+
+
+# ---------------------------------------------------------------- towers
+
+
+def spec_gemma3_tower(vp, n_text):
+    """llama.cpp's mmproj for projector gemma3 (tools/mtmd/clip-impl.h names)."""
+    e, ff, p, L = vp["n_embd"], vp["n_ff"], vp["patch_size"], vp["n_layer"]
+    n_patches = (vp["image_size"] // p) ** 2
+    keys = [("clip.projector_type", "gemma3", STR), ("clip.has_vision_encoder", True, BOOL),
+            ("clip.use_gelu", True, BOOL),
+            ("clip.vision.image_size", vp["image_size"], U32), ("clip.vision.patch_size", p, U32),
+            ("clip.vision.embedding_length", e, U32), ("clip.vision.feed_forward_length", ff, U32),
+            ("clip.vision.projection_dim", n_text, U32), ("clip.vision.block_count", L, U32),
+            ("clip.vision.attention.head_count", vp["n_head"], U32),
+            ("clip.vision.attention.layer_norm_epsilon", vp["eps"], F32),
+            ("clip.vision.image_mean", vp["mean"], ARR), ("clip.vision.image_std", vp["std"], ARR)]
+    t = [("v.patch_embd.weight", ("normal", (e, 3, p, p), 1 / math.sqrt(3 * p * p), 0.0)),
+         ("v.patch_embd.bias", gf.vec(e, 0.1)),
+         ("v.position_embd.weight", ("normal", (n_patches, e), 0.5, 0.0))]
+    for i in range(L):
+        b = f"v.blk.{i}."
+        t += [(b + "ln1.weight", gf.norm(e)), (b + "ln1.bias", gf.vec(e, 0.1)),
+              (b + "attn_q.weight", gf.w(e, e)), (b + "attn_q.bias", gf.vec(e, 0.1)),
+              (b + "attn_k.weight", gf.w(e, e)), (b + "attn_k.bias", gf.vec(e, 0.1)),
+              (b + "attn_v.weight", gf.w(e, e)), (b + "attn_v.bias", gf.vec(e, 0.1)),
+              (b + "attn_out.weight", gf.w(e, e, 0.5)), (b + "attn_out.bias", gf.vec(e, 0.1)),
+              (b + "ln2.weight", gf.norm(e)), (b + "ln2.bias", gf.vec(e, 0.1)),
+              (b + "ffn_up.weight", gf.w(ff, e)), (b + "ffn_up.bias", gf.vec(ff, 0.1)),
+              (b + "ffn_down.weight", gf.w(e, ff, 0.5)), (b + "ffn_down.bias", gf.vec(e, 0.1))]
+    t += [("v.post_ln.weight", gf.norm(e)), ("v.post_ln.bias", gf.vec(e, 0.1)),
+          ("mm.soft_emb_norm.weight", gf.norm(e)),
+          # NumPy [n_embd_v][n_text]: ggml [n_text, n_embd_v], used transposed by siglip.cpp.
+          ("mm.input_projection.weight", ("normal", (e, n_text), 1 / math.sqrt(e), 0.0))]
+    return keys, t
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def layer_norm(x, w, b, eps):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + eps) * w + b
+
+
+def reference_gemma3_tower(t, vp, pixels):
+    """float64 NumPy: the SigLIP forward of siglip.cpp (gemma3), exact tanh-GELU."""
+    t = {k: v.astype(np.float64) for k, v in t.items()}
+    e, p, s, nh, eps = vp["n_embd"], vp["patch_size"], vp["image_size"], vp["n_head"], vp["eps"]
+    side = s // p
+    x = pixels.astype(np.float64).reshape(3, side, p, side, p).transpose(1, 3, 0, 2, 4).reshape(side * side, -1)
+    x = x @ t["v.patch_embd.weight"].reshape(e, -1).T + t["v.patch_embd.bias"] + t["v.position_embd.weight"]
+    dh = e // nh
+    for i in range(vp["n_layer"]):
+        b = lambda n: t[f"v.blk.{i}.{n}"]  # noqa: E731
+        h = layer_norm(x, b("ln1.weight"), b("ln1.bias"), eps)
+        q, k, v = (h @ b(f"attn_{n}.weight").T + b(f"attn_{n}.bias") for n in "qkv")
+        heads = []
+        for hh in range(nh):
+            sl = slice(hh * dh, (hh + 1) * dh)
+            a = q[:, sl] @ k[:, sl].T / math.sqrt(dh)
+            a = np.exp(a - a.max(1, keepdims=True))
+            heads.append((a / a.sum(1, keepdims=True)) @ v[:, sl])
+        x = x + np.concatenate(heads, 1) @ b("attn_out.weight").T + b("attn_out.bias")
+        h = layer_norm(x, b("ln2.weight"), b("ln2.bias"), eps)
+        x = x + gelu_tanh(h @ b("ffn_up.weight").T + b("ffn_up.bias")) @ b("ffn_down.weight").T + b("ffn_down.bias")
+    x = layer_norm(x, t["v.post_ln.weight"], t["v.post_ln.bias"], eps)
+    k = vp.get("n_merge", 4)
+    o = side // k
+    x = x.reshape(o, k, o, k, e).mean((1, 3)).reshape(o * o, e)
+    x = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * t["mm.soft_emb_norm.weight"]
+    return x @ t["mm.input_projection.weight"]
+
+
+TEXT_HP = dict(gf.BASE, n_embd=64, n_head=2, n_head_kv=1, head_dim=32, n_ff=128, n_layer=6, eps=1e-6,
+               embd_std=0.125, sliding_window=8, rope_base=1000000.0, rope_base_swa=10000.0,
+               rope_linear_factor=8.0, bos=2, n_ctx_train=4096)
+
+TOWERS = {
+    "gemma3-vision": dict(
+        text_seed=1101, tower_seed=1102, image_seed=1103, text_hp=TEXT_HP, spec=spec_gemma3_tower,
+        reference=reference_gemma3_tower,
+        # 16 x 16 patches of 2 x 2 pixels, pooled 4 x 4 (llama.cpp's default n_merge: no scale_factor key)
+        # into 16 soft tokens: more than the text model's sliding window of 8.
+        vp=dict(n_embd=32, n_ff=64, n_layer=2, n_head=2, image_size=32, patch_size=2, eps=1e-6,
+                mean=[0.48, 0.5, 0.52], std=[0.26, 0.27, 0.28]),
+        prompt="hi<__media__>what is this ok",
+        model={"projector": "gemma3 (tools/mtmd/models/siglip.cpp)",
+               "patch_embedding": "conv2d p x p stride p as a matmul over (channel, row, column), + bias, + position_embd",
+               "blocks": "pre-LN (LayerNorm + bias): attention (q/k/v/out with biases, scale 1/sqrt(head_dim), "
+                         "every patch), GELU(tanh) MLP with biases",
+               "post_ln": "LayerNorm + bias", "pooling": "average 4 x 4 over the row-major 16 x 16 grid",
+               "soft_emb_norm": "RMSNorm (eps = layer_norm_epsilon) x mm.soft_emb_norm.weight",
+               "projection": "mm.input_projection (ggml [n_text, n_embd_v], used transposed)",
+               "text_attention": "the image chunk is decoded with causal attention off "
+                                 "(mtmd_decode_use_non_causal): image rows see every image row, "
+                                 "the sliding window still bounds what lies behind",
+               "markers": "<start_of_image> before, <end_of_image> after (text tokens)"}),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tower", choices=sorted(TOWERS))
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--driver", type=Path, required=True, help="the built gen-vision-driver")
+    a = ap.parse_args()
+    spec = TOWERS[a.tower]
+    out = a.out
+    out.mkdir(parents=True, exist_ok=True)
+    hp = dict(spec["text_hp"], family=a.tower)
+    keys, tensors = text_spec(hp)
+    gf.write_gguf(out / "text.gguf", "gemma3", keys, gf.make_tensors(tensors, spec["text_seed"]))
+    vp = spec["vp"]
+    vkeys, vt = spec["spec"](vp, hp["n_embd"])
+    vtensors = gf.make_tensors(vt, spec["tower_seed"])
+    gf.write_gguf(out / "mmproj.gguf", "clip", vkeys, vtensors)
+
+    s = vp["image_size"]
+    rgb = np.random.default_rng(spec["image_seed"]).integers(0, 256, size=(s, s, 3), dtype=np.uint8)
+    (out / "image.rgb").write_bytes(rgb.tobytes())
+    # mtmd's normalization (clip_image_f32::from_u8, normalize), in float32, CHW.
+    mean, std = np.array(vp["mean"], np.float32), np.array(vp["std"], np.float32)
+    pixels = ((rgb.astype(np.float32) / np.float32(255.0) - mean) / std).transpose(2, 0, 1)
+    ref = spec["reference"](dict(vtensors), vp, pixels)
+    ref.astype("<f4").tofile(out / "numpy.embd.bin")
+
+    res = subprocess.run([str(a.driver), str(out / "text.gguf"), str(out / "mmproj.gguf"), str(out / "image.rgb"),
+                          str(s), str(s), spec["prompt"], str(out / "llamacpp")],
+                         check=True, capture_output=True, text=True)
+    chunks = json.loads(res.stdout)
+    emb = np.fromfile(out / "llamacpp.embd.bin", "<f4").reshape(-1, hp["n_embd"])
+    d = np.abs(emb.astype(np.float64) - ref)
+    n_text = sum(len(c["tokens"]) for c in chunks["chunks"] if c["type"] == "text")
+    logits = np.fromfile(out / "llamacpp.logits.bin", "<f4").reshape(n_text, -1)
+    (out / "chunks.json").write_text(json.dumps(chunks, indent=1) + "\n")
+    meta = {
+        "tower": a.tower, "prompt": spec["prompt"], "text_hparams": {k: v for k, v in hp.items() if k != "family"},
+        "vision_hparams": vp, "seeds": {k: spec[k] for k in ("text_seed", "tower_seed", "image_seed")},
+        "model": spec["model"],
+        "files": {"text.gguf": gf.describe_gguf(out / "text.gguf"), "mmproj.gguf": gf.describe_gguf(out / "mmproj.gguf")},
+        "image": {"file": "image.rgb", "width": s, "height": s, "layout": "8-bit RGB, row-major, no header",
+                  "draw": f"default_rng({spec['image_seed']}).integers(0, 256, ({s}, {s}, 3), uint8)"},
+        "llamacpp_embd_vs_numpy_float64": {"max_abs_diff": float(d.max()), "max_abs": float(np.abs(ref).max()),
+                                           "max_abs_diff_rel_to_max_abs": float(d.max() / np.abs(ref).max())},
+        "logits": {"n_text_positions": n_text, **gf.stats(logits)},
+        "method": {
+            "generator": f"scripts/gen-vision-fixtures.sh {a.tower} (gguf-py, numpy {np.__version__})",
+            "driver": "scripts/gen-vision-driver.c over libmtmd + libllama: mtmd_tokenize(add_special, parse_special), "
+                      "text chunks one llama_decode each with logits for every token, the image chunk "
+                      "mtmd_encode_chunk + mtmd_helper_decode_image_chunk; n_ctx = n_batch = n_ubatch = 128, "
+                      "2 threads, F32 KV, flash attention off",
+            "numpy": "float64 forward of the tower with exact tanh-GELU, from the same weights and the normalized pixels",
+        },
+        "llama_cpp": {"commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+                      "source": "llama.cpp vendored in the PyPI sdist llama-cpp-python 0.3.36, built by scripts/build-llamacpp.sh"},
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
