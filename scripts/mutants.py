@@ -221,6 +221,28 @@ MUTANTS += [
 ]
 
 
+# Vision towers: the gemma3 tower and image rows in the text forward
+# against llama.cpp's mtmd (crates/onebit-model/tests/vision.rs).
+VG3 = "crates/onebit-model/src/vision/gemma3.rs"
+VISION_TESTS = ["-p", "onebit-model", "--test", "vision"]
+MUTANTS += [
+    ("gemma3-vision: pooling takes each window's first patch", VG3,
+     "*o = s / inv;", "*o = x[(oy * k * side + ox * k) * e + c] + 0.0 * s / inv;", VISION_TESTS),
+    ("gemma3-vision: pooled grid read transposed", VG3,
+     "s += x[((oy * k + ky) * side + ox * k + kx) * e + c];", "s += x[((ox * k + kx) * side + oy * k + ky) * e + c];", VISION_TESTS),
+    ("gemma3-vision: soft-embedding norm off", VG3,
+     "rmsnorm_inplace(row, &self.soft_norm, eps);", "let _ = row;", VISION_TESTS),
+    ("gemma3-vision: image rows attend causally", ATTENTION,
+     ".map_or(p + 1, |g| g.end),", ".map_or(p + 1, |_| p + 1),", VISION_TESTS),
+    ("gemma3-vision: image rows scaled as token rows", FORWARD,
+     "x[at..at + r.rows.len()].copy_from_slice(r.rows);",
+     "x[at..at + r.rows.len()].iter_mut().zip(r.rows).for_each(|(a, b)| *a = b * self.sem.embed_scale.value.unwrap_or(1.0));",
+     VISION_TESTS),
+    ("gemma3-vision: no position embeddings", VG3,
+     "*v = *v + b + q;", "*v = *v + b + 0.0 * q;", VISION_TESTS),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0
