@@ -7,14 +7,15 @@
  *
  *   gen-vision-driver TEXT.gguf MMPROJ.gguf IMAGE.rgb WIDTH HEIGHT PROMPT OUT_PREFIX
  *
- * IMAGE.rgb: WIDTH x HEIGHT pixels, 8-bit RGB, row-major, no header, given
- * to mtmd_bitmap_init as they are (at the encoder's own size, so mtmd's
- * resize is a copy). PROMPT holds mtmd's default media marker once.
+ * IMAGE.rgb: one or more images of WIDTH x HEIGHT pixels, 8-bit RGB,
+ * row-major, no header, one after another, each given to mtmd_bitmap_init
+ * as it is (at the encoder's own size, so mtmd's resize is a copy). PROMPT
+ * holds mtmd's default media marker once per image.
  * mtmd_tokenize (add_special, parse_special) splits it into chunks; then,
  * n_past from 0, seq 0:
  *   text chunk:  one llama_decode call with its tokens, logits for every one
  *                (appended to OUT_PREFIX.logits.bin, [n][n_vocab] f32);
- *   image chunk: mtmd_encode_chunk, its embeddings written to
+ *   image chunk: mtmd_encode_chunk, its embeddings appended to
  *                OUT_PREFIX.embd.bin ([n_tokens][n_embd] f32), then
  *                mtmd_helper_decode_image_chunk (which switches causal
  *                attention off for gemma3, as llama-mtmd-cli does).
@@ -89,17 +90,29 @@ int main(int argc, char **argv) {
     }
 
     size_t n_bytes = (size_t)w * (size_t)h * 3;
-    unsigned char *rgb = malloc(n_bytes);
     FILE *f = fopen(image, "rb");
-    if (!rgb || !f || fread(rgb, 1, n_bytes, f) != n_bytes) {
-        return fail("could not read WIDTH x HEIGHT x 3 bytes of the image");
+    if (!f) {
+        return fail("could not open the image file");
+    }
+    fseek(f, 0, SEEK_END);
+    long total = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (total <= 0 || (size_t)total % n_bytes != 0 || (size_t)total / n_bytes > 8) {
+        return fail("the image file is not 1 to 8 images of WIDTH x HEIGHT x 3 bytes");
+    }
+    size_t n_images = (size_t)total / n_bytes;
+    unsigned char *rgb = malloc((size_t)total);
+    if (!rgb || fread(rgb, 1, (size_t)total, f) != (size_t)total) {
+        return fail("could not read the images");
     }
     fclose(f);
-    mtmd_bitmap *bitmap = mtmd_bitmap_init((uint32_t)w, (uint32_t)h, rgb);
-    const mtmd_bitmap *bitmaps[1] = {bitmap};
+    mtmd_bitmap *bitmaps[8];
+    for (size_t i = 0; i < n_images; i++) {
+        bitmaps[i] = mtmd_bitmap_init((uint32_t)w, (uint32_t)h, rgb + i * n_bytes);
+    }
     struct mtmd_input_text txt = {prompt, strlen(prompt), true, true};
     mtmd_input_chunks *chunks = mtmd_input_chunks_init();
-    int32_t rc = mtmd_tokenize(mctx, chunks, &txt, bitmaps, 1);
+    int32_t rc = mtmd_tokenize(mctx, chunks, &txt, (const mtmd_bitmap **)bitmaps, n_images);
     if (rc != 0) {
         fprintf(stderr, "error: mtmd_tokenize returned %d\n", rc);
         return 1;
@@ -172,7 +185,9 @@ int main(int argc, char **argv) {
     fclose(flog);
     fclose(femb);
     mtmd_input_chunks_free(chunks);
-    mtmd_bitmap_free(bitmap);
+    for (size_t i = 0; i < n_images; i++) {
+        mtmd_bitmap_free(bitmaps[i]);
+    }
     free(rgb);
     mtmd_free(mctx);
     llama_free(lctx);

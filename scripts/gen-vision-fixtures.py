@@ -157,6 +157,9 @@ TOWERS = {
         vp=dict(n_embd=32, n_ff=64, n_layer=2, n_head=2, image_size=32, patch_size=2, eps=1e-6,
                 mean=[0.48, 0.5, 0.52], std=[0.26, 0.27, 0.28]),
         prompt="hi<__media__>what is this ok",
+        # Two images (the first, then a second draw), two chunks: each image's rows
+        # attend both ways among themselves only.
+        prompt2="hi<__media__>ok<__media__>what is this",
         model={"projector": "gemma3 (tools/mtmd/models/siglip.cpp)",
                "patch_embedding": "conv2d p x p stride p as a matmul over (channel, row, column), + bias, + position_embd",
                "blocks": "pre-LN (LayerNorm + bias): attention (q/k/v/out with biases, scale 1/sqrt(head_dim), "
@@ -197,15 +200,24 @@ def main():
     ref = spec["reference"](dict(vtensors), vp, pixels)
     ref.astype("<f4").tofile(out / "numpy.embd.bin")
 
-    res = subprocess.run([str(a.driver), str(out / "text.gguf"), str(out / "mmproj.gguf"), str(out / "image.rgb"),
-                          str(s), str(s), spec["prompt"], str(out / "llamacpp")],
-                         check=True, capture_output=True, text=True)
-    chunks = json.loads(res.stdout)
+    def mtmd(images, prompt, prefix):
+        (out / f"{prefix}.rgb").write_bytes(b"".join(i.tobytes() for i in images))
+        res = subprocess.run([str(a.driver), str(out / "text.gguf"), str(out / "mmproj.gguf"),
+                              str(out / f"{prefix}.rgb"), str(s), str(s), prompt, str(out / prefix)],
+                             check=True, capture_output=True, text=True)
+        (out / f"{prefix}.rgb").unlink()
+        chunks = json.loads(res.stdout)
+        (out / f"{prefix}.chunks.json").write_text(json.dumps(chunks, indent=1) + "\n")
+        n_text = sum(len(c["tokens"]) for c in chunks["chunks"] if c["type"] == "text")
+        return np.fromfile(out / f"{prefix}.logits.bin", "<f4").reshape(n_text, -1)
+
+    logits = mtmd([rgb], spec["prompt"], "llamacpp")
     emb = np.fromfile(out / "llamacpp.embd.bin", "<f4").reshape(-1, hp["n_embd"])
     d = np.abs(emb.astype(np.float64) - ref)
-    n_text = sum(len(c["tokens"]) for c in chunks["chunks"] if c["type"] == "text")
-    logits = np.fromfile(out / "llamacpp.logits.bin", "<f4").reshape(n_text, -1)
-    (out / "chunks.json").write_text(json.dumps(chunks, indent=1) + "\n")
+    n_text = logits.shape[0]
+    rgb2 = np.random.default_rng(spec["image_seed"] + 1).integers(0, 256, size=(s, s, 3), dtype=np.uint8)
+    (out / "image2.rgb").write_bytes(rgb2.tobytes())
+    logits2 = mtmd([rgb, rgb2], spec["prompt2"], "llamacpp2")
     meta = {
         "tower": a.tower, "prompt": spec["prompt"], "text_hparams": {k: v for k, v in hp.items() if k != "family"},
         "vision_hparams": vp, "seeds": {k: spec[k] for k in ("text_seed", "tower_seed", "image_seed")},
@@ -216,6 +228,8 @@ def main():
         "llamacpp_embd_vs_numpy_float64": {"max_abs_diff": float(d.max()), "max_abs": float(np.abs(ref).max()),
                                            "max_abs_diff_rel_to_max_abs": float(d.max() / np.abs(ref).max())},
         "logits": {"n_text_positions": n_text, **gf.stats(logits)},
+        "prompt2": spec["prompt2"], "image2": f"image2.rgb: default_rng({spec['image_seed'] + 1}), as image.rgb",
+        "logits2": {"n_text_positions": int(logits2.shape[0]), **gf.stats(logits2)},
         "method": {
             "generator": f"scripts/gen-vision-fixtures.sh {a.tower} (gguf-py, numpy {np.__version__})",
             "driver": "scripts/gen-vision-driver.c over libmtmd + libllama: mtmd_tokenize(add_special, parse_special), "

@@ -35,9 +35,13 @@ fn tower() -> VisionTower {
 
 /// The fixture's image as the encoder's input.
 fn pixels(t: &VisionTower) -> Vec<f32> {
+    pixels_of(t, "image.rgb")
+}
+
+fn pixels_of(t: &VisionTower, file: &str) -> Vec<f32> {
     let p = t.preprocess();
     let (w, h) = (p.width as usize, p.height as usize);
-    let rgb = std::fs::read(dir().join("image.rgb")).unwrap();
+    let rgb = std::fs::read(dir().join(file)).unwrap();
     assert_eq!(rgb.len(), w * h * 3);
     let mut out = vec![0f32; 3 * w * h];
     for c in 0..3 {
@@ -53,9 +57,11 @@ enum Chunk {
     Image(usize),
 }
 
-fn chunks() -> Vec<Chunk> {
+/// mtmd's chunks of a run (`llamacpp`: one image, `llamacpp2`: two).
+fn chunks(run: &str) -> Vec<Chunk> {
+    let file = dir().join(format!("{run}.chunks.json"));
     let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir().join("chunks.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     assert_eq!(v["non_causal"], true, "mtmd decoded the image non-causally");
     v["chunks"]
         .as_array()
@@ -87,25 +93,32 @@ fn text_model() -> Model {
     load::load(&dir().join("text.gguf"), &exec).unwrap().0
 }
 
-/// The prompt's ids (placeholder 0 at image rows), where the image sits and
-/// which positions are text.
-fn prompt() -> (Vec<u32>, usize, Vec<usize>) {
+/// The prompt's ids (placeholder 0 at image rows), where the images sit
+/// and which positions are text.
+fn prompt_of(run: &str) -> (Vec<u32>, Vec<usize>, Vec<usize>) {
     let mut ids = Vec::new();
-    let mut at = None;
+    let mut at = Vec::new();
     let mut text = Vec::new();
-    for c in chunks() {
+    for c in chunks(run) {
         match c {
             Chunk::Text(t) => {
                 text.extend(ids.len()..ids.len() + t.len());
                 ids.extend(t);
             }
             Chunk::Image(n) => {
-                at = Some(ids.len());
+                at.push(ids.len());
                 ids.extend(std::iter::repeat_n(0, n));
             }
         }
     }
-    (ids, at.expect("an image chunk"), text)
+    (ids, at, text)
+}
+
+/// The one-image prompt.
+fn prompt() -> (Vec<u32>, usize, Vec<usize>) {
+    let (ids, at, text) = prompt_of("llamacpp");
+    assert_eq!(at.len(), 1, "one image chunk");
+    (ids, at[0], text)
 }
 
 fn max_abs(x: &[f32]) -> f32 {
@@ -355,4 +368,139 @@ fn f16_weights_give_the_f32_results_within_f16_rounding() {
     let d = max_diff(&a.rows, &b.rows);
     println!("f16 weights: max |diff| {d:e} (M {m})");
     assert!(d > 0.0 && d <= 2e-2 * m, "{d}");
+}
+
+/// Logits of the text positions of run `run`, image i's rows `rows[i]`;
+/// `one_span`: all images' rows and the text between them as one both-ways
+/// span (not llama.cpp's rule: it decodes each image chunk by itself).
+fn text_logits_of(model: &Model, run: &str, rows: &[&[f32]], one_span: bool) -> Vec<f32> {
+    let (ids, at, text) = prompt_of(run);
+    let e = model.sem.dims.n_embd;
+    let mut st = model.new_state();
+    let all = if one_span {
+        // The first image's start to the last image's end, the text
+        // between as its token rows.
+        let (lo, hi) = (at[0], at[at.len() - 1] + rows[rows.len() - 1].len() / e);
+        let mut joined = Vec::new();
+        let mut row = vec![0f32; e];
+        for p in lo..hi {
+            match at.iter().position(|&a| p >= a && p < a + rows[0].len() / e) {
+                Some(i) => joined.extend_from_slice(&rows[i][(p - at[i]) * e..(p - at[i] + 1) * e]),
+                None => {
+                    model
+                        .weights
+                        .token_embd
+                        .dequantize_row(ids[p] as usize, &mut row);
+                    let s = model.sem.embed_scale.value.unwrap_or(1.0);
+                    joined.extend(row.iter().map(|v| v * s));
+                }
+            }
+        }
+        let span = Embeds {
+            at: lo,
+            rows: &joined,
+            bidirectional: true,
+        };
+        model.forward_embeds(&mut st, &ids, &[span], Logits::All)
+    } else {
+        let spans: Vec<Embeds> = at
+            .iter()
+            .zip(rows)
+            .map(|(&at, r)| Embeds {
+                at,
+                rows: r,
+                bidirectional: true,
+            })
+            .collect();
+        model.forward_embeds(&mut st, &ids, &spans, Logits::All)
+    }
+    .unwrap();
+    let v = model.sem.dims.n_vocab;
+    text.iter()
+        .flat_map(|&p| all[p * v..(p + 1) * v].to_vec())
+        .collect()
+}
+
+#[test]
+fn two_images_attend_both_ways_each_within_itself() {
+    let model = text_model();
+    let reference = read_f32(dir().join("llamacpp2.logits.bin"));
+    let m = max_abs(&reference);
+    let ll = read_f32(dir().join("llamacpp2.embd.bin"));
+    let (a, b) = ll.split_at(ll.len() / 2);
+    let d = max_diff(
+        &text_logits_of(&model, "llamacpp2", &[a, b], false),
+        &reference,
+    );
+    println!("two images, llama.cpp's rows: max |diff| {d:e} (M {m})");
+    assert!(d <= 1e-3 * m, "{d} > 1e-3 x {m}");
+    // Our rows for both images, end to end.
+    let t = tower();
+    let e1 = t.encode(&pixels_of(&t, "image.rgb"), 2).unwrap();
+    let e2 = t.encode(&pixels_of(&t, "image2.rgb"), 2).unwrap();
+    let d = max_diff(&e2.rows, b);
+    assert!(d <= 1e-3 * max_abs(b), "second image's rows: {d}");
+    let ours = text_logits_of(&model, "llamacpp2", &[&e1.rows, &e2.rows], false);
+    let d = max_diff(&ours, &reference);
+    println!("two images, our rows: max |diff| {d:e}");
+    assert!(d <= 2e-3 * m, "{d} > 2e-3 x {m}");
+    // The rule is per image: one both-ways span over both images is far off.
+    let d = max_diff(
+        &text_logits_of(&model, "llamacpp2", &[a, b], true),
+        &reference,
+    );
+    println!("two images as one span: max |diff| {d:e}");
+    assert!(
+        d > 2e-2 * m,
+        "one span over both images is indistinguishable here ({d})"
+    );
+}
+
+#[test]
+fn embedding_rows_that_do_not_fit_are_refused() {
+    let model = text_model();
+    let (ids, at, _) = prompt();
+    let e = model.sem.dims.n_embd;
+    let rows = vec![0.5f32; 16 * e];
+    let run = |spans: &[Embeds]| {
+        let mut st = model.new_state();
+        model
+            .forward_embeds(&mut st, &ids, spans, Logits::Last)
+            .err()
+            .map(|e| e.to_string())
+    };
+    fn span(at: usize, rows: &[f32]) -> Embeds<'_> {
+        Embeds {
+            at,
+            rows,
+            bidirectional: true,
+        }
+    }
+    // Past the end of the tokens.
+    let err = run(&[span(ids.len() - 3, &rows)]).unwrap();
+    assert!(err.contains("outside the"), "{err}");
+    // Overlapping spans.
+    let err = run(&[span(at, &rows), span(at + 2, &rows)]).unwrap();
+    assert!(err.contains("overlapping"), "{err}");
+    // Not whole rows.
+    let err = run(&[span(at, &rows[..e + 1])]).unwrap();
+    assert!(err.contains("not whole rows"), "{err}");
+    // Not finite.
+    let bad = vec![f32::NAN; e];
+    let err = run(&[span(at, &bad)]).unwrap();
+    assert!(err.contains("not finite"), "{err}");
+    // A bidirectional span cut by the call's end (a batch of forward_batch_embeds).
+    let mut st = model.new_state();
+    let mut seqs = [SeqInput {
+        state: &mut st,
+        tokens: &ids[..at + 4],
+        want: Logits::Last,
+    }];
+    let spans = [span(at, &rows)];
+    let err = model
+        .forward_batch_embeds(&mut seqs, &[&spans])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("outside the"), "{err}");
 }
