@@ -200,9 +200,9 @@ def main():
     ref = spec["reference"](dict(vtensors), vp, pixels)
     ref.astype("<f4").tofile(out / "numpy.embd.bin")
 
-    def mtmd(images, prompt, prefix):
+    def mtmd(images, prompt, prefix, mmproj="mmproj.gguf"):
         (out / f"{prefix}.rgb").write_bytes(b"".join(i.tobytes() for i in images))
-        res = subprocess.run([str(a.driver), str(out / "text.gguf"), str(out / "mmproj.gguf"),
+        res = subprocess.run([str(a.driver), str(out / "text.gguf"), str(out / mmproj),
                               str(out / f"{prefix}.rgb"), str(s), str(s), prompt, str(out / prefix)],
                              check=True, capture_output=True, text=True)
         (out / f"{prefix}.rgb").unlink()
@@ -218,6 +218,15 @@ def main():
     rgb2 = np.random.default_rng(spec["image_seed"] + 1).integers(0, 256, size=(s, s, 3), dtype=np.uint8)
     (out / "image2.rgb").write_bytes(rgb2.tobytes())
     logits2 = mtmd([rgb, rgb2], spec["prompt2"], "llamacpp2")
+    # The tower as llama.cpp's converter stores a real one (conversion/gemma.py
+    # Gemma3VisionModel with --outtype f16): the embeddings (patch and
+    # position) and 1-D tensors F32, every other matrix F16 (input_projection
+    # forced F16), the values the F32 file's rounded to nearest.
+    def f16_type(name, arr):
+        keep = arr.ndim < 2 or name in ("v.patch_embd.weight", "v.position_embd.weight")
+        return arr if keep else arr.astype(np.float16)
+    gf.write_gguf(out / "mmproj-f16.gguf", "clip", vkeys, [(n, f16_type(n, x)) for n, x in vtensors])
+    logits_f16 = mtmd([rgb], spec["prompt"], "llamacpp-f16", "mmproj-f16.gguf")
     meta = {
         "tower": a.tower, "prompt": spec["prompt"], "text_hparams": {k: v for k, v in hp.items() if k != "family"},
         "vision_hparams": vp, "seeds": {k: spec[k] for k in ("text_seed", "tower_seed", "image_seed")},
@@ -230,6 +239,8 @@ def main():
         "logits": {"n_text_positions": n_text, **gf.stats(logits)},
         "prompt2": spec["prompt2"], "image2": f"image2.rgb: default_rng({spec['image_seed'] + 1}), as image.rgb",
         "logits2": {"n_text_positions": int(logits2.shape[0]), **gf.stats(logits2)},
+        "f16": {"file": "mmproj-f16.gguf: the tower's matrices F16 (patch and position embeddings, 1-D tensors F32)",
+                "logits_f16_vs_f32": gf.compare(logits_f16, logits)},
         "method": {
             "generator": f"scripts/gen-vision-fixtures.sh {a.tower} (gguf-py, numpy {np.__version__})",
             "driver": "scripts/gen-vision-driver.c over libmtmd + libllama: mtmd_tokenize(add_special, parse_special), "

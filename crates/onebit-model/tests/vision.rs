@@ -9,6 +9,9 @@
 //! - the logits of every text position of the prompt holding the image,
 //!   with llama.cpp's embeddings put in, within 1e-3 x M of llama.cpp's
 //!   (`llamacpp.logits.bin`), and with our own embeddings, within 2e-3 x M;
+//! - the same with the tower's matrices F16 (`mmproj-f16.gguf`, as real
+//!   mmproj files hold them) against llama.cpp on that file: 2e-3 x M;
+//! - two images: each image's rows attend both ways among themselves only;
 //! - batch == sequential: the prompt in one call, chunk by chunk (the image
 //!   whole in one call, as it must be), and beside a second sequence give the
 //!   same bits.
@@ -340,34 +343,23 @@ fn refusals_name_what_is_wrong() {
 }
 
 #[test]
-fn f16_weights_give_the_f32_results_within_f16_rounding() {
-    // The same tower stored as F16 (what mmproj files usually hold):
-    // widened at load, so the result moves only by the weights' rounding.
-    let g = Gguf::open(dir().join("mmproj.gguf")).unwrap();
-    let mut w = GgufWriter::from_gguf(&g);
-    for t in &g.tensors {
-        if t.dims.len() < 2 {
-            continue;
-        }
-        let mut v = vec![0f32; t.n_elements() as usize];
-        onebit_formats::blocks::dequantize(t.dtype, &g.tensor_bytes(t), &mut v).unwrap();
-        let bytes = v
-            .iter()
-            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-            .collect();
-        w.set_tensor(&t.name, &t.dims, onebit_formats::GgmlType::F16, bytes);
-    }
-    let tmp = onebit_testdata::TempDir::new("vis-f16");
-    let p = tmp.file("mmproj.gguf", &w.to_bytes());
-    let t16 = VisionTower::open(&p).unwrap();
-    let t = tower();
-    let px = pixels(&t);
-    let a = t.encode(&px, 2).unwrap();
-    let b = t16.encode(&px, 2).unwrap();
-    let m = max_abs(&a.rows);
-    let d = max_diff(&a.rows, &b.rows);
-    println!("f16 weights: max |diff| {d:e} (M {m})");
-    assert!(d > 0.0 && d <= 2e-2 * m, "{d}");
+fn f16_mmproj_matches_llamacpp() {
+    // The tower stored as llama.cpp's converter writes real ones (matrices
+    // F16; patch and position embeddings, norms and biases F32). We widen
+    // the F16 weights at load; llama.cpp rounds the activations of an F16
+    // matmul to F16 too, hence the looser bound (measured in the README).
+    let t16 = VisionTower::open(dir().join("mmproj-f16.gguf")).unwrap();
+    let e = t16.encode(&pixels(&t16), 2).unwrap();
+    let ll = read_f32(dir().join("llamacpp-f16.embd.bin"));
+    let m = max_abs(&ll);
+    let d = max_diff(&e.rows, &ll);
+    println!("f16 mmproj, embeddings: max |diff| {d:e} (M {m})");
+    assert!(d <= 2e-3 * m, "{d} > 2e-3 x {m}");
+    let reference = read_f32(dir().join("llamacpp-f16.logits.bin"));
+    let m = max_abs(&reference);
+    let d = max_diff(&text_logits(&text_model(), &e.rows, true), &reference);
+    println!("f16 mmproj, logits: max |diff| {d:e} (M {m})");
+    assert!(d <= 2e-3 * m, "{d} > 2e-3 x {m}");
 }
 
 /// Logits of the text positions of run `run`, image i's rows `rows[i]`;
