@@ -316,6 +316,16 @@ fn refusals_name_what_is_wrong() {
     .err()
     .unwrap();
     assert!(err.contains("clip.vision.projector.scale_factor"), "{err}");
+    let err = edited("vis-side", |w| {
+        w.set_kv("clip.vision.patch_size", Value::U32(1));
+        w.set_kv("clip.vision.image_size", Value::U32(4096));
+    })
+    .err()
+    .unwrap();
+    assert!(
+        err.contains("clip.vision.image_size") && err.contains("4096 patches a side"),
+        "{err}"
+    );
     let err = edited("vis-q8", |w| {
         let g = Gguf::open(dir().join("mmproj.gguf")).unwrap();
         let t = g.tensor("v.blk.0.attn_q.weight").unwrap().clone();
@@ -495,4 +505,34 @@ fn embedding_rows_that_do_not_fit_are_refused() {
         .unwrap()
         .to_string();
     assert!(err.contains("outside the"), "{err}");
+}
+
+#[test]
+fn image_rows_refused_where_per_layer_embeddings_need_token_ids() {
+    // Gemma 4's per-layer inputs are looked up by token id: rows without
+    // one are refused by name, not run with a placeholder's table row.
+    let exec = ExecConfig {
+        threads: 1,
+        precision: Precision::Float,
+        max_context: 128,
+        kv_type: KvType::F32,
+    };
+    let path = onebit_testdata::fixture("gemma4").join("f32.gguf");
+    let model = load::load(&path, &exec).unwrap().0;
+    let rows = vec![0.5f32; model.sem.dims.n_embd];
+    let mut st = model.new_state();
+    let span = Embeds {
+        at: 1,
+        rows: &rows,
+        bidirectional: true,
+    };
+    let err = model
+        .forward_embeds(&mut st, &[2, 0, 7], &[span], Logits::Last)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("gemma4") && err.contains("per-layer embeddings"),
+        "{err}"
+    );
 }

@@ -54,6 +54,9 @@ pub const MARKERS: ImageMarkers = ImageMarkers {
 /// (SigLIP's is 896).
 const MAX_IMAGE_SIZE: usize = 4096;
 
+/// The most patches a side of the grid (SigLIP So400m at 896 px: 64).
+const MAX_SIDE: usize = 128;
+
 keys! {
     USE_GELU = "use_gelu", [];
     USE_SILU = "use_silu", [];
@@ -328,6 +331,15 @@ impl Tower {
             ),
         };
         let side = image_size.value / patch_size.value;
+        if side > MAX_SIDE {
+            return Err(d.err(
+                IMAGE_SIZE,
+                format!(
+                    "{} / patch {} = {side} patches a side, more than the {MAX_SIDE} onebit accepts (attention over every patch is quadratic)",
+                    image_size.value, patch_size.value
+                ),
+            ));
+        }
         if n_merge.value == 0 || side % n_merge.value != 0 {
             return Err(d.err(
                 SCALE_FACTOR,
