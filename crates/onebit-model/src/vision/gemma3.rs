@@ -108,6 +108,41 @@ pub enum Act {
     GeluQuick,
 }
 
+impl Act {
+    /// The activation over every element.
+    pub fn apply(self, x: &mut [f32]) {
+        match self {
+            Act::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+            Act::GeluQuick => x.iter_mut().for_each(|v| *v /= 1.0 + (-1.702 * *v).exp()),
+        }
+    }
+
+    /// `clip.use_gelu` true: GELU(tanh); else llama.cpp's default
+    /// GELU-quick; `clip.use_silu` refused (no SiLU ViT here).
+    pub(super) fn read(d: &Decls, tower: &str) -> Result<Sourced<Act>> {
+        if d.bool_opt(USE_SILU)?.unwrap_or(false) {
+            return Err(d.err(
+                USE_SILU,
+                format!("is true: a SiLU MLP is not the {tower} tower onebit runs"),
+            ));
+        }
+        Ok(if d.bool_opt(USE_GELU)?.unwrap_or(false) {
+            Sourced::new(
+                Act::GeluTanh,
+                format!("{} = true (ggml_gelu)", d.src(USE_GELU)),
+            )
+        } else {
+            Sourced::new(
+                Act::GeluQuick,
+                format!(
+                    "llama.cpp clip.cpp default gelu_quick ({} not true)",
+                    d.spelled(USE_GELU)
+                ),
+            )
+        })
+    }
+}
+
 /// Every rule of the tower, with its source.
 #[derive(Clone, Debug)]
 pub struct Rules {
@@ -135,9 +170,9 @@ pub struct Rules {
 }
 
 /// A LayerNorm's weight and bias.
-struct Norm {
-    w: Vec<f32>,
-    b: Vec<f32>,
+pub(super) struct Norm {
+    pub w: Vec<f32>,
+    pub b: Vec<f32>,
 }
 
 struct Block {
@@ -171,12 +206,14 @@ pub struct Tower {
 }
 
 /// Reads tensors of one file, widened to f32, shapes checked.
-struct Reader<'a> {
-    g: &'a Gguf,
+pub(super) struct Reader<'a> {
+    pub g: &'a Gguf,
+    /// The encoder's name, for errors.
+    pub tower: &'static str,
 }
 
 impl Reader<'_> {
-    fn err(&self, name: &str, what: String) -> ModelError {
+    pub fn err(&self, name: &str, what: String) -> ModelError {
         ModelError::Tensor {
             path: self.g.path().to_path_buf(),
             tensor: name.into(),
@@ -184,16 +221,16 @@ impl Reader<'_> {
         }
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub fn has(&self, name: &str) -> bool {
         self.g.tensor(name).is_some()
     }
 
     /// The tensor's values, its ggml dims exactly `dims`.
-    fn floats(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
+    pub fn floats(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
         let t = self.g.tensor(name).ok_or_else(|| {
             self.err(
                 name,
-                "is required by the gemma3 vision tower but absent".into(),
+                format!("is required by the {} vision tower but absent", self.tower),
             )
         })?;
         let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
@@ -220,11 +257,11 @@ impl Reader<'_> {
     }
 
     /// A matrix of `rows` outputs by `cols` inputs (ggml dims [cols, rows]).
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
         Ok(f32_matrix(rows, cols, &self.floats(name, &[cols, rows])?))
     }
 
-    fn norm(&self, prefix: &str, n: usize) -> Result<Norm> {
+    pub fn norm(&self, prefix: &str, n: usize) -> Result<Norm> {
         Ok(Norm {
             w: self.floats(&format!("{prefix}.weight"), &[n])?,
             b: self.floats(&format!("{prefix}.bias"), &[n])?,
@@ -233,7 +270,7 @@ impl Reader<'_> {
 }
 
 /// An F32 [`QMatrix`] holding `data` ([rows][cols]).
-fn f32_matrix(rows: usize, cols: usize, data: &[f32]) -> QMatrix {
+pub(super) fn f32_matrix(rows: usize, cols: usize, data: &[f32]) -> QMatrix {
     let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
     QMatrix::new(GgmlType::F32, rows, cols, ByteView::from_vec(bytes))
         .expect("rows x cols f32 values make an F32 matrix")
@@ -244,7 +281,7 @@ fn blk(i: usize, part: &str, what: &str) -> String {
 }
 
 /// A size key: present, positive, at most `max`.
-fn size(d: &Decls, k: crate::families::decls::Key, max: usize) -> Result<usize> {
+pub(super) fn size(d: &Decls, k: crate::families::decls::Key, max: usize) -> Result<usize> {
     let v = d.positive(k)?;
     if v > max {
         return Err(d.err(k, format!("{v} is larger than the {max} onebit accepts")));
@@ -253,7 +290,7 @@ fn size(d: &Decls, k: crate::families::decls::Key, max: usize) -> Result<usize> 
 }
 
 /// Three numbers of an array key.
-fn triple(d: &Decls, k: crate::families::decls::Key) -> Result<Sourced<[f32; 3]>> {
+pub(super) fn triple(d: &Decls, k: crate::families::decls::Key) -> Result<Sourced<[f32; 3]>> {
     let v = d.get(k).ok_or_else(|| d.err(k, "is required but absent"))?;
     let a = v
         .as_array()
@@ -357,29 +394,12 @@ impl Tower {
                 format!("{:?}: every value must be positive", std.value),
             ));
         }
-        let gelu = d.bool_opt(USE_GELU)?.unwrap_or(false);
-        if d.bool_opt(USE_SILU)?.unwrap_or(false) {
-            return Err(d.err(
-                USE_SILU,
-                "is true: a SiLU MLP is not the gemma3 tower onebit runs",
-            ));
-        }
-        let act = if gelu {
-            Sourced::new(
-                Act::GeluTanh,
-                format!("{} = true (ggml_gelu)", d.src(USE_GELU)),
-            )
-        } else {
-            Sourced::new(
-                Act::GeluQuick,
-                format!(
-                    "llama.cpp clip.cpp default gelu_quick ({} not true)",
-                    d.spelled(USE_GELU)
-                ),
-            )
-        };
+        let act = Act::read(d, PROJECTOR)?;
 
-        let r = Reader { g };
+        let r = Reader {
+            g,
+            tower: PROJECTOR,
+        };
         // Every tensor of the file must be one this tower runs.
         let mut known: Vec<String> = vec![
             names::PATCH_EMBD.into(),
@@ -713,10 +733,7 @@ impl Tower {
             layer_norm_rows(pool, &mut h, e, &b.ln2, eps);
             let mut u = mm(&b.up, &h, n);
             add_bias(&mut u, &b.bup);
-            match r.act.value {
-                Act::GeluTanh => u.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-                Act::GeluQuick => u.iter_mut().for_each(|v| *v /= 1.0 + (-1.702 * *v).exp()),
-            }
+            r.act.value.apply(&mut u);
             let mut dn = mm(&b.down, &u, n);
             add_bias(&mut dn, &b.bdown);
             x.iter_mut().zip(&dn).for_each(|(a, d)| *a += d);
@@ -754,7 +771,7 @@ impl Tower {
     }
 }
 
-fn add_bias(x: &mut [f32], b: &[f32]) {
+pub(super) fn add_bias(x: &mut [f32], b: &[f32]) {
     for row in x.chunks_exact_mut(b.len()) {
         row.iter_mut().zip(b).for_each(|(v, c)| *v += c);
     }
@@ -762,7 +779,7 @@ fn add_bias(x: &mut [f32], b: &[f32]) {
 
 /// LayerNorm of every row in place: `(x - mean) / sqrt(var + eps) * w + b`
 /// (ggml_norm then the weight and bias), sums in f64.
-fn layer_norm_rows(pool: &Pool, x: &mut [f32], e: usize, ln: &Norm, eps: f32) {
+pub(super) fn layer_norm_rows(pool: &Pool, x: &mut [f32], e: usize, ln: &Norm, eps: f32) {
     let n = x.len() / e;
     par_rows(pool, n, [e], [x], |_, [xs]| {
         for row in xs.chunks_exact_mut(e) {

@@ -28,6 +28,7 @@ use crate::forward::Embeds;
 use crate::semantics::Sourced;
 
 pub mod gemma3;
+pub mod qwen3vl;
 
 keys! {
     PROJECTOR_TYPE = "projector_type", [];
@@ -91,10 +92,11 @@ impl ImageEmbeddings {
 }
 
 /// The encoders onebit runs, by `clip.projector_type`.
-pub const PROJECTORS: &[&str] = &[gemma3::PROJECTOR];
+pub const PROJECTORS: &[&str] = &[gemma3::PROJECTOR, qwen3vl::PROJECTOR];
 
 enum Encoder {
     Gemma3(gemma3::Tower),
+    Qwen3vl(qwen3vl::Tower),
 }
 
 /// A vision tower opened from an mmproj GGUF.
@@ -142,6 +144,7 @@ impl VisionTower {
         };
         let encoder = match name.as_str() {
             gemma3::PROJECTOR => Encoder::Gemma3(gemma3::Tower::load(g, &d, d.src(key))?),
+            qwen3vl::PROJECTOR => Encoder::Qwen3vl(qwen3vl::Tower::load(g, &d, d.src(key))?),
             other => {
                 return Err(d.err(
                     key,
@@ -166,6 +169,7 @@ impl VisionTower {
     pub fn preprocess(&self) -> Preprocess {
         match &self.encoder {
             Encoder::Gemma3(t) => t.preprocess(),
+            Encoder::Qwen3vl(t) => t.preprocess(),
         }
     }
 
@@ -173,13 +177,30 @@ impl VisionTower {
     pub fn markers(&self) -> ImageMarkers {
         match &self.encoder {
             Encoder::Gemma3(_) => gemma3::MARKERS,
+            Encoder::Qwen3vl(_) => qwen3vl::MARKERS,
         }
     }
 
-    /// Rows (text positions) one image takes.
+    /// Rows (text positions) one image of the [`Self::preprocess`] size takes.
     pub fn n_tokens(&self) -> usize {
         match &self.encoder {
             Encoder::Gemma3(t) => t.n_tokens(),
+            Encoder::Qwen3vl(t) => {
+                let p = t.preprocess();
+                t.n_tokens_for(p.width as usize, p.height as usize)
+            }
+        }
+    }
+
+    /// The size an image of `width` x `height` is resized to: the fixed
+    /// input size, or for a dynamic-resolution tower (qwen3vl) mtmd's fit.
+    pub fn fit(&self, width: u32, height: u32) -> (u32, u32) {
+        match &self.encoder {
+            Encoder::Gemma3(t) => {
+                let p = t.preprocess();
+                (p.width, p.height)
+            }
+            Encoder::Qwen3vl(t) => t.fit(width, height),
         }
     }
 
@@ -187,6 +208,7 @@ impl VisionTower {
     pub fn n_embd_out(&self) -> usize {
         match &self.encoder {
             Encoder::Gemma3(t) => t.n_embd_out(),
+            Encoder::Qwen3vl(t) => t.n_embd_out(),
         }
     }
 
@@ -194,6 +216,7 @@ impl VisionTower {
     pub fn bidirectional(&self) -> &Sourced<bool> {
         match &self.encoder {
             Encoder::Gemma3(t) => &t.rules.bidirectional,
+            Encoder::Qwen3vl(t) => &t.rules.bidirectional,
         }
     }
 
@@ -201,11 +224,21 @@ impl VisionTower {
     pub fn lines(&self) -> Vec<String> {
         match &self.encoder {
             Encoder::Gemma3(t) => t.lines(),
+            Encoder::Qwen3vl(t) => t.lines(),
         }
     }
 
     /// Refuses a text model whose hidden size is not the tower's output.
     pub fn check_text_model(&self, n_embd: usize, family: &str) -> Result<()> {
+        if let Encoder::Qwen3vl(_) = self.encoder {
+            return Err(ModelError::Unsupported {
+                path: self.path.clone(),
+                what: format!(
+                    "the {} tower's rows need Qwen3-VL's text side (IMROPE positions, deepstack features added into the first layers), which onebit does not run yet; the text model ({family}) cannot take them",
+                    qwen3vl::PROJECTOR
+                ),
+            });
+        }
         if n_embd != self.n_embd_out() {
             return Err(ModelError::Unsupported {
                 path: self.path.clone(),
@@ -227,14 +260,33 @@ impl VisionTower {
     /// [`Self::encode`] on the caller's thread pool.
     pub fn encode_with(&self, pool: &Pool, pixels: &[f32]) -> Result<ImageEmbeddings> {
         let p = self.preprocess();
-        let want = 3 * p.width as usize * p.height as usize;
+        self.encode_sized(pool, pixels, p.width, p.height)
+    }
+
+    /// Encodes an image of `width` x `height` (a size [`Self::fit`] gives;
+    /// a fixed-size tower takes only its own).
+    pub fn encode_sized(
+        &self,
+        pool: &Pool,
+        pixels: &[f32],
+        width: u32,
+        height: u32,
+    ) -> Result<ImageEmbeddings> {
+        let p = self.preprocess();
+        if matches!(self.encoder, Encoder::Gemma3(_)) && (width, height) != (p.width, p.height) {
+            return Err(ModelError::Input(format!(
+                "image of {width} x {height}; the {} encoder takes {} x {} only",
+                p.projector, p.width, p.height
+            )));
+        }
+        let want = 3 * width as usize * height as usize;
         if pixels.len() != want {
             return Err(ModelError::Input(format!(
                 "image tensor of {} values; the {} encoder takes 3 x {} x {} = {want} (CHW, normalized)",
                 pixels.len(),
                 p.projector,
-                p.height,
-                p.width
+                height,
+                width
             )));
         }
         if let Some(i) = pixels.iter().position(|v| !v.is_finite()) {
@@ -244,6 +296,7 @@ impl VisionTower {
         }
         match &self.encoder {
             Encoder::Gemma3(t) => Ok(t.encode(pool, pixels)),
+            Encoder::Qwen3vl(t) => t.encode(pool, pixels, width as usize, height as usize),
         }
     }
 }
