@@ -243,6 +243,22 @@ MUTANTS += [
 ]
 
 
+# qwen3vl: its tower alone against llama.cpp's mtmd embeddings (tests/vision.rs, qwen3vl_*).
+VQ3 = "crates/onebit-model/src/vision/qwen3vl.rs"
+MUTANTS += [
+    ("qwen3vl-vision: 2-D rotary rows and columns swapped", VQ3,
+     "(py, j)\n                } else {\n                    (px, j - quarter)", "(px, j)\n                } else {\n                    (py, j - quarter)", VISION_TESTS),
+    ("qwen3vl-vision: patches column-major within a merge block", VQ3,
+     "(2 * by + dy, 2 * bx + dx)", "(2 * by + dx, 2 * bx + dy)", VISION_TESTS),
+    ("qwen3vl-vision: deepstack off", VQ3,
+     "if let Some(m) = merger {", "if let Some(m) = merger.as_ref().filter(|_| false) {", VISION_TESTS),
+    ("qwen3vl-vision: position grid not resized", VQ3,
+     "let y = i1 as f32 / sy;", "let y = i1 as f32;", VISION_TESTS),
+    ("qwen3vl-vision: one temporal kernel only", VQ3,
+     "map(|(a, b)| a + b)", "map(|(a, b)| a + 0.0 * b)", VISION_TESTS),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0

@@ -3,8 +3,9 @@
 //! `v.*` / `mm.*` tensors) the way llama.cpp's `mtmd` computes them.
 //!
 //! Invariant: one encoder a file (`gemma3.rs`, the SigLIP tower of
-//! `tools/mtmd/models/siglip.cpp` with projector `gemma3`), chosen by the
-//! file's `clip.projector_type` from [`PROJECTORS`]; every other projector
+//! `tools/mtmd/models/siglip.cpp` with projector `gemma3`; `qwen3vl.rs`,
+//! `models/qwen3vl.cpp`), chosen by the file's `clip.projector_type` from
+//! [`PROJECTORS`]; every other projector
 //! type, an audio-only mmproj and a tensor the encoder does not run are
 //! refused by name, never approximated. Every rule the encoder follows is a
 //! [`Sourced`] value printed as a `[semantics]` line ([`VisionTower::lines`]).
