@@ -3,7 +3,7 @@
 # the llama-cpp-python 0.3.36 sdist on PyPI (build 0c1e570, the one the
 # fixtures and the speed issue were measured with), outside the repository,
 # for the CPU this runs on:
-#   ~/.cache/onebit/llamacpp/build-<isa>/bin/{llama-bench,llama-quantize}
+#   ~/.cache/onebit/llamacpp/build-<isa>/bin/{llama-bench,llama-quantize,libmtmd.so}
 #
 #   scripts/build-llamacpp.sh             build (or reuse) the build for this CPU
 #   scripts/build-llamacpp.sh --bin-dir   print that build's bin directory, build nothing
@@ -87,5 +87,5 @@ command -v cmake >/dev/null || pip install --quiet cmake
 real="$(readlink -f "$build" 2>/dev/null || echo "$build")"
 cmake -S src -B "$real" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF "${opts[@]}" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >/dev/null
-cmake --build "$real" --target llama-bench llama-quantize -j "${JOBS:-2}"
+cmake --build "$real" --target llama-bench llama-quantize mtmd -j "${JOBS:-2}"
 echo "$build/bin"

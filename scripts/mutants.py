@@ -244,6 +244,44 @@ MUTANTS += [
 ]
 
 
+# Vision towers: the gemma3 tower and image rows in the text forward
+# against llama.cpp's mtmd (crates/onebit-model/tests/vision.rs).
+VG3 = "crates/onebit-model/src/vision/gemma3.rs"
+VISION_TESTS = ["-p", "onebit-model", "--test", "vision"]
+MUTANTS += [
+    ("gemma3-vision: pooling takes each window's first patch", VG3,
+     "*o = s / inv;", "*o = x[(oy * k * side + ox * k) * e + c] + 0.0 * s / inv;", VISION_TESTS),
+    ("gemma3-vision: pooled grid read transposed", VG3,
+     "s += x[((oy * k + ky) * side + ox * k + kx) * e + c];", "s += x[((ox * k + kx) * side + oy * k + ky) * e + c];", VISION_TESTS),
+    ("gemma3-vision: soft-embedding norm off", VG3,
+     "rmsnorm_inplace(row, &self.soft_norm, eps);", "let _ = row;", VISION_TESTS),
+    ("gemma3-vision: image rows attend causally", ATTENTION,
+     ".map_or(p + 1, |g| g.end),", ".map_or(p + 1, |_| p + 1),", VISION_TESTS),
+    ("gemma3-vision: image rows scaled as token rows", FORWARD,
+     "x[at..at + r.rows.len()].copy_from_slice(r.rows);",
+     "x[at..at + r.rows.len()].iter_mut().zip(r.rows).for_each(|(a, b)| *a = b * self.sem.embed_scale.value.unwrap_or(1.0));",
+     VISION_TESTS),
+    ("gemma3-vision: no position embeddings", VG3,
+     "*v = *v + b + q;", "*v = *v + b + 0.0 * q;", VISION_TESTS),
+]
+
+
+# qwen3vl: its tower alone against llama.cpp's mtmd embeddings (tests/vision.rs, qwen3vl_*).
+VQ3 = "crates/onebit-model/src/vision/qwen3vl.rs"
+MUTANTS += [
+    ("qwen3vl-vision: 2-D rotary rows and columns swapped", VQ3,
+     "(py, j)\n                } else {\n                    (px, j - quarter)", "(px, j)\n                } else {\n                    (py, j - quarter)", VISION_TESTS),
+    ("qwen3vl-vision: patches column-major within a merge block", VQ3,
+     "(2 * by + dy, 2 * bx + dx)", "(2 * by + dx, 2 * bx + dy)", VISION_TESTS),
+    ("qwen3vl-vision: deepstack off", VQ3,
+     "if let Some(m) = merger {", "if let Some(m) = merger.as_ref().filter(|_| false) {", VISION_TESTS),
+    ("qwen3vl-vision: position grid not resized", VQ3,
+     "let y = i1 as f32 / sy;", "let y = i1 as f32;", VISION_TESTS),
+    ("qwen3vl-vision: one temporal kernel only", VQ3,
+     "map(|(a, b)| a + b)", "map(|(a, b)| a + 0.0 * b)", VISION_TESTS),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0

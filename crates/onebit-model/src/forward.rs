@@ -65,6 +65,32 @@ pub enum Logits {
     Hidden,
 }
 
+/// Rows given in place of token embeddings: an image's soft tokens at
+/// `at..at + n` of a sequence's `tokens` (the ids there are placeholders,
+/// checked against the vocabulary but not looked up). The rows enter as
+/// they are: no embedding scale (llama.cpp's gemma3 graph scales only
+/// token rows, `ubatch.token ? sqrt(n_embd) : 1`).
+#[derive(Clone, Copy, Debug)]
+pub struct Embeds<'a> {
+    /// Index in the sequence's tokens of the first row.
+    pub at: usize,
+    /// [n][n_embd]
+    pub rows: &'a [f32],
+    /// The rows attend to each other both ways (and, as every row, to the
+    /// positions before them): what llama.cpp does for a Gemma 3 image by
+    /// decoding its chunk with causal attention off (mtmd's
+    /// `mtmd_decode_use_non_causal`). The image must then run whole in one
+    /// forward call.
+    pub bidirectional: bool,
+}
+
+impl Embeds<'_> {
+    /// How many rows.
+    pub fn n_rows(&self, n_embd: usize) -> usize {
+        self.rows.len() / n_embd.max(1)
+    }
+}
+
 /// One sequence's part of a batched forward call.
 pub struct SeqInput<'a> {
     pub state: &'a mut SeqState,
@@ -217,6 +243,100 @@ impl Model {
             .expect("one sequence in, one out"))
     }
 
+    /// [`Model::forward`] with some rows given as embeddings ([`Embeds`],
+    /// sorted by `at`). A long prompt runs in micro-batches as `forward`
+    /// does, a batch never cutting a bidirectional span.
+    pub fn forward_embeds(
+        &self,
+        state: &mut SeqState,
+        tokens: &[u32],
+        embeds: &[Embeds],
+        want: Logits,
+    ) -> Result<Vec<f32>> {
+        self.check_input(state, tokens)?;
+        self.check_embeds(tokens, embeds)?;
+        let mut out = Vec::new();
+        let mut start = 0;
+        while start < tokens.len() {
+            let mut end = (start + UBATCH).min(tokens.len());
+            if self.sem.mask.value == Mask::Bidirectional {
+                end = tokens.len();
+            }
+            // Extend the batch to the end of a bidirectional span it cuts.
+            for e in embeds {
+                let n = e.n_rows(self.sem.dims.n_embd);
+                if e.bidirectional && e.at < end && e.at + n > end {
+                    end = e.at + n;
+                }
+            }
+            let part = match want {
+                Logits::Last if end < tokens.len() => Logits::None,
+                w => w,
+            };
+            let local: Vec<Embeds> = embeds
+                .iter()
+                .filter(|e| e.at >= start && e.at < end)
+                .map(|e| Embeds {
+                    at: e.at - start,
+                    ..*e
+                })
+                .collect();
+            let mut seqs = [SeqInput {
+                state: &mut *state,
+                tokens: &tokens[start..end],
+                want: part,
+            }];
+            out.extend(
+                self.forward_batch_embeds(&mut seqs, &[&local])?
+                    .pop()
+                    .expect("one sequence in, one out"),
+            );
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// Refuses embedding rows that do not fit the tokens they stand in for.
+    fn check_embeds(&self, tokens: &[u32], embeds: &[Embeds]) -> Result<()> {
+        let e = self.sem.dims.n_embd;
+        if embeds.is_empty() {
+            return Ok(());
+        }
+        if self.weights.per_layer_input.is_some() {
+            return Err(ModelError::Input(format!(
+                "{}: rows given as embeddings (an image) are not supported: this model's per-layer embeddings are looked up by token id",
+                self.sem.family
+            )));
+        }
+        let mut next = 0;
+        for em in embeds {
+            if em.rows.is_empty() || em.rows.len() % e != 0 {
+                return Err(ModelError::Input(format!(
+                    "embedding rows at token {}: {} values are not whole rows of the model's width {e}",
+                    em.at,
+                    em.rows.len()
+                )));
+            }
+            let n = em.rows.len() / e;
+            if em.at < next || em.at + n > tokens.len() {
+                return Err(ModelError::Input(format!(
+                    "embedding rows at tokens {}..{}: outside the {} tokens or overlapping the rows before",
+                    em.at,
+                    em.at + n,
+                    tokens.len()
+                )));
+            }
+            if let Some(bad) = em.rows.iter().position(|v| !v.is_finite()) {
+                return Err(ModelError::Input(format!(
+                    "embedding rows at token {}: value {bad} is not finite",
+                    em.at
+                )));
+            }
+            next = em.at + n;
+        }
+        Ok(())
+    }
+
     /// The pooled embedding through the model's pooled head (its
     /// `pooled_head` matrices in order; unchanged when it declares none).
     pub fn pooled_head(&self, pooled: &[f32]) -> Vec<f32> {
@@ -263,11 +383,33 @@ impl Model {
     /// Runs several sequences in one pass; returns each one's logits in order.
     /// Each sequence's logits are exactly what `forward` alone would give.
     pub fn forward_batch(&self, seqs: &mut [SeqInput]) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch_embeds(seqs, &[])
+    }
+
+    /// [`Model::forward_batch`] with some rows of each sequence given as
+    /// embeddings: `embeds` is empty (none) or holds one list per sequence
+    /// (sorted by `at`). A bidirectional span must lie whole in its
+    /// sequence's tokens of this call.
+    pub fn forward_batch_embeds(
+        &self,
+        seqs: &mut [SeqInput],
+        embeds: &[&[Embeds]],
+    ) -> Result<Vec<Vec<f32>>> {
         let d = &self.sem.dims;
+        if !embeds.is_empty() && embeds.len() != seqs.len() {
+            return Err(ModelError::Input(format!(
+                "{} embedding lists for {} sequences",
+                embeds.len(),
+                seqs.len()
+            )));
+        }
         let mut segs = Vec::with_capacity(seqs.len());
         let mut n = 0;
-        for s in seqs.iter() {
+        for (i, s) in seqs.iter().enumerate() {
             self.check_input(s.state, s.tokens)?;
+            if let Some(em) = embeds.get(i) {
+                self.check_embeds(s.tokens, em)?;
+            }
             segs.push(Segment {
                 rows: n..n + s.tokens.len(),
                 pos0: s.state.pos,
@@ -285,6 +427,13 @@ impl Model {
         }
         if let Some(s) = self.sem.embed_scale.value {
             x.iter_mut().for_each(|v| *v *= s);
+        }
+        // Rows given as embeddings replace their tokens' rows, unscaled.
+        for (seg, em) in segs.iter().zip(embeds) {
+            for r in em.iter() {
+                let at = (seg.rows.start + r.at) * e;
+                x[at..at + r.rows.len()].copy_from_slice(r.rows);
+            }
         }
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         let per_layer = self.per_layer_inputs(&ids, &x);
@@ -324,10 +473,20 @@ impl Model {
         let mut rows: Vec<SeqRows> = seqs
             .iter_mut()
             .zip(&segs)
-            .map(|(s, seg)| SeqRows {
+            .enumerate()
+            .map(|(i, (s, seg))| SeqRows {
                 state: &mut *s.state,
                 rows: seg.rows.clone(),
                 pos0: seg.pos0,
+                both_ways: embeds.get(i).map_or(Vec::new(), |em| {
+                    em.iter()
+                        .filter(|r| r.bidirectional)
+                        .map(|r| {
+                            let p = seg.pos0 + r.at;
+                            p..p + r.rows.len() / e
+                        })
+                        .collect()
+                }),
             })
             .collect();
         // The layer bodies: every layer, `loops` passes of the stack, each

@@ -13,9 +13,10 @@ pub mod sampler;
 pub mod semantics;
 pub mod spec;
 pub mod state;
+pub mod vision;
 pub mod weights;
 
 pub use error::{ModelError, Result};
-pub use forward::{ExecConfig, Logits, Model, SeqInput};
+pub use forward::{Embeds, ExecConfig, Logits, Model, SeqInput};
 pub use semantics::Semantics;
 pub use state::SeqState;

@@ -177,7 +177,17 @@ impl TokenMixer for AttnWeights {
                 .map(|i| {
                     let p = seg.pos0 + i;
                     match sem.mask.value {
-                        Mask::Causal => (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1),
+                        // A row of a both-ways span also sees the span's
+                        // later rows; the window still bounds what lies
+                        // behind it (llama.cpp's non-causal KQ mask keeps
+                        // SWA: p1 - p0 < window).
+                        Mask::Causal => (
+                            window.map_or(0, |w| (p + 1).saturating_sub(w)),
+                            seg.both_ways
+                                .iter()
+                                .find(|g| g.contains(&p))
+                                .map_or(p + 1, |g| g.end),
+                        ),
                         Mask::Bidirectional => window.map_or((0, end), |w| {
                             (p.saturating_sub(w / 2), (p + w / 2 + 1).min(end))
                         }),

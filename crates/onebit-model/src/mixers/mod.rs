@@ -60,6 +60,10 @@ pub(crate) struct SeqRows<'a> {
     pub rows: Range<usize>,
     /// The position of its first row.
     pub pos0: usize,
+    /// Position ranges whose rows attend to each other both ways (an
+    /// image's rows, [`crate::forward::Embeds::bidirectional`]); each lies
+    /// within this call's rows.
+    pub both_ways: Vec<Range<usize>>,
 }
 
 /// Buffers reused from layer to layer within one forward call: the big
