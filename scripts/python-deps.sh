@@ -12,3 +12,7 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 # The drop-in client matrix (issue 29): Anthropic's official client, LangChain's
 # OpenAI and Ollama integrations, and litellm's openai/ and ollama_chat/ routes.
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore anthropic==2.15.0 langchain-openai==1.7.4 langchain-ollama==1.1.0 langchain-core==1.8.3 litellm==1.110.2
+# The harmony references (scripts/gen_harmony_refs.py, scripts/gen-o200k-harmony.py):
+# OpenAI's openai-harmony, the reference renderer and parser of gpt-oss's format,
+# and tiktoken, whose o200k_harmony the vocabulary's specials are checked against.
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai-harmony==0.0.8 tiktoken==0.14.0

@@ -465,7 +465,7 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
             ));
         }
     }
-    let template_kwargs = match field(&o, "chat_template_kwargs") {
+    let mut template_kwargs = match field(&o, "chat_template_kwargs") {
         None => None,
         Some(Value::Object(m)) => Some(m.clone()),
         Some(v) => {
@@ -477,6 +477,18 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
             ))
         }
     };
+
+    // OpenAI's `reasoning_effort`: the template's `reasoning_effort`
+    // argument (gpt-oss prints it as harmony's `Reasoning:` line); one in
+    // `chat_template_kwargs` is more specific and wins.
+    if let Some(v) = field(&o, "reasoning_effort") {
+        let e =
+            crate::harmony::effort(v).map_err(|why| ApiError::invalid("reasoning_effort", why))?;
+        template_kwargs
+            .get_or_insert_with(Default::default)
+            .entry("reasoning_effort")
+            .or_insert(Value::String(e));
+    }
 
     let speculative = boolean(&o, "speculative")?;
     if speculative == Some(true) && !limits.drafting {
@@ -585,8 +597,9 @@ const SHARED_FIELDS: [&str; 25] = [
 ];
 
 /// The fields only `/v1/chat/completions` reads.
-const CHAT_FIELDS: [&str; 5] = [
+const CHAT_FIELDS: [&str; 6] = [
     "messages",
+    "reasoning_effort",
     "top_logprobs",
     "tools",
     "tool_choice",

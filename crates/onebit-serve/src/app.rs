@@ -186,6 +186,19 @@ impl Served {
             .as_ref()
             .is_some_and(|t| t.source().contains("<think>"))
     }
+
+    /// The model declares the harmony reply format ([`crate::harmony::declared`]:
+    /// its template and its vocabulary's control tokens).
+    pub fn harmony(&self) -> bool {
+        self.template.as_ref().is_some_and(|t| {
+            let control = |s: &str| {
+                self.tok
+                    .token_to_id(s)
+                    .is_some_and(|id| self.tok.is_special(id))
+            };
+            crate::harmony::declared(t.source(), control).is_some()
+        })
+    }
 }
 
 /// The server: its settings, counters and the models it serves.

@@ -19,7 +19,7 @@
 //!    engine events turned into text, for every protocol alike;
 //! 4. [`app`]: the application state;
 //! 5. leaves, which import no module above: [`api`], [`engine`], [`cache`],
-//!    [`metrics`], [`text`], [`tools`], [`constrain`], [`prompt`], ...
+//!    [`metrics`], [`text`], [`harmony`], [`tools`], [`constrain`], [`prompt`], ...
 //!
 //! The port is bound before the model loads, so a fleet's load balancer or
 //! Kubernetes sees the replica at once: [`gate`] answers `/health/live` from
@@ -39,6 +39,7 @@ pub mod embed;
 pub mod engine;
 pub mod fields;
 pub mod gate;
+pub mod harmony;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;

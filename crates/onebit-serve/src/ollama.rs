@@ -473,10 +473,21 @@ fn ollama_call(c: &tools::Call) -> Value {
 }
 
 /// `think`: passed to the template as `enable_thinking`; `true` needs a
-/// template that knows `<think>`.
+/// template that knows `<think>`. A harmony model (gpt-oss) always reasons:
+/// `think` is then `"low"`, `"medium"` or `"high"`, its `reasoning_effort`,
+/// as Ollama takes it, and a boolean leaves the effort at the template's
+/// default.
 fn apply_think(m: &Served, o: &Map<String, Value>, req: &mut Request) -> Result<(), ApiError> {
     match o.get("think") {
         None | Some(Value::Null) => Ok(()),
+        Some(Value::Bool(_)) if m.harmony() => Ok(()),
+        Some(v) if m.harmony() => {
+            let e = crate::harmony::effort(v).map_err(|why| bad(format!("`think`: {why}")))?;
+            req.template_kwargs
+                .get_or_insert_with(Default::default)
+                .insert("reasoning_effort".into(), Value::String(e));
+            Ok(())
+        }
         Some(Value::Bool(b)) => {
             let knows = m.thinks();
             if *b && !knows {

@@ -576,6 +576,18 @@ pub fn parse(
     previous: impl Fn(&str) -> Option<Arc<Stored>>,
     thinks: bool,
 ) -> Result<Parsed, ApiError> {
+    parse_for(o, limits, previous, thinks, false)
+}
+
+/// [`parse`] for a model that may declare harmony: then `reasoning.effort`
+/// is the template's `reasoning_effort` (low, medium, high).
+pub fn parse_for(
+    o: &Map<String, Value>,
+    limits: Limits,
+    previous: impl Fn(&str) -> Option<Arc<Stored>>,
+    thinks: bool,
+    harmony: bool,
+) -> Result<Parsed, ApiError> {
     if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::invalid(
             None,
@@ -741,6 +753,12 @@ pub fn parse(
             }
             match field(r, "effort") {
                 None => {}
+                Some(v) if harmony => {
+                    let e = crate::harmony::effort(v).map_err(|why| bad("reasoning", why))?;
+                    let mut kw = Map::new();
+                    kw.insert("reasoning_effort".into(), Value::String(e));
+                    template_kwargs = Some(kw);
+                }
                 Some(Value::String(e)) if thinks => {
                     // The template's switch: off for "none", on otherwise.
                     let mut kw = Map::new();
@@ -852,7 +870,13 @@ async fn create_inner(
     .await?;
     let m = app.model(name.as_deref()).await?;
     run::check_generative(&m)?;
-    let parsed = parse(&o, app.limits(&m), |id| app.responses.get(id), m.thinks())?;
+    let parsed = parse_for(
+        &o,
+        app.limits(&m),
+        |id| app.responses.get(id),
+        m.thinks(),
+        m.harmony(),
+    )?;
     let Parsed {
         req,
         history,

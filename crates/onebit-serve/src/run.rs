@@ -22,6 +22,7 @@ use crate::app::{App, Served};
 use crate::constrain::{Constraint, Grammar};
 use crate::engine::{EmbedJob, Event, Finish, GenParams, Job, TokenLogprob, SHUTTING_DOWN};
 use crate::fields::Input;
+use crate::harmony::{self, HarmonySplitter};
 use crate::prompt;
 use crate::reply::random_u64;
 use crate::reqlog::{self, RunLog};
@@ -55,6 +56,9 @@ pub struct Prepared {
     pub think: bool,
     /// The rendered prompt ends inside an open `<think>` block.
     pub think_open: bool,
+    /// The model declares the harmony format ([`harmony::declared`]): the
+    /// reply is split by its channels instead.
+    pub harmony: bool,
     /// Replies are parsed for tool calls in this format.
     pub tool_format: Option<&'static CallFormat>,
     /// The output grammar, compiled.
@@ -133,6 +137,7 @@ pub fn prepare(
         };
         (g, param)
     });
+    let mut is_harmony = false;
     let (ids, think, think_open) = match &req.prompt {
         Prompt::Chat(messages) => {
             let t = m.template.as_ref().ok_or_else(|| {
@@ -145,7 +150,19 @@ pub fn prepare(
             // Tools: the template's own way when it knows tools, else the
             // generic fallback (tools in a system message, calls as JSON).
             let spec = req.tools.as_ref();
-            let known = tools::detect(t.source());
+            is_harmony = m.harmony();
+            let harmony_messages;
+            let messages = if is_harmony {
+                harmony_messages = harmony::messages_for_template(messages);
+                &harmony_messages
+            } else {
+                messages
+            };
+            let known = if is_harmony {
+                Some(&tools::HARMONY)
+            } else {
+                tools::detect(t.source())
+            };
             let has_tool_turns = messages.as_array().is_some_and(|a| {
                 a.iter()
                     .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some())
@@ -197,7 +214,9 @@ pub fn prepare(
             check_bytes(m, ep, r.text.len())?;
             let ids = prompt::ids(&m.tok, &r, messages, app.allow_special_in_content)?;
             let text = r.text;
-            let think = t.source().contains("<think>");
+            // Harmony's markers are control tokens the splitter reads.
+            keep_special |= is_harmony;
+            let think = !is_harmony && t.source().contains("<think>");
             let open = think && {
                 let tail = text.trim_end();
                 tail.rfind("<think>") > tail.rfind("</think>")
@@ -259,6 +278,7 @@ pub fn prepare(
         ids: Arc::new(ids),
         think,
         think_open,
+        harmony: is_harmony,
         tool_format,
         constraint,
         keep_special,
@@ -366,6 +386,9 @@ pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> 
         stops: req.stop.clone(),
         think: p.think,
         think_open: p.think_open,
+        harmony: p
+            .harmony
+            .then_some(p.tool_format.is_some_and(|f| f.name == tools::HARMONY.name)),
         logprobs: req.logprobs.is_some(),
         keep_special: p.keep_special,
         affinity: prefix_hash(&p.ids),
@@ -380,6 +403,9 @@ pub struct Run {
     pub stops: Vec<String>,
     pub think: bool,
     pub think_open: bool,
+    /// A harmony reply: `Some(calls)`, `calls` when its calls become
+    /// [`tools::HARMONY`] blocks ([`HarmonySplitter::new`]).
+    pub harmony: Option<bool>,
     pub logprobs: bool,
     pub keep_special: bool,
     /// The prompt's routing hint (see [`crate::affinity`]).
@@ -413,10 +439,32 @@ pub enum Update {
     },
 }
 
+/// What splits a choice's text into reasoning and content.
+enum Splitter {
+    Think(ThinkSplitter),
+    Harmony(HarmonySplitter),
+}
+
+impl Splitter {
+    fn push(&mut self, text: &str) -> Split {
+        match self {
+            Splitter::Think(t) => t.push(text),
+            Splitter::Harmony(h) => h.push(text),
+        }
+    }
+
+    fn finish(&mut self, finish: Finish) -> Split {
+        match self {
+            Splitter::Think(t) => t.finish(),
+            Splitter::Harmony(h) => h.finish(finish == Finish::Length),
+        }
+    }
+}
+
 struct Choice<'t> {
     dec: StreamDecoder<'t>,
     stop: StopMatcher,
-    think: ThinkSplitter,
+    think: Splitter,
     tokens: usize,
     cached: usize,
     finish: Option<Finish>,
@@ -434,7 +482,10 @@ pub async fn drive(
         .map(|_| Choice {
             dec: StreamDecoder::with_skip_special(tok, !run.keep_special),
             stop: StopMatcher::new(run.stops.clone()),
-            think: ThinkSplitter::new(run.think, run.think_open),
+            think: match run.harmony {
+                Some(calls) => Splitter::Harmony(HarmonySplitter::new(calls)),
+                None => Splitter::Think(ThinkSplitter::new(run.think, run.think_open)),
+            },
             tokens: 0,
             cached: 0,
             finish: None,
@@ -496,8 +547,8 @@ pub async fn drive(
             text.push_str(&c.stop.finish());
         }
         let mut split = c.think.push(&text);
-        if end.is_some() {
-            let rest = c.think.finish();
+        if let Some(finish) = end {
+            let rest = c.think.finish(finish);
             split.reasoning.push_str(&rest.reasoning);
             split.content.push_str(&rest.content);
         }

@@ -23,6 +23,12 @@ pub enum Body {
     /// Gemma's own: `call:name{key:<ESC>text<ESC>,n:2,o:{k:true},l:[1,2]}`,
     /// strings between the given escape marker, other values bare.
     Gemma(&'static str),
+    /// A harmony call as `harmony::HarmonySplitter` writes it: one
+    /// `{"name": .., "arguments": BODY}` per block, BODY the model's text. A
+    /// block whose BODY is no JSON gives BODY as content; an unclosed block
+    /// (a call cut by `max_tokens`: the splitter closes every other) is
+    /// dropped.
+    Harmony,
 }
 
 impl Body {
@@ -124,6 +130,24 @@ pub const GEMMA4: CallFormat = CallFormat {
     open: "<|tool_call>",
     close: "<tool_call|>",
     body: Body::Gemma("<|\"|>"),
+    args_key: "arguments",
+    forced: false,
+};
+
+/// The character that opens and closes [`HARMONY`]'s markers; removed from
+/// the model's text, so only the splitter writes it.
+pub const HARMONY_RESERVED: char = '\u{1}';
+
+/// Harmony (gpt-oss): calls are messages addressed `to=functions.NAME`;
+/// `harmony::HarmonySplitter` turns each into one of these blocks. Selected
+/// by the model's declared reply format (`harmony::declared`), never by
+/// detection in the template.
+pub const HARMONY: CallFormat = CallFormat {
+    name: "harmony",
+    detect: &[],
+    open: "\u{1}harmony-call\u{1}",
+    close: "\u{1}harmony-end\u{1}",
+    body: Body::Harmony,
     args_key: "arguments",
     forced: false,
 };
@@ -276,7 +300,9 @@ fn calls_in(payload: &str, f: &CallFormat) -> Option<Vec<Call>> {
 
 fn calls_in_value(v: &Value, f: &CallFormat) -> Option<Vec<Call>> {
     let list = match (f.body, v) {
-        (Body::Object, Value::Object(_)) => return Some(vec![call_of(v, f.args_key)?]),
+        (Body::Object | Body::Harmony, Value::Object(_)) => {
+            return Some(vec![call_of(v, f.args_key)?])
+        }
         (Body::Array, Value::Array(a)) => a,
         (Body::Array, Value::Object(_)) => return Some(vec![call_of(v, f.args_key)?]),
         (Body::Envelope, Value::Object(o)) => o.get("tool_calls")?.as_array()?,
@@ -579,6 +605,9 @@ pub fn parse(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
 }
 
 fn parse_any(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
+    if f.body == Body::Harmony {
+        return parse_harmony(text, f);
+    }
     if f.open.is_empty() {
         let t = text.trim_start();
         let t = t.strip_prefix("<|python_tag|>").unwrap_or(t);
@@ -621,6 +650,43 @@ fn parse_any(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
     content.push_str(rest);
     if calls.is_empty() {
         return (text.to_string(), calls);
+    }
+    (content.trim().to_string(), calls)
+}
+
+/// [`Body::Harmony`] blocks: each whole one a call (or, when its BODY is no
+/// JSON, BODY as content), an unclosed one dropped.
+fn parse_harmony(text: &str, f: &CallFormat) -> (String, Vec<Call>) {
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(f.open) {
+        content.push_str(&rest[..at]);
+        let after = &rest[at + f.open.len()..];
+        let Some(end) = after.find(f.close) else {
+            rest = "";
+            break;
+        };
+        let payload = &after[..end];
+        match calls_in(payload, f) {
+            Some(c) => calls.extend(c),
+            None => {
+                // `{"name": <string>, "arguments": BODY}`: BODY is what the
+                // model wrote.
+                let body = payload
+                    .find(", \"arguments\": ")
+                    .map(|i| &payload[i + ", \"arguments\": ".len()..])
+                    .and_then(|b| b.strip_suffix('}'))
+                    .unwrap_or("");
+                content.push_str(body);
+            }
+        }
+        rest = &after[end + f.close.len()..];
+    }
+    content.push_str(rest);
+    let content = content.replace(HARMONY_RESERVED, "");
+    if calls.is_empty() {
+        return (content, calls);
     }
     (content.trim().to_string(), calls)
 }
@@ -802,7 +868,7 @@ impl ToolStream {
             return;
         }
         let depth = match self.f.body {
-            Body::Object => 1,
+            Body::Object | Body::Harmony => 1,
             Body::Array => 2,
             Body::Envelope => 3,
             Body::Pythonic | Body::Gemma(_) => return,
@@ -1001,7 +1067,7 @@ pub fn forced_grammar(
         Body::Array => format!("start: {} %json {}\n", lit(f.open), with_opts(list(one))),
         // A forced LFM2 or Gemma call is written as the JSON envelope
         // (see [`Body::json_forcible`]).
-        Body::Envelope | Body::Pythonic | Body::Gemma(_) => {
+        Body::Envelope | Body::Pythonic | Body::Gemma(_) | Body::Harmony => {
             let env = json!({
                 "type": "object",
                 "properties": {"tool_calls": list(one)},

@@ -30,6 +30,9 @@ pub const GEMMA3_270M: &str = "gemma-3-270m-q4_k_m.gguf";
 pub const SMOLLM2_135M: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (file_type 15): Qwen2.5's tool template.
 pub const QWEN25_CODER_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+/// gpt-oss's vocabulary (o200k_harmony) and chat template, no weights: built
+/// from a registry package's o200k by `scripts/gen-o200k-harmony.py`.
+pub const O200K_HARMONY: &str = "o200k_harmony.gguf";
 
 /// Path of a real model in the cache; panics with the fix when it is missing.
 pub fn real_model(file: &str) -> PathBuf {

@@ -55,11 +55,29 @@ const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
+    // o200k_harmony (gpt-oss): the end of a reply, and a tool call's end.
+    "<|return|>",
+    "<|call|>",
     "<end_of_turn>",
     "<|endoftext|>",
     "<|eom_id|>",
     "<EOT>",
 ];
+
+/// llama.cpp's exception to [`EOG_TEXTS`] (`llama-vocab.cpp`, the "workaround
+/// for o200k_harmony"): a vocabulary whose end-of-generation texts include
+/// all of `when` does not end generation on `drop`. In harmony `<|end|>`
+/// closes one message (the reasoning) and the reply goes on; `<|return|>`
+/// and `<|call|>` end it. The dropped id is no end of turn either.
+struct EogDrop {
+    when: &'static [&'static str],
+    drop: &'static str,
+}
+
+const EOG_DROPS: &[EogDrop] = &[EogDrop {
+    when: &["<|return|>", "<|call|>"],
+    drop: "<|end|>",
+}];
 
 pub(crate) fn build(
     v: &GgufVocab<'_>,
@@ -90,7 +108,7 @@ pub(crate) fn build(
             .filter_map(|t| tok.token_to_id(t))
             .collect::<Vec<_>>()
     };
-    let eot = v.eot.or_else(|| find(EOT_TEXTS).first().copied());
+    let mut eot = v.eot.or_else(|| find(EOT_TEXTS).first().copied());
     let mut eog: Vec<u32> = Vec::new();
     for id in v
         .eos
@@ -101,6 +119,16 @@ pub(crate) fn build(
     {
         if !eog.contains(&id) {
             eog.push(id);
+        }
+    }
+    let text_of = |id: u32| v.tokens.get(id as usize).map(|t| t.as_ref());
+    for rule in EOG_DROPS {
+        let has = |t: &str| eog.iter().any(|&id| text_of(id) == Some(t));
+        if rule.when.iter().all(|t| has(t)) && has(rule.drop) {
+            eog.retain(|&id| text_of(id) != Some(rule.drop));
+            if eot.is_some_and(|id| text_of(id) == Some(rule.drop)) {
+                eot = None;
+            }
         }
     }
     let special = SpecialTokens {

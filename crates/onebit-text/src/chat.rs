@@ -91,7 +91,13 @@ pub struct ChatTemplate {
     source: String,
     tokens: TemplateTokens,
     limits: ChatLimits,
+    /// What `strftime_now` reads: seconds since the epoch, or [`CLOCK`] for
+    /// the system clock.
+    now: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
+
+/// [`ChatTemplate::now`]'s value for "the system clock".
+const CLOCK: i64 = i64::MIN;
 
 const NAME: &str = "chat_template";
 /// The prefix `raise_exception` gives its error so it can be told apart.
@@ -129,10 +135,15 @@ impl ChatTemplate {
                 format!("{RAISED}{msg}"),
             ))
         });
-        env.add_function("strftime_now", |fmt: String| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(CLOCK));
+        let clock = now.clone();
+        env.add_function("strftime_now", move |fmt: String| {
+            let now = match clock.load(std::sync::atomic::Ordering::Relaxed) {
+                CLOCK => std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64),
+                pinned => pinned,
+            };
             strftime(&fmt, now)
         });
         env.add_template_owned(NAME, rewrite_generation_tags(source))
@@ -142,7 +153,16 @@ impl ChatTemplate {
             source: source.to_string(),
             tokens,
             limits,
+            now,
         })
+    }
+
+    /// Pins what `strftime_now` reads to `secs` since the epoch (UTC), or
+    /// back to the system clock with `None`: a template that prints today's
+    /// date (gpt-oss's `Current date:`) renders reproducibly.
+    pub fn pin_now(&self, secs: Option<i64>) {
+        self.now
+            .store(secs.unwrap_or(CLOCK), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The template as given.

@@ -32,12 +32,15 @@ pub struct SpecialTokens {
     pub pad: Option<u32>,
     /// End of turn: `tokenizer.ggml.eot_token_id`, else (as llama.cpp) the first
     /// of `<|eot_id|>`, `<|im_end|>`, `<|end|>`, `<end_of_turn>`, `<|endoftext|>`,
-    /// `<EOT>` the vocabulary holds.
+    /// `<EOT>` the vocabulary holds; `None` when that text is one llama.cpp's
+    /// harmony rule takes out of the stops (`<|end|>` beside `<|return|>`
+    /// and `<|call|>`).
     pub eot: Option<u32>,
     /// End of message (`tokenizer.ggml.eom_token_id`, Llama 3.1 tool calls).
     pub eom: Option<u32>,
     /// Every id llama.cpp ends generation on: eos, eot, eom and the end-of-turn
-    /// texts above plus `<|eom_id|>`, each once.
+    /// texts above plus `<|eom_id|>`, `<|return|>` and `<|call|>`, each once,
+    /// less `<|end|>` in a vocabulary that has `<|return|>` and `<|call|>`.
     pub eog: Vec<u32>,
     /// The text of `bos`, for chat templates.
     pub bos_token: Option<String>,

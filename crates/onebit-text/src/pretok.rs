@@ -24,6 +24,14 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// llama.cpp's `gpt-4o` split (o200k, gpt-oss's o200k_harmony), as llama.cpp
+/// writes it for its own regex engine, not the tokenizer.json original: the
+/// rewrite is not equivalent (combining marks are no letters in it, and a
+/// non-ASCII letter counts as both upper and lower case), and onebit's ids
+/// are llama.cpp's, so the rewrite it is. The original splits Devanagari,
+/// whose vowel signs are marks, differently (`testdata/refs/tokens-o200k_harmony.json`
+/// records tiktoken's ids where they differ).
+const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const BLOOM: &str = r" ?[^(\s|.,!?…。，、।۔،)]+";
 
 pub(crate) const PRE_TOKENIZERS: &[PreSpec] = &[
@@ -132,6 +140,12 @@ pub(crate) const PRE_TOKENIZERS: &[PreSpec] = &[
         splits: &[TEKKEN],
         ignore_merges: true,
         add_bos: true,
+    },
+    PreSpec {
+        names: &["gpt-4o"],
+        splits: &[GPT4O],
+        ignore_merges: false,
+        add_bos: false,
     },
     PreSpec {
         names: &["poro-chat", "bloom", "gpt3-finnish"],

@@ -237,3 +237,51 @@ fn smollm2_plain_spans_keep_content_as_text() {
     );
     assert_eq!(whole.iter().filter(|&&id| id == 1 || id == 2).count(), 5);
 }
+
+#[test]
+fn o200k_harmony_ids_match_llama_cpp() {
+    check_model(onebit_testdata::O200K_HARMONY);
+}
+
+#[test]
+fn o200k_harmony_round_trip() {
+    check_round_trip(onebit_testdata::O200K_HARMONY);
+}
+
+/// gpt-oss's specials as its GGUF declares them (tiktoken's o200k_harmony
+/// ids), and llama.cpp's stops for it: `<|return|>` and `<|call|>` end a
+/// reply, `<|end|>` (one message's end) does not.
+#[test]
+fn o200k_harmony_specials_and_stops() {
+    let t = load(onebit_testdata::O200K_HARMONY);
+    assert_eq!(t.vocab_size(), 201_088);
+    for (text, id) in [
+        ("<|startoftext|>", 199_998),
+        ("<|endoftext|>", 199_999),
+        ("<|return|>", 200_002),
+        ("<|constrain|>", 200_003),
+        ("<|channel|>", 200_005),
+        ("<|start|>", 200_006),
+        ("<|end|>", 200_007),
+        ("<|message|>", 200_008),
+        ("<|call|>", 200_012),
+    ] {
+        assert_eq!(t.token_to_id(text), Some(id), "{text}");
+        assert!(t.is_special(id), "{text}");
+    }
+    let s = t.special();
+    assert_eq!(
+        (s.bos, s.eos.as_slice(), s.add_bos, s.add_eos),
+        (Some(199_998), &[200_002][..], false, false)
+    );
+    let mut stops = s.stop_ids();
+    stops.sort_unstable();
+    assert_eq!(stops, [199_999, 200_002, 200_012]);
+    assert_eq!(s.eot, None);
+    // The markers are single ids; decoding keeps or skips them.
+    let text = "<|start|>assistant<|channel|>final<|message|>Hi<|return|>";
+    let ids = t.encode(text, false).unwrap();
+    assert_eq!(ids.len(), 7, "{ids:?}");
+    assert_eq!(t.decode(&ids, false).unwrap(), text);
+    assert_eq!(t.decode(&ids, true).unwrap(), "assistantfinalHi");
+}

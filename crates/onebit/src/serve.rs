@@ -527,6 +527,10 @@ fn load(
     let template = match open::load_chat_template_with(&opened, &tok, chat_template, limits)? {
         Some((t, from)) => {
             eprintln!("[serve] chat template from {from}");
+            let control = |s: &str| tok.token_to_id(s).is_some_and(|id| tok.is_special(id));
+            if let Some(f) = onebit_serve::harmony::declared(t.source(), control) {
+                eprintln!("[semantics] {}", onebit_serve::harmony::semantics_line(f));
+            }
             Some(t)
         }
         None => {
