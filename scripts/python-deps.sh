@@ -12,3 +12,6 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 # The drop-in client matrix (issue 29): Anthropic's official client, LangChain's
 # OpenAI and Ollama integrations, and litellm's openai/ and ollama_chat/ routes.
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore anthropic==2.15.0 langchain-openai==1.7.4 langchain-ollama==1.1.0 langchain-core==1.8.3 litellm==1.110.2
+# Pillow, the independent reference the image preprocessing is checked
+# against (scripts/gen-image-fixtures.py writes testdata/images/pil/).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pillow==13.0.0
