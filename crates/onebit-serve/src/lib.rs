@@ -39,6 +39,8 @@ pub mod embed;
 pub mod engine;
 pub mod fields;
 pub mod gate;
+pub mod image_prompt;
+pub mod images;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
