@@ -80,6 +80,9 @@ fn a_huge_header_is_refused_without_decoding() {
         );
         println!("{what}: {e}");
     }
+    // Each side within bounds, the area not.
+    let e = probe(&png_header(8000, 8000), "x", &l).unwrap_err().0;
+    assert!(e.contains("8000x8000 (64000000 pixels)"), "{e}");
     // One side too long, the area within bounds.
     let e = probe(&png_header(20000, 10), "x", &l).unwrap_err().0;
     assert!(e.contains("20000x10") && e.contains("a side"), "{e}");
