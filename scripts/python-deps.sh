@@ -16,3 +16,6 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 # OpenAI's openai-harmony, the reference renderer and parser of gpt-oss's format,
 # and tiktoken, whose o200k_harmony the vocabulary's specials are checked against.
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore openai-harmony==0.0.8 tiktoken==0.14.0
+# Pillow, the independent reference the image preprocessing is checked
+# against (scripts/gen-image-fixtures.py writes testdata/images/pil/).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pillow==13.0.0

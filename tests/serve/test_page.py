@@ -6,7 +6,7 @@ Usage: python3 tests/serve/test_page.py http://127.0.0.1:PORT SHOTS KEY
 and Qwen2.5-Coder-0.5B-Instruct with the API key KEY and runs this; Chromium
 and its driver come from scripts/browser-deps.sh, selenium and markdown-it-py
 from scripts/python-deps.sh.) Screenshots are saved as SHOTS + "chat.png",
-"code.png" and "reload.png", and their paths printed.
+"code.png", "reload.png" and "images.png", and their paths printed.
 
 1. The renderer (the page's window.onebitRender test hook) against
    markdown-it-py, a CommonMark reference implementation (with GFM tables),
@@ -23,12 +23,18 @@ from scripts/python-deps.sh.) Screenshots are saved as SHOTS + "chat.png",
    Regenerate with fewer tokens replaces the answer (the greedy answer
    shortened, not a second answer); editing the question and resending
    replaces question and answer; a deleted conversation stays deleted.
+   An image attached with the Image button (the file input) and one pasted
+   into the message box show as thumbnails, go out as image_url parts with
+   data: URLs, stay in the user's bubble, and SmolLM2 (no vision tower)
+   answers with the server's refusal naming it, shown as an error.
 5. reasoning_content deltas (a stubbed stream) are folded in a <details>;
    stored conversations that cannot be read are said so and kept aside.
 Exits 1 on failure; prints "page ok" at the end.
 """
+import base64
 import html.parser
 import json
+import os
 import shutil
 import sys
 import urllib.request
@@ -371,6 +377,35 @@ try:
     load(driver)
     titles = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#chats li .open")]
     assert titles == [CUBE], titles
+
+    # Images: one attached with the file input, one pasted; SmolLM2 has no
+    # vision tower, so the server's refusal is the answer shown.
+    photo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata", "images", "chelsea.png")
+    driver.find_element(By.ID, "new").click()
+    pick_model(driver, smol)
+    picker = driver.find_element(By.ID, "file")
+    driver.execute_script("arguments[0].hidden = false", picker)
+    picker.send_keys(os.path.abspath(photo))
+    with open(photo, "rb") as f:
+        b64 = base64.b64encode(f.read()).decode()
+    driver.execute_script("""
+      const bin = atob(arguments[0]), u = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i);
+      const dt = new DataTransfer();
+      dt.items.add(new File([u], 'pasted.png', {type: 'image/png'}));
+      document.getElementById('prompt').dispatchEvent(new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));
+    """, b64)
+    until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#pending img")) == 2)
+    driver.find_element(By.ID, "prompt").send_keys("What is in this picture?", Keys.ENTER)
+    until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.error"), 60)
+    error = driver.find_element(By.CSS_SELECTOR, ".msg.error").text
+    assert "has no vision tower" in error and "SmolLM2" in error, error
+    shown = driver.find_elements(By.CSS_SELECTOR, ".msg.user .thumbs img")
+    assert len(shown) == 2 and all(i.get_attribute("src").startswith("data:image/png;base64,") for i in shown), shown
+    assert not driver.find_elements(By.CSS_SELECTOR, "#pending img"), "the attachments stay pending after sending"
+    assert not answers(driver), "an answer appeared for a refused image"
+    driver.save_screenshot(shots + "images.png")
+    print(f"images: {error!r}\nscreenshot: {shots}images.png")
 
     # 5. reasoning_content folded: a stubbed stream in the shape the server sends.
     driver.execute_script("""

@@ -197,7 +197,7 @@ def test_streamed_call_matches_the_whole_one():
 def test_bad_requests_are_400_naming_the_field():
     for kw, param, words in [
         (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/a.png"}]}]),
-         "input", "text only"),
+         "input", "this server fetches nothing"),
         (dict(input=CAPITAL, extra_body={"frobnicate": 1}), None, "frobnicate"),
         (dict(input=CAPITAL, tools=[{"type": "web_search"}]), "tools", "web_search"),
         (dict(input=CAPITAL, max_output_tokens=0), "max_output_tokens", "at least 1"),

@@ -31,6 +31,7 @@ use crate::api::{self, type_name, ApiError, Endpoint, Limits, Prompt, Request, M
 use crate::app::{App, Served};
 use crate::engine::Finish;
 use crate::fields::{model_name, object};
+use crate::images;
 use crate::metrics::Metrics;
 use crate::reply::{anthropic_error, anthropic_kind, json_response, random_u64};
 use crate::run::{self, drive, Run, Update};
@@ -129,9 +130,14 @@ fn text_blocks(at: &str, v: &Value) -> Result<String, ApiError> {
                         block_keys(&at, b, &["type", "text", "cache_control", "citations"])?;
                         texts.push(block_str(&at, b, "text")?.to_string());
                     }
-                    Some(t @ ("image" | "document")) => {
+                    Some("image") => {
                         return Err(bad(format!(
-                            "{at} is an {t} block; this model takes text only"
+                            "{at} is an image block; images are taken in a user turn's content only"
+                        )))
+                    }
+                    Some("document") => {
+                        return Err(bad(format!(
+                            "{at} is a document block; this server takes text and images only"
                         )))
                     }
                     Some(t) => {
@@ -151,6 +157,32 @@ fn text_blocks(at: &str, v: &Value) -> Result<String, ApiError> {
     }
 }
 
+/// An image block's `source` as a `data:` URL: `{"type": "base64",
+/// "media_type", "data"}` (checked here, to name the block); a `url` or
+/// `file` source is refused (the server fetches and keeps nothing).
+fn image_source(at: &str, b: &Map<String, Value>) -> Result<String, ApiError> {
+    let Some(Value::Object(src)) = b.get("source") else {
+        return Err(bad(format!("{at} has no `source` object")));
+    };
+    let at = format!("{at}.source");
+    match src.get("type").and_then(Value::as_str) {
+        Some("base64") => {
+            block_keys(&at, src, &["type", "media_type", "data"])?;
+            let media = block_str(&at, src, "media_type")?;
+            let data = block_str(&at, src, "data")?;
+            images::base64(data, &at, "messages").map_err(|e| bad(e.message))?;
+            Ok(format!("data:{media};base64,{data}"))
+        }
+        Some(t @ ("url" | "file")) => Err(bad(format!(
+            "the image at {at} is of type {t:?}; this server fetches and keeps nothing: send the image as a base64 source"
+        ))),
+        Some(t) => Err(bad(format!(
+            "{at}.type {t:?} is not an image source this server takes (base64)"
+        ))),
+        None => Err(bad(format!("{at} has no string `type`"))),
+    }
+}
+
 /// The name of the `tool_use` block `id` among `msgs`' assistant turns.
 fn tool_name(msgs: &[Value], id: &str) -> Option<String> {
     msgs.iter().rev().find_map(|m| {
@@ -166,6 +198,7 @@ fn tool_name(msgs: &[Value], id: &str) -> Option<String> {
 /// thinking blocks sent back are not part of the prompt.
 fn chat_messages(o: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::new();
+    let mut images = 0;
     if let Some(s) = field(o, "system") {
         out.push(json!({"role": "system", "content": text_blocks("system", s)?}));
     }
@@ -207,6 +240,8 @@ fn chat_messages(o: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
             }
         };
         let mut texts: Vec<String> = Vec::new();
+        // A user turn's text and image blocks in order, as OpenAI's parts.
+        let mut parts: Vec<Value> = Vec::new();
         let mut calls: Vec<Value> = Vec::new();
         let mut results: Vec<Value> = Vec::new();
         for (j, b) in blocks.iter().enumerate() {
@@ -221,11 +256,25 @@ fn chat_messages(o: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
             match (role, ty) {
                 (_, Some("text")) => {
                     block_keys(&at, b, &["type", "text", "cache_control", "citations"])?;
-                    texts.push(block_str(&at, b, "text")?.to_string());
+                    let t = block_str(&at, b, "text")?.to_string();
+                    parts.push(json!({"type": "text", "text": t}));
+                    texts.push(t);
                 }
-                (_, Some(t @ ("image" | "document"))) => {
+                ("user", Some("image")) => {
+                    block_keys(&at, b, &["type", "source", "cache_control"])?;
+                    let url = image_source(&at, b)?;
+                    images += 1;
+                    images::check_count(images, "messages").map_err(|e| bad(e.message))?;
+                    parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+                }
+                (_, Some("image")) => {
                     return Err(bad(format!(
-                        "{at} is an {t} block; this model takes text only"
+                        "{at} is an image block; images are taken in a user turn's content only"
+                    )))
+                }
+                (_, Some("document")) => {
+                    return Err(bad(format!(
+                        "{at} is a document block; this server takes text and images only"
                     )))
                 }
                 ("assistant", Some("tool_use")) => {
@@ -306,7 +355,9 @@ fn chat_messages(o: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
             out.push(msg);
         } else {
             out.extend(results);
-            if !texts.is_empty() {
+            if parts.len() > texts.len() {
+                out.push(json!({"role": "user", "content": parts}));
+            } else if !texts.is_empty() {
                 out.push(json!({"role": "user", "content": texts.join("\n")}));
             }
         }
@@ -493,8 +544,9 @@ pub fn parse(
     let msgs = chat_messages(o)?;
     let mut one = Map::new();
     one.insert("messages".into(), Value::Array(msgs));
-    let prompt = api::messages(&one).map_err(|e| bad(e.message))?;
+    let (prompt, found) = api::messages(&one).map_err(|e| bad(e.message))?;
     let mut req = Request::new(Prompt::Chat(prompt));
+    req.images = found;
     req.tools = tool_spec(o)?;
 
     let mut kwargs = Map::new();
@@ -1143,7 +1195,10 @@ mod tests {
             (r#"{"max_tokens":5}"#.into(), "`messages` is required"),
             (r#"{"max_tokens":5,"messages":[{"role":"system","content":"x"}]}"#.into(), "messages[0].role \"system\""),
             (r#"{"max_tokens":5,"messages":[{"role":"user","content":5}]}"#.into(), "messages[0].content"),
-            (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}"#.into(), "messages[0].content[0] is an image block; this model takes text only"),
+            (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}"#.into(), "messages[0].content[0].source has no string `type`"),
+            (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]}]}"#.into(), "the image at messages[0].content[0].source is of type \"url\"; this server fetches and keeps nothing"),
+            (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"!!"}}]}]}"#.into(), "the image at messages[0].content[0].source is not valid base64"),
+            (r#"{"max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"image","source":{}}]}]}"#.into(), "images are taken in a user turn's content only"),
             (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"document","source":{}}]}]}"#.into(), "document block"),
             (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{}}]}]}]}"#.into(), "image block"),
             (r#"{"max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"nope","content":"x"}]}]}"#.into(), "tool_use_id \"nope\""),

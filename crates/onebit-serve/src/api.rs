@@ -2,10 +2,12 @@
 //! a 4xx in OpenAI's error shape naming the parameter at fault.
 
 use std::fmt::Display;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use crate::constrain::Grammar;
+use crate::images::{self, ImageIn};
 use crate::tools::{ToolChoice, ToolSpec};
 
 /// An error answer: `{"error": {"message", "type", "param", "code"}}`.
@@ -86,6 +88,16 @@ impl ApiError {
     }
 }
 
+impl From<images::Refused> for ApiError {
+    fn from(r: images::Refused) -> ApiError {
+        let e = ApiError::invalid(r.param, r.message);
+        match r.code {
+            Some(c) => e.with_code(c),
+            None => e,
+        }
+    }
+}
+
 /// What to generate from.
 #[derive(Debug, Clone)]
 pub enum Prompt {
@@ -140,6 +152,8 @@ pub struct Request {
     /// `logit_bias`: (token id, bias in [-100, 100]); ids checked against
     /// the vocabulary by the caller.
     pub logit_bias: Vec<(u32, f32)>,
+    /// The images of the prompt, in the order of their marks in it.
+    pub images: Vec<ImageIn>,
 }
 
 impl Request {
@@ -299,8 +313,13 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         return Err(ApiError::wrong_type(None, "the body", "a JSON object", &v));
     };
 
+    let mut images = Vec::new();
     let prompt = match ep {
-        Endpoint::Chat => Prompt::Chat(messages(&o)?),
+        Endpoint::Chat => {
+            let (m, found) = messages(&o)?;
+            images = found;
+            Prompt::Chat(m)
+        }
         Endpoint::Completions => completion_prompt(&o)?,
     };
 
@@ -545,6 +564,7 @@ pub fn parse(body: &[u8], ep: Endpoint, limits: Limits) -> Result<Request, ApiEr
         tools,
         grammar,
         logit_bias,
+        images,
     })
 }
 
@@ -849,8 +869,11 @@ fn logit_bias(o: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
         .collect()
 }
 
-/// `messages`, checked and normalised (see [`Prompt::Chat`]).
-pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+/// `messages`, checked and normalised (see [`Prompt::Chat`]), and the
+/// images of their `image_url` parts, each standing in its message's text
+/// as one [`images::MARK`].
+pub fn messages(o: &Map<String, Value>) -> Result<(Value, Vec<ImageIn>), ApiError> {
+    let mut found = Vec::new();
     let list = match o.get("messages") {
         None | Some(Value::Null) => {
             return Err(ApiError::invalid("messages", "`messages` is required"))
@@ -920,7 +943,41 @@ pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
                 let mut texts = Vec::new();
                 for (j, p) in parts.iter().enumerate() {
                     match (p.get("type").and_then(Value::as_str), p.get("text")) {
-                        (Some("text"), Some(Value::String(t))) => texts.push(t.as_str()),
+                        (Some("text"), Some(Value::String(t))) => texts.push(t.clone()),
+                        (Some("image_url"), _) => {
+                            let at = format!("messages[{i}].content[{j}]");
+                            let url = match p.get("image_url") {
+                                Some(Value::String(u)) => u.as_str(),
+                                Some(Value::Object(u)) => match u.get("url") {
+                                    Some(Value::String(u)) => u.as_str(),
+                                    _ => {
+                                        return Err(ApiError::invalid(
+                                            "messages",
+                                            format!("{at}.image_url has no string `url`"),
+                                        ))
+                                    }
+                                },
+                                _ => {
+                                    return Err(ApiError::invalid(
+                                        "messages",
+                                        format!("{at} has no `image_url` object with a `url`"),
+                                    ))
+                                }
+                            };
+                            let bytes = images::from_url(url, &at, "messages")?;
+                            found.push(ImageIn {
+                                at,
+                                bytes: Arc::new(bytes),
+                            });
+                            images::check_count(found.len(), "messages")?;
+                            texts.push(images::MARK.to_string());
+                        }
+                        (Some(t @ ("input_audio" | "file" | "video_url" | "input_video")), _) => {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!("messages[{i}].content[{j}] is of type {t:?}; this server takes text and images only"),
+                            ))
+                        }
                         (Some("text"), _) => {
                             return Err(ApiError::invalid(
                                 "messages",
@@ -930,7 +987,7 @@ pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
                         (Some(other), _) => {
                             return Err(ApiError::invalid(
                                 "messages",
-                                format!("messages[{i}].content[{j}] is of type {other:?}; this model takes text only"),
+                                format!("messages[{i}].content[{j}] is of type {other:?}; the content part types taken are \"text\" and \"image_url\""),
                             ))
                         }
                         (None, _) => {
@@ -965,7 +1022,7 @@ pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
         nm.insert("content".into(), content);
         out.push(Value::Object(nm));
     }
-    Ok(Value::Array(out))
+    Ok((Value::Array(out), found))
 }
 
 /// A message's `tool_calls` in OpenAI's shape: a list of objects, each

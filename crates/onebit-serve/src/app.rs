@@ -22,6 +22,7 @@ use crate::api::{ApiError, Limits};
 use crate::constrain::Constrainer;
 use crate::engine::{Engine, EngineConfig};
 use crate::fields::KeepAlive;
+use crate::images::Vision;
 use crate::metrics::Metrics;
 use crate::pooling::Pooling;
 
@@ -54,6 +55,9 @@ pub struct Loaded {
     /// How embeddings pool, or why this model gives none.
     pub pooling: Result<Pooling, String>,
     pub about: ModelAbout,
+    /// The vision tower's processor (`--mmproj`), for a model that takes
+    /// images; `None`: images are refused naming the model.
+    pub vision: Option<Vision>,
 }
 
 /// One model, loaded, with its engine thread (stopped and joined, and the
@@ -83,6 +87,8 @@ pub struct Served {
     pub about: ModelAbout,
     /// One line about the model (the startup line's).
     pub summary: String,
+    /// How images are prepared for the model's vision tower, if it has one.
+    pub vision: Option<Vision>,
     /// Bytes its sequences may hold beyond the weights: `max_seqs` states
     /// at the full context plus the prefix cache's budget (what
     /// `--max-memory` counts, with the file's size).
@@ -130,6 +136,7 @@ impl Served {
             spec,
             pooling,
             about,
+            vision,
         } = loaded;
         let drafting = spec.is_some();
         if let Some(p) = &spec {
@@ -175,6 +182,7 @@ impl Served {
             generative,
             about,
             summary,
+            vision,
             state_bytes,
             _trim: TrimOnDrop,
         }

@@ -40,6 +40,8 @@ pub mod engine;
 pub mod fields;
 pub mod gate;
 pub mod harmony;
+pub mod image_prompt;
+pub mod images;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;

@@ -12,7 +12,7 @@
 //! model stays loaded after the request, `0` unloading it at once and a
 //! negative value never; a request with no prompt or messages only loads
 //! or unloads), those clients send routinely that change nothing here
-//! (`format: ""`, empty `images`), and everything else is refused by name
+//! (`format: ""`), and everything else is refused by name
 //! with a 400, never ignored in silence.
 
 use std::sync::Arc;
@@ -32,6 +32,7 @@ use crate::engine::Finish;
 use crate::fields::{
     check_unread, inputs, keep_alive, mark_unread, model_name, object, unread, Input, KeepAlive,
 };
+use crate::images::{self, ImageIn};
 use crate::metrics::Metrics;
 use crate::reply::{json_response, retry_after};
 use crate::run::{self, drive, Update};
@@ -518,13 +519,46 @@ const CHAT_FIELDS: [&str; 8] = [
     "think",
 ];
 
+/// Ollama's `images` of a message or of a generate request: a list of
+/// base64 strings, each named `{at}[k]`.
+fn images_of(o: &Map<String, Value>, at: &str, into: &mut Vec<ImageIn>) -> Result<usize, ApiError> {
+    let list = match o.get("images") {
+        None | Some(Value::Null) => return Ok(0),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(bad(format!("`{at}` must be a list of base64 strings"))),
+    };
+    for (k, v) in list.iter().enumerate() {
+        let name = format!("{at}[{k}]");
+        let Value::String(b) = v else {
+            return Err(bad(format!("`{name}` must be a base64 string")));
+        };
+        let bytes = images::base64(b, &name, "images").map_err(|e| bad(e.message))?;
+        into.push(ImageIn {
+            at: name,
+            bytes: Arc::new(bytes),
+        });
+        images::check_count(into.len(), "images").map_err(|e| bad(e.message))?;
+    }
+    Ok(list.len())
+}
+
+/// `n` image marks before `text`: Ollama places a message's images ahead
+/// of its text.
+fn with_marks(n: usize, text: &str) -> String {
+    let mut s: String = std::iter::repeat_n(images::MARK, n).collect();
+    s.push_str(text);
+    s
+}
+
 /// Ollama's messages as the engine's chat prompt: role and content (checked
 /// by the `/v1` rules), `tool_name` as `name`, calls in OpenAI's shape;
-/// images refused.
-fn messages(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
+/// `images` (base64) ahead of the message's text.
+fn messages(o: &Map<String, Value>) -> Result<(Prompt, Vec<ImageIn>), ApiError> {
     let Some(Value::Array(ms)) = o.get("messages") else {
         return Err(bad("`messages` must be a list of messages"));
     };
+    let mut found = Vec::new();
+    let mut counts = Vec::with_capacity(ms.len());
     let list = ms
         .iter()
         .enumerate()
@@ -532,8 +566,7 @@ fn messages(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
             let Value::Object(m) = m else {
                 return Err(bad(format!("`messages[{i}]` must be an object")));
             };
-            must_be_empty(m, "images", "this server runs text models")
-                .map_err(|e| bad(format!("`messages[{i}]`: {}", e.message)))?;
+            counts.push(images_of(m, &format!("messages[{i}].images"), &mut found)?);
             let mut out = Map::new();
             for (k, v) in m {
                 match k.as_str() {
@@ -550,7 +583,7 @@ fn messages(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
                     "images" | "thinking" => {}
                     other => {
                         return Err(bad(format!(
-                            "`messages[{i}].{other}` is not supported; a message carries role, content, thinking, tool_calls, tool_name and (empty) images"
+                            "`messages[{i}].{other}` is not supported; a message carries role, content, thinking, tool_calls, tool_name and images"
                         )))
                     }
                 }
@@ -560,7 +593,14 @@ fn messages(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut one = Map::new();
     one.insert("messages".into(), Value::Array(list));
-    api::messages(&one).map(Prompt::Chat)
+    let (mut v, _) = api::messages(&one)?;
+    if let Value::Array(list) = &mut v {
+        for (m, &n) in list.iter_mut().zip(&counts).filter(|(_, &n)| n > 0) {
+            let text = m["content"].as_str().unwrap_or("").to_string();
+            m["content"] = Value::String(with_marks(n, &text));
+        }
+    }
+    Ok((Prompt::Chat(v), found))
 }
 
 /// `POST /api/chat`.
@@ -581,7 +621,9 @@ pub async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
             return load_or_unload(&app, name, keep, Shape::Chat).await;
         }
         let m = app.model_kept(name, keep).await?;
-        let mut req = Request::new(messages(&o)?);
+        let (prompt, found) = messages(&o)?;
+        let mut req = Request::new(prompt);
+        req.images = found;
         req.ignored = top;
         req.grammar = format(&o)?;
         apply_tools(&o, &mut req)?;
@@ -636,11 +678,17 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
         must_be_empty(&o, "suffix", "fill-in-the-middle is not implemented")?;
         must_be_empty(&o, "template", "the model's template (or --chat-template) is used")?;
         must_be_empty(&o, "context", "send the conversation to /api/chat instead")?;
-        must_be_empty(&o, "images", "this server runs text models")?;
+        let mut found = Vec::new();
+        let n_images = images_of(&o, "images", &mut found)?;
         let prompt = match o.get("prompt") {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(bad("`prompt` must be a string")),
+        };
+        let prompt = if n_images > 0 {
+            with_marks(n_images, &prompt)
+        } else {
+            prompt
         };
         let system = match o.get("system") {
             None | Some(Value::Null) => None,
@@ -671,6 +719,7 @@ pub async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             apply_think(&m, &o, &mut req)?;
             (req, Endpoint::Chat)
         };
+        req.images = found;
         req.ignored = top;
         req.grammar = format(&o)?;
         apply_options(&app, &m, &o, &mut req)?;
@@ -1098,6 +1147,7 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
             m.generative.is_ok(),
             m.pooling.is_ok(),
             m.template.as_ref().map(|t| t.source()),
+            m.vision.is_some(),
         );
         let mut r = json_response(
             200,
@@ -1129,11 +1179,20 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
 /// format the server parses ([`tools::detect`]: then a request's tools
 /// reach the model the template's way); `thinking` when the template knows
 /// `<think>` (what `think: true` needs); `embedding` when its embeddings
-/// pool. Never `vision`: no vision tower is run, so images are refused.
-fn capabilities(generates: bool, embeds: bool, template: Option<&str>) -> Vec<&'static str> {
+/// pool; `vision` when it generates and has a vision tower (`--mmproj`),
+/// never otherwise (images are then refused).
+fn capabilities(
+    generates: bool,
+    embeds: bool,
+    template: Option<&str>,
+    vision: bool,
+) -> Vec<&'static str> {
     let mut caps = Vec::new();
     if generates {
         caps.push("completion");
+        if vision {
+            caps.push("vision");
+        }
         if let Some(t) = template {
             if tools::detect(t).is_some() {
                 caps.push("tools");
@@ -1184,20 +1243,26 @@ mod tests {
         let tools = "{% if tools %}{{ tools | tojson }}{% endif %}<tool_call>";
         let think = "{{ messages }}<think>";
         assert_eq!(
-            capabilities(true, true, Some(tools)),
+            capabilities(true, true, Some(tools), false),
             ["completion", "tools", "embedding"]
         );
         assert_eq!(
-            capabilities(true, false, Some(think)),
+            capabilities(true, false, Some(think), false),
             ["completion", "thinking"]
         );
         assert_eq!(
-            capabilities(true, false, Some("{{ messages }}")),
+            capabilities(true, false, Some("{{ messages }}"), false),
             ["completion"]
         );
-        assert_eq!(capabilities(true, false, None), ["completion"]);
+        assert_eq!(capabilities(true, false, None, false), ["completion"]);
+        // A vision tower: `vision`, but only on a model that generates.
+        assert_eq!(
+            capabilities(true, false, None, true),
+            ["completion", "vision"]
+        );
+        assert_eq!(capabilities(false, true, None, true), ["embedding"]);
         // An embedding model: no completion, whatever its template says.
-        assert_eq!(capabilities(false, true, Some(tools)), ["embedding"]);
+        assert_eq!(capabilities(false, true, Some(tools), false), ["embedding"]);
     }
 
     #[test]

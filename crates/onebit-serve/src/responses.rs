@@ -27,6 +27,7 @@ use crate::app::{App, Served};
 use crate::constrain::{json_options, Grammar};
 use crate::engine::Finish;
 use crate::fields::{model_name, object};
+use crate::images;
 use crate::metrics::Metrics;
 use crate::reply::{json_response, random_u64, unix_now};
 use crate::run::{self, drive, Run, Update};
@@ -132,13 +133,18 @@ fn item_str<'a>(at: &str, o: &'a Map<String, Value>, key: &str) -> Result<&'a st
 }
 
 /// A message's content: a string, or text parts (`input_text`, and for an
-/// assistant's turn sent back `output_text`/`refusal`) joined; any other
-/// part (an image, a file, audio) is refused: the model takes text only.
-fn content_text(at: &str, role: &str, v: &Value) -> Result<String, ApiError> {
+/// assistant's turn sent back `output_text`/`refusal`) joined; a user's
+/// `input_image` with a `data:` URL becomes an OpenAI `image_url` part (the
+/// content then a list of parts, as the history keeps it); any other part
+/// (a file, audio, an image by `file_id` or remote URL) is refused by name.
+fn content_text(at: &str, role: &str, v: &Value) -> Result<Value, ApiError> {
     match v {
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => Ok(Value::String(s.clone())),
         Value::Array(parts) => {
             let mut texts = Vec::new();
+            let mut images = 0;
+            // Which of `texts` are image URLs.
+            let mut is_image = Vec::new();
             for (j, p) in parts.iter().enumerate() {
                 let at = format!("{at}.content[{j}]");
                 let Value::Object(p) = p else {
@@ -168,15 +174,32 @@ fn content_text(at: &str, role: &str, v: &Value) -> Result<String, ApiError> {
                     texts.push(item_str(&at, p, "text")?.to_string());
                 } else if ty == "refusal" && role == "assistant" {
                     texts.push(item_str(&at, p, "refusal")?.to_string());
+                } else if ty == "input_image" && role == "user" {
+                    item_keys(&at, p, &["type", "image_url", "detail", "file_id"])?;
+                    if p.get("file_id").is_some_and(|f| !f.is_null()) {
+                        return Err(bad(
+                            "input",
+                            format!("{at}.file_id: this server keeps no files; send the image as a data: URL in `image_url`"),
+                        ));
+                    }
+                    let url = item_str(&at, p, "image_url")?;
+                    // Checked here to name the part; decoded again with the messages.
+                    images::from_url(url, &at, "input")?;
+                    images += 1;
+                    images::check_count(images, "input")?;
+                    texts.push(url.to_string());
+                    is_image.push(texts.len() - 1);
                 } else if ty.is_empty() {
                     return Err(bad("input", format!("{at} has no `type`")));
                 } else if ty.starts_with("input_") || ty.starts_with("output_") {
                     return Err(bad(
                         "input",
                         format!(
-                            "{at} is of type {ty:?}; this model takes text only ({} parts)",
+                            "{at} is of type {ty:?}; the parts taken here are {}",
                             if role == "assistant" {
                                 "output_text"
+                            } else if role == "user" {
+                                "input_text and input_image"
                             } else {
                                 "input_text"
                             }
@@ -189,7 +212,20 @@ fn content_text(at: &str, role: &str, v: &Value) -> Result<String, ApiError> {
                     ));
                 }
             }
-            Ok(texts.join("\n"))
+            if images == 0 {
+                return Ok(Value::String(texts.join("\n")));
+            }
+            // Images among the texts: OpenAI's parts, for `api::messages`.
+            Ok(Value::Array(
+                texts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, t)| match is_image.contains(&k) {
+                        true => json!({"type": "image_url", "image_url": {"url": t}}),
+                        false => json!({"type": "text", "text": t}),
+                    })
+                    .collect(),
+            ))
         }
         v => Err(bad(
             "input",
@@ -666,7 +702,7 @@ pub fn parse_for(
     msgs.extend(history.iter().cloned());
     let mut one = Map::new();
     one.insert("messages".into(), Value::Array(msgs));
-    let prompt = api::messages(&one).map_err(|e| ApiError {
+    let (prompt, found) = api::messages(&one).map_err(|e| ApiError {
         param: Some("input".into()),
         ..e
     })?;
@@ -822,6 +858,7 @@ pub fn parse_for(
         reasoning,
     };
     let mut req = Request::new(Prompt::Chat(prompt));
+    req.images = found;
     req.max_tokens = max_tokens;
     req.temperature = temperature;
     req.top_p = top_p;
@@ -1545,14 +1582,29 @@ mod tests {
             (r#"{"input":5}"#, Some("input"), "got a number"),
             (r#"{"input":[]}"#, Some("input"), "no message"),
             (
-                r#"{"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]}"#,
+                r#"{"input":[{"role":"user","content":[{"type":"input_image","image_url":"https://x/u.png"}]}]}"#,
                 Some("input"),
-                "input[0].content[0] is of type \"input_image\"; this model takes text only",
+                "the image at input[0].content[0] is a https: URL; this server fetches nothing",
+            ),
+            (
+                r#"{"input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}"#,
+                Some("input"),
+                "input[0].content[0].file_id: this server keeps no files",
+            ),
+            (
+                r#"{"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,%%"}]}]}"#,
+                Some("input"),
+                "the image at input[0].content[0] is not valid base64",
+            ),
+            (
+                r#"{"input":[{"role":"assistant","content":[{"type":"input_image","image_url":"data:,"}]}]}"#,
+                Some("input"),
+                "is of type \"input_image\"; the parts taken here are output_text",
             ),
             (
                 r#"{"input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]}"#,
                 Some("input"),
-                "text only",
+                "the parts taken here are input_text and input_image",
             ),
             (
                 r#"{"input":[{"role":"wizard","content":"x"}]}"#,

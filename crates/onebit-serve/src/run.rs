@@ -23,6 +23,8 @@ use crate::constrain::{Constraint, Grammar};
 use crate::engine::{EmbedJob, Event, Finish, GenParams, Job, TokenLogprob, SHUTTING_DOWN};
 use crate::fields::Input;
 use crate::harmony::{self, HarmonySplitter};
+use crate::image_prompt;
+use crate::images::PromptImage;
 use crate::prompt;
 use crate::reply::random_u64;
 use crate::reqlog::{self, RunLog};
@@ -65,6 +67,8 @@ pub struct Prepared {
     pub constraint: Option<Constraint>,
     /// Control tokens are kept in the text (a call marker is one).
     pub keep_special: bool,
+    /// The prompt's images, prepared for the tower, at their ids.
+    pub images: Vec<PromptImage>,
 }
 
 /// Compiles a request's grammar; a schema or grammar the library cannot
@@ -127,6 +131,14 @@ pub fn prepare(
             ),
         ));
     }
+    // Images: each decoded within bounds (a bad one named), then refused
+    // for a model without a vision tower, else prepared for it.
+    let pixels = if req.images.is_empty() {
+        Vec::new()
+    } else {
+        image_prompt::prepare(&req.images, &m.name, m.vision.as_ref(), prompt_param(ep))?
+    };
+    let mut placed = Vec::new();
     let mut tool_format = None;
     let mut keep_special = false;
     let mut grammar = req.grammar.clone().map(|g| {
@@ -212,7 +224,17 @@ pub fn prepare(
             }
             let r = prompt::render(t, messages, kwargs.as_ref(), !app.allow_special_in_content)?;
             check_bytes(m, ep, r.text.len())?;
-            let ids = prompt::ids(&m.tok, &r, messages, app.allow_special_in_content)?;
+            let allow = app.allow_special_in_content;
+            let ids = match m.vision.as_ref().filter(|_| !pixels.is_empty()) {
+                Some(v) => {
+                    let (ids, at) = image_prompt::lay_out(&m.tok, &r, v, &pixels, |piece| {
+                        prompt::ids(&m.tok, piece, messages, allow)
+                    })?;
+                    placed = at;
+                    ids
+                }
+                None => prompt::ids(&m.tok, &r, messages, allow)?,
+            };
             let text = r.text;
             // Harmony's markers are control tokens the splitter reads.
             keep_special |= is_harmony;
@@ -223,15 +245,33 @@ pub fn prepare(
             };
             (ids, think, open)
         }
-        Prompt::Text(s) => (
-            check_bytes(m, ep, s.len()).and_then(|_| {
-                m.tok.encode(s, true).map_err(|e| {
+        Prompt::Text(s) => {
+            check_bytes(m, ep, s.len())?;
+            let encode = |s: &str, bos: bool| {
+                m.tok.encode(s, bos).map_err(|e| {
                     ApiError::invalid("prompt", format!("cannot tokenize the prompt: {e}"))
                 })
-            })?,
-            false,
-            false,
-        ),
+            };
+            let ids = match m.vision.as_ref().filter(|_| !pixels.is_empty()) {
+                Some(v) => {
+                    let whole = prompt::Rendered {
+                        text: s.clone(),
+                        spans: None,
+                        unmarked: Vec::new(),
+                    };
+                    // BOS before the first piece only.
+                    let mut first = true;
+                    let (ids, at) = image_prompt::lay_out(&m.tok, &whole, v, &pixels, |piece| {
+                        let bos = std::mem::take(&mut first);
+                        encode(&piece.text, bos)
+                    })?;
+                    placed = at;
+                    ids
+                }
+                None => encode(s, true)?,
+            };
+            (ids, false, false)
+        }
         Prompt::Tokens(t) => {
             if let Some(bad) = t.iter().find(|&&id| id as usize >= m.n_vocab) {
                 return Err(ApiError::invalid(
@@ -282,6 +322,7 @@ pub fn prepare(
         tool_format,
         constraint,
         keep_special,
+        images: placed,
     })
 }
 
@@ -325,6 +366,18 @@ pub fn max_new(asked: Option<usize>, room: usize, cap: usize) -> usize {
 /// seed `seed + i`, each gets its own fork of the grammar. A full queue is
 /// a 503 (and nothing of the request is queued).
 pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> {
+    if !p.images.is_empty() {
+        // Prepared pixels and their places are ready; the forward that
+        // takes image embeddings is the vision tower's side (issue 30).
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "model {} has a vision tower, but this build's engine does not yet run image embeddings",
+                m.name
+            ),
+        )
+        .with_code("images_not_run"));
+    }
     let req = &p.req;
     let n = req.n.max(1);
     let mut constraints: Vec<Option<Constraint>> = (0..n)

@@ -4,7 +4,9 @@
 //! already holds are run (the state is rewound to the common prefix when the
 //! re-rendered history differs, e.g. a template that drops old reasoning).
 //! The answer goes to stdout, one turn after another; a `> ` prompt and the
-//! stats go to stderr, so a pipe drives it like a person at a terminal.
+//! stats go to stderr, so a pipe drives it like a person at a terminal. A
+//! line `/image FILE` attaches an image to the next message (a model
+//! without a vision tower refuses it by name).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -41,6 +43,10 @@ pub struct ChatArgs {
     top_p: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The vision projector GGUF (`mmproj`) of a model that takes images;
+    /// a line `/image FILE` then attaches an image to the next message.
+    #[arg(long, value_name = "FILE")]
+    mmproj: Option<PathBuf>,
 }
 
 /// Length of the longest common prefix.
@@ -55,6 +61,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     onebit_serve::generative(&model.sem, &a.model.model.display().to_string())
         .map_err(|why| anyhow::anyhow!("cannot chat: {why}"))?;
+    let tower = crate::vision::for_model(&a.model.model, a.mmproj.as_deref())?;
     open::print_semantics(&opened, &a.model.exec(), a.model.verbose);
     let tok = open::tokenizer(&opened)?;
     let (template, _) = open::load_chat_template(&opened, &tok, a.chat_template.as_deref())?
@@ -91,6 +98,11 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         let Some(line) = lines.next() else { break };
         let line = line.context("cannot read standard input")?;
         if line.trim().is_empty() {
+            continue;
+        }
+        if let Some(path) = line.strip_prefix("/image ") {
+            let img = crate::vision::load_image(std::path::Path::new(path.trim()))?;
+            crate::vision::take_images(&a.model.model, tower.as_ref(), &[img])?;
             continue;
         }
         messages.push(json!({"role": "user", "content": line}));

@@ -26,6 +26,7 @@ mod open;
 use open::{load_model, Loaded};
 mod serve;
 mod spec;
+mod vision;
 
 #[derive(Parser)]
 #[command(
@@ -204,6 +205,14 @@ struct RunArgs {
     top_p: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The vision projector GGUF (`mmproj`) of a model that takes images,
+    /// as llama.cpp's --mmproj (found beside a pulled model without it).
+    #[arg(long, value_name = "FILE")]
+    mmproj: Option<PathBuf>,
+    /// An image (PNG, JPEG, WebP) placed before the prompt (repeatable;
+    /// needs a vision tower).
+    #[arg(long, value_name = "FILE", conflicts_with = "ids")]
+    image: Vec<PathBuf>,
     #[command(flatten)]
     spec: spec::SpecArgs,
 }
@@ -290,11 +299,20 @@ fn run(a: RunArgs) -> Result<()> {
             Some(p)
         }
     };
+    // Images are read and checked before the model loads: a bad one is
+    // named at once.
+    let images = a
+        .image
+        .iter()
+        .map(|p| vision::load_image(p))
+        .collect::<Result<Vec<_>>>()?;
     let exec = a.model.exec();
     let Loaded { model, opened } = load_model(&a.model.model, &exec)?;
     open::print_semantics(&opened, &exec, a.model.verbose);
     onebit_serve::generative(&model.sem, &a.model.model.display().to_string())
         .map_err(|why| anyhow::anyhow!("cannot run: {why}"))?;
+    let tower = vision::for_model(&a.model.model, a.mmproj.as_deref())?;
+    vision::take_images(&a.model.model, tower.as_ref(), &images)?;
     if let Some(ids) = &a.ids {
         if ids.is_empty() {
             bail!("--ids is empty");

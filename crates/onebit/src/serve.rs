@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// A Jinja chat template to use instead of the model's.
     #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,
+    /// The vision projector GGUF (`mmproj`) of the first --model, as
+    /// llama-server's --mmproj; without it, a model pulled with a projector
+    /// beside it uses that one. Without a tower, images are refused.
+    #[arg(long, value_name = "FILE")]
+    mmproj: Option<PathBuf>,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -275,9 +280,10 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         spec: Arc::new(a.spec),
         verbose: a.verbose,
     });
+    let mut mmproj = a.mmproj;
     let sources = paths
         .into_iter()
-        .map(|(name, path)| how.source(name, path))
+        .map(|(name, path)| how.source(name, path, mmproj.take()))
         .collect();
     let catalog: Arc<dyn onebit_serve::app::Catalog> = Arc::new(StoreCatalog { how });
     onebit_serve::serve_with(cfg, sources, Some(catalog))
@@ -293,7 +299,12 @@ struct HowToLoad {
 }
 
 impl HowToLoad {
-    fn source(self: &Arc<Self>, name: String, path: PathBuf) -> ModelSource {
+    fn source(
+        self: &Arc<Self>,
+        name: String,
+        path: PathBuf,
+        mmproj: Option<PathBuf>,
+    ) -> ModelSource {
         let how = self.clone();
         ModelSource {
             name,
@@ -306,6 +317,7 @@ impl HowToLoad {
                     how.max_template_kib,
                     &how.spec,
                     how.verbose,
+                    mmproj.as_deref(),
                 )
             }),
         }
@@ -348,7 +360,7 @@ impl onebit_serve::app::Catalog for StoreCatalog {
                 (status, e)
             })?;
         eprintln!("[serve] pulled {name}: {}", pulled.local.path.display());
-        Ok(self.how.source(name.to_string(), pulled.local.path))
+        Ok(self.how.source(name.to_string(), pulled.local.path, None))
     }
 
     fn delete(&self, name: &str) -> std::result::Result<(), (u16, String)> {
@@ -516,8 +528,10 @@ fn load(
     max_template_kib: usize,
     spec: &crate::spec::SpecArgs,
     verbose: bool,
+    mmproj: Option<&Path>,
 ) -> Result<onebit_serve::Loaded> {
     let Loaded { model, opened } = load_model(path, exec)?;
+    let vision = crate::vision::for_model(path, mmproj)?;
     open::print_semantics(&opened, exec, verbose);
     let tok = open::tokenizer(&opened)?;
     let limits = ChatLimits {
@@ -555,6 +569,7 @@ fn load(
         spec,
         pooling,
         about,
+        vision,
     })
 }
 

@@ -4,7 +4,9 @@
 //! markdown-it-py, the model picker, streaming, Stop, a fenced code block from
 //! Qwen's greedy answer rendered as `<pre><code>` with a copy button,
 //! conversations that survive a reload, regenerate, edit-and-resend, delete
-//! and folded reasoning. Screenshots land in target/page-{chat,code,reload}.png.
+//! folded reasoning, and images attached and pasted (refused by SmolLM2,
+//! which has no vision tower). Screenshots land in
+//! target/page-{chat,code,reload,images}.png.
 
 use std::process::Command;
 
@@ -30,7 +32,7 @@ fn chat_page_in_headless_chromium() {
     );
     let root = onebit_testdata::dir().join("..").canonicalize().unwrap();
     let shots = root.join("target/page-");
-    let names = ["chat.png", "code.png", "reload.png"];
+    let names = ["chat.png", "code.png", "reload.png", "images.png"];
     for n in names {
         let _ = std::fs::remove_file(format!("{}{n}", shots.display()));
     }

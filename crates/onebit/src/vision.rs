@@ -1,0 +1,307 @@
+//! The vision projector a model is run with: `--mmproj FILE` (as
+//! llama-server takes it), else the `mmproj*.gguf` a pulled repository
+//! carries beside the model in the local store. The invariant: a projector
+//! is taken only when its encoder runs; until then it is refused naming the
+//! file and its projector type, so no model claims `vision` it does not
+//! have, and images for it are refused naming the model.
+//!
+//! How an image is prepared for a projector is llama.cpp's `mtmd`, which
+//! hard-codes it per projector type ([`spec`]): the size rule, the
+//! resampling filter and the text around the image's tokens; mean, std,
+//! image and patch size come from the file's `clip.vision.*` keys.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use onebit_formats::gguf::Gguf;
+use onebit_image::{Filter, Size, Spec};
+use onebit_serve::images::Vision;
+
+/// The projector of the store's model at `model` (a GGUF whose snapshot
+/// holds the `mmproj*.gguf` the pull chose for it), if any.
+pub fn beside(model: &Path) -> Option<PathBuf> {
+    let store = onebit_hub::Store::from_env();
+    let l = store.list().into_iter().find(|l| l.path == model)?;
+    l.files.into_iter().find(|f| {
+        f.file_name().is_some_and(|n| {
+            n.to_string_lossy()
+                .to_ascii_lowercase()
+                .starts_with("mmproj")
+        })
+    })
+}
+
+/// The key a projector file names its projector type in.
+fn projector_type(g: &Gguf) -> Result<String> {
+    for key in ["clip.projector_type", "clip.vision.projector_type"] {
+        if let Some(p) = g.str_opt(key)? {
+            return Ok(p.to_string());
+        }
+    }
+    bail!(
+        "{}: no clip.projector_type key: not a vision projector (mmproj) GGUF",
+        g.path().display()
+    )
+}
+
+/// `mtmd`'s preparation for `projector` (what `clip.cpp` and `mtmd.cpp`
+/// hard-code for it), from the file's sizes and normalization:
+/// - `gemma3`: fitted into `image_size` squared, bilinear, `image_size /
+///   patch / 4` squared tokens (the 4 x 4 average pool; `scale_factor`
+///   overrides the 4), between `<start_of_image>` and `<end_of_image>`;
+/// - `qwen3vl_merger`: the image's own aspect, sides multiples of `patch x
+///   merge` (`spatial_merge_size`, default 2), 8 to 4096 tokens, bicubic,
+///   between `<|vision_start|>` and `<|vision_end|>`.
+///
+/// Any other projector is refused by name.
+pub fn spec(
+    projector: &str,
+    image_size: usize,
+    patch_size: usize,
+    merge: Option<usize>,
+    mean: [f32; 3],
+    std: [f32; 3],
+) -> Result<Vision> {
+    if patch_size == 0 || image_size == 0 {
+        bail!("projector {projector}: image size {image_size} and patch size {patch_size} must not be 0");
+    }
+    let (size, filter, begin, end) = match projector {
+        "gemma3" => {
+            let merge = merge.unwrap_or(4).max(1);
+            let side = image_size / patch_size / merge;
+            (
+                Size::Fixed {
+                    side: image_size,
+                    tokens: side * side,
+                },
+                Filter::Bilinear,
+                "<start_of_image>",
+                "<end_of_image>",
+            )
+        }
+        "qwen3vl_merger" => {
+            let align = patch_size * merge.unwrap_or(2).max(1);
+            (
+                Size::Dynamic {
+                    align,
+                    min_pixels: 8 * align * align,
+                    max_pixels: 4096 * align * align,
+                },
+                Filter::Bicubic,
+                "<|vision_start|>",
+                "<|vision_end|>",
+            )
+        }
+        "gemma4v" | "gemma4uv" => bail!(
+            "projector {projector} (Gemma 4's vision encoder) is not supported yet; gemma3 and qwen3vl_merger are"
+        ),
+        other => bail!(
+            "projector {other:?} is not supported; gemma3 and qwen3vl_merger are"
+        ),
+    };
+    if std.contains(&0.0) {
+        bail!("projector {projector}: image_std {std:?} holds a 0");
+    }
+    Ok(Vision {
+        projector: projector.to_string(),
+        spec: Spec {
+            size,
+            filter,
+            mean,
+            std,
+            pad: [0, 0, 0],
+        },
+        begin: begin.into(),
+        end: end.into(),
+    })
+}
+
+fn triple(g: &Gguf, key: &str) -> Result<[f32; 3]> {
+    let a = g
+        .array_opt(key)?
+        .with_context(|| format!("{}: no {key} key", g.path().display()))?;
+    let v: Vec<f32> = a
+        .iter()
+        .filter_map(|x| x.as_f64())
+        .map(|x| x as f32)
+        .collect();
+    match v[..] {
+        [r, g_, b] if v.len() == a.len() => Ok([r, g_, b]),
+        _ => bail!(
+            "{}: {key} must be three numbers; got {} values",
+            g.path().display(),
+            a.len()
+        ),
+    }
+}
+
+/// What `mmproj` says about preparing images, read from its keys.
+pub fn read(mmproj: &Path) -> Result<Vision> {
+    let g =
+        Gguf::open(mmproj).with_context(|| format!("cannot open --mmproj {}", mmproj.display()))?;
+    let projector = projector_type(&g)?;
+    let merge = match projector.as_str() {
+        "gemma3" => g.u64_opt("clip.vision.projector.scale_factor")?,
+        _ => g.u64_opt("clip.vision.spatial_merge_size")?,
+    };
+    spec(
+        &projector,
+        g.u64("clip.vision.image_size")? as usize,
+        g.u64("clip.vision.patch_size")? as usize,
+        merge.map(|m| m as usize),
+        triple(&g, "clip.vision.image_mean")?,
+        triple(&g, "clip.vision.image_std")?,
+    )
+    .with_context(|| mmproj.display().to_string())
+}
+
+/// The vision tower of `mmproj`, for serving: what [`read`] gives, once
+/// its encoder runs.
+pub fn open(mmproj: &Path) -> Result<Vision> {
+    let v = read(mmproj)?;
+    // The join with the encoder (crates/onebit-model/src/vision): open it
+    // here and hand its embeddings to the engine; until then, refused.
+    bail!(
+        "{}: projector {}: its vision encoder is not in this build yet, so images cannot be run",
+        mmproj.display(),
+        v.projector
+    )
+}
+
+/// The tower for a model: `--mmproj` when given (refused loudly when it
+/// cannot run), else one found beside the model (a note when it cannot).
+pub fn for_model(model: &Path, mmproj: Option<&Path>) -> Result<Option<Vision>> {
+    if let Some(p) = mmproj {
+        return open(p).map(Some);
+    }
+    let Some(p) = beside(model) else {
+        return Ok(None);
+    };
+    match open(&p) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            eprintln!(
+                "[vision] {}: the projector beside it is not used ({e:#}); images will be refused",
+                model.display()
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// An image file (`--image FILE`, a chat's `/image FILE`) decoded within
+/// the server's bounds: its size checked before it is read, its header
+/// before it is decoded.
+pub fn load_image(path: &Path) -> Result<onebit_image::Rgb8> {
+    let at = format!("--image {}", path.display());
+    let limits = onebit_image::Limits::default();
+    let len = std::fs::metadata(path)
+        .with_context(|| format!("cannot read {at}"))?
+        .len();
+    if len > limits.max_bytes as u64 {
+        bail!(
+            "the image at {at} is {len} bytes; at most {} are taken",
+            limits.max_bytes
+        );
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {at}"))?;
+    Ok(onebit_image::decode(&bytes, &at, &limits)?)
+}
+
+/// Images for a model: refused naming the model when it has no tower.
+pub fn take_images(
+    model: &Path,
+    vision: Option<&Vision>,
+    images: &[onebit_image::Rgb8],
+) -> Result<()> {
+    if images.is_empty() {
+        return Ok(());
+    }
+    let Some(v) = vision else {
+        bail!(
+            "model {} has no vision tower (no --mmproj given), so it takes text only",
+            model.display()
+        );
+    };
+    bail!(
+        "model {}: the {} tower's embeddings are not run by this build yet",
+        model.display(),
+        v.projector
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onebit_formats::gguf::writer::GgufWriter;
+    use onebit_formats::gguf::Value;
+
+    fn mmproj(dir: &Path, projector: &str, extra: &[(&str, Value)]) -> PathBuf {
+        let mut w = GgufWriter::new();
+        w.kv("general.architecture", Value::Str("clip".into()));
+        w.kv("clip.projector_type", Value::Str(projector.into()));
+        w.kv("clip.vision.image_size", Value::U32(896));
+        w.kv("clip.vision.patch_size", Value::U32(14));
+        let three = |x: f32| Value::Array(vec![Value::F32(x); 3]);
+        w.kv("clip.vision.image_mean", three(0.5));
+        w.kv("clip.vision.image_std", three(0.5));
+        for (k, v) in extra {
+            w.set_kv(k, v.clone());
+        }
+        let p = dir.join(format!("mmproj-{projector}.gguf"));
+        std::fs::write(&p, w.to_bytes()).unwrap();
+        p
+    }
+
+    #[test]
+    fn projectors_are_prepared_as_mtmd_hard_codes_them() {
+        let dir = std::env::temp_dir().join(format!("onebit-vision-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Gemma 3: 896 / 14 / 4 = 16 per side, 256 tokens, bilinear.
+        let v = read(&mmproj(&dir, "gemma3", &[])).unwrap();
+        assert_eq!(
+            v.spec.size,
+            Size::Fixed {
+                side: 896,
+                tokens: 256
+            }
+        );
+        assert_eq!(v.spec.filter, Filter::Bilinear);
+        assert_eq!(
+            (v.begin.as_str(), v.end.as_str()),
+            ("<start_of_image>", "<end_of_image>")
+        );
+        assert_eq!(v.spec.mean, [0.5; 3]);
+        // Qwen3-VL: patch 16 x merge 2, bicubic, 8..4096 tokens.
+        let q = read(&mmproj(
+            &dir,
+            "qwen3vl_merger",
+            &[
+                ("clip.vision.patch_size", Value::U32(16)),
+                ("clip.vision.spatial_merge_size", Value::U32(2)),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(
+            q.spec.size,
+            Size::Dynamic {
+                align: 32,
+                min_pixels: 8 * 1024,
+                max_pixels: 4096 * 1024
+            }
+        );
+        assert_eq!(q.spec.filter, Filter::Bicubic);
+        // Others by name.
+        let e = read(&mmproj(&dir, "gemma4v", &[])).unwrap_err();
+        assert!(format!("{e:#}").contains("gemma4v"), "{e:#}");
+        let e = read(&mmproj(&dir, "ultravox", &[])).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("\"ultravox\" is not supported"),
+            "{e:#}"
+        );
+        // Until its encoder runs, a projector is refused naming it.
+        let e = open(&mmproj(&dir, "gemma3", &[])).unwrap_err();
+        assert!(format!("{e:#}").contains("projector gemma3"), "{e:#}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
