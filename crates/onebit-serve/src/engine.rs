@@ -380,12 +380,6 @@ struct Pace {
 
 /// Prompt tokens of the first paced step, before any rate is measured.
 const PROBE_TOKENS: usize = 32;
-/// The share of `max_step` a paced step aims at. The cost per prompt token
-/// is measured on the last chunk, but the next chunk's tokens attend to
-/// more positions than those did, and the running mean lags the machine's
-/// load by a step or two: aiming at the bound itself would overshoot it
-/// by that much on every chunk of a long prompt.
-const PACE_AIM: f64 = 0.85;
 /// A paced step runs at least this many prompt tokens, so a long prompt
 /// still advances on a machine slower than `max_step` allows.
 const MIN_PACED_TOKENS: usize = 16;
@@ -407,7 +401,7 @@ impl Pace {
         let Some(per) = self.per_token else {
             return PROBE_TOKENS.min(cap);
         };
-        let room = PACE_AIM * self.max_step - self.fixed.unwrap_or(0.0);
+        let room = self.max_step - self.fixed.unwrap_or(0.0);
         let n = if room > 0.0 { room / per } else { 0.0 };
         (n.min(cap as f64) as usize).clamp(MIN_PACED_TOKENS.min(cap), cap)
     }
