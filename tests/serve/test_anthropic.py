@@ -168,7 +168,7 @@ def test_errors_in_anthropics_shape():
     for kw, words in [
         (dict(messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]),
-         "image block"),
+         "not a PNG, JPEG or WebP"),
         (dict(messages=[{"role": "user", "content": "hi"}], extra_body={"frobnicate": 1}), "frobnicate"),
         (dict(messages=[{"role": "user", "content": "hi"}], tools=[{"type": "web_search_20250305", "name": "web_search"}]),
          "web_search_20250305"),
