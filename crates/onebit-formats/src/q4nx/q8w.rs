@@ -10,15 +10,22 @@
 
 use half::{bf16, f16};
 
-use super::{bf16_at, CodecError, GROUP, ROWS};
-use crate::dtype::GgmlType;
+use super::q8::Q8Form;
+use super::GROUP;
 
 /// Bytes of one wide Q8 tile.
 pub const Q8W_TILE_BYTES: usize = 8704;
 /// Columns per wide Q8 tile.
 pub const Q8W_COLS: usize = 256;
-const Q8W_GROUPS: usize = Q8W_COLS / GROUP;
-const Q8W_CODES_AT: usize = 2 * ROWS * Q8W_GROUPS;
+
+/// The wide Q8 tile: 32 x 256, scales once, 8,704 bytes (read and written
+/// by the same code as the Q8 tile, `q8.rs`).
+pub const Q8W_TILE: Q8Form = Q8Form {
+    cols: Q8W_COLS,
+    tile_bytes: Q8W_TILE_BYTES,
+    copies: 1,
+    name: "wide Q8 tiles",
+};
 
 /// Geometry of a matrix in wide Q8 tiles: `n` rows by `k` columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,114 +35,38 @@ pub struct Q8wShape {
 }
 
 impl Q8wShape {
-    pub fn new(n: usize, k: usize) -> Result<Q8wShape, CodecError> {
-        if n == 0 || !n.is_multiple_of(ROWS) || k == 0 || !k.is_multiple_of(GROUP) {
-            return Err(CodecError(format!(
-                "{n} x {k}: wide Q8 tiles need rows a multiple of {ROWS} and columns a multiple of {GROUP}"
-            )));
-        }
+    pub fn new(n: usize, k: usize) -> Result<Q8wShape, super::CodecError> {
+        Q8W_TILE.check_dims(n, k)?;
         Ok(Q8wShape { n, k })
     }
     pub fn kp(&self) -> usize {
-        self.k.div_ceil(Q8W_COLS) * Q8W_COLS
+        Q8W_TILE.kp(self.k)
     }
     pub fn tiles_per_row(&self) -> usize {
-        self.kp() / Q8W_COLS
+        Q8W_TILE.tiles_per_row(self.k)
     }
     pub fn bytes(&self) -> usize {
-        self.n / ROWS * self.tiles_per_row() * Q8W_TILE_BYTES
+        Q8W_TILE.bytes(self.n, self.k)
     }
     /// [N/32, Kp/256, 8704].
     pub fn stored_shape(&self) -> Vec<u64> {
-        vec![
-            (self.n / ROWS) as u64,
-            self.tiles_per_row() as u64,
-            Q8W_TILE_BYTES as u64,
-        ]
+        Q8W_TILE.stored_shape(self.n, self.k)
     }
-    fn check(&self, data: &[u8]) -> Result<(), CodecError> {
-        if data.len() != self.bytes() {
-            return Err(CodecError(format!(
-                "{} x {} in wide Q8 tiles needs {} bytes, found {}",
-                self.n,
-                self.k,
-                self.bytes(),
-                data.len()
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Byte of row `r` (0..32), column `c` (0..256) within a tile.
-#[inline]
-pub fn q8w_code_at(r: usize, c: usize) -> usize {
-    Q8W_CODES_AT + (r / 16) * 4096 + c * 16 + r % 16
-}
-
-/// Byte of the scale of group `g` (0..8), row `r` within a tile.
-#[inline]
-pub fn q8w_scale_at(g: usize, r: usize) -> usize {
-    2 * (g * ROWS + r)
 }
 
 /// Repacks ggml Q8_0 blocks (rows of k/32) into wide Q8 tiles; scales round
 /// to bf16 (the count that rounded is returned).
-pub fn q8w_from_q8_0(blocks: &[u8], shape: Q8wShape) -> Result<(Vec<u8>, usize), CodecError> {
-    let bb = GgmlType::Q8_0.block_bytes();
-    let gpr = shape.k / GROUP;
-    if blocks.len() != shape.n * gpr * bb {
-        return Err(CodecError(format!(
-            "{} x {} Q8_0 needs {} bytes, found {}",
-            shape.n,
-            shape.k,
-            shape.n * gpr * bb,
-            blocks.len()
-        )));
-    }
-    let tpr = shape.tiles_per_row();
-    let mut out = vec![0u8; shape.bytes()];
-    let mut rounded = 0;
-    for (bi, blk) in blocks.chunks_exact(bb).enumerate() {
-        let (row, gg) = (bi / gpr, bi % gpr);
-        let (p, r) = (row / ROWS, row % ROWS);
-        let (q, g) = (gg / Q8W_GROUPS, gg % Q8W_GROUPS);
-        let tile = &mut out[(p * tpr + q) * Q8W_TILE_BYTES..][..Q8W_TILE_BYTES];
-        let v = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        let d = bf16::from_f32(v);
-        rounded += (d.to_f32() != v) as usize;
-        let si = q8w_scale_at(g, r);
-        tile[si..si + 2].copy_from_slice(&d.to_le_bytes());
-        for x in 0..GROUP {
-            tile[q8w_code_at(r, g * GROUP + x)] = blk[2 + x];
-        }
-    }
-    Ok((out, rounded))
+pub fn q8w_from_q8_0(
+    blocks: &[u8],
+    shape: Q8wShape,
+) -> Result<(Vec<u8>, usize), super::CodecError> {
+    Q8W_TILE.from_q8_0(shape.n, shape.k, blocks)
 }
 
 /// Wide Q8 tiles back to ggml Q8_0 blocks (scales bf16 -> f16; the count of
 /// scales that rounded is returned, 0 for scales at or above 2^-17).
-pub fn q8w_to_q8_0(data: &[u8], shape: Q8wShape) -> Result<(Vec<u8>, usize), CodecError> {
-    shape.check(data)?;
-    let bb = GgmlType::Q8_0.block_bytes();
-    let gpr = shape.k / GROUP;
-    let tpr = shape.tiles_per_row();
-    let mut out = vec![0u8; shape.n * gpr * bb];
-    let mut inexact = 0;
-    for (bi, blk) in out.chunks_exact_mut(bb).enumerate() {
-        let (row, gg) = (bi / gpr, bi % gpr);
-        let (p, r) = (row / ROWS, row % ROWS);
-        let (q, g) = (gg / Q8W_GROUPS, gg % Q8W_GROUPS);
-        let tile = &data[(p * tpr + q) * Q8W_TILE_BYTES..][..Q8W_TILE_BYTES];
-        let d = bf16_at(tile, q8w_scale_at(g, r));
-        let h = f16::from_f32(d);
-        inexact += (h.to_f32() != d) as usize;
-        blk[0..2].copy_from_slice(&h.to_le_bytes());
-        for x in 0..GROUP {
-            blk[2 + x] = tile[q8w_code_at(r, g * GROUP + x)];
-        }
-    }
-    Ok((out, inexact))
+pub fn q8w_to_q8_0(data: &[u8], shape: Q8wShape) -> Result<(Vec<u8>, usize), super::CodecError> {
+    Q8W_TILE.to_q8_0(shape.n, shape.k, data)
 }
 
 /// Quantizes f32 rows (`w`, [n][k], k a multiple of 32) to ggml Q8_0 blocks

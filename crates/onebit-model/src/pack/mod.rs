@@ -22,9 +22,7 @@ pub mod verify;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use onebit_formats::q4nx::{
-    self, Q4Kind, Q4Shape, Q8Shape, Q8wShape, TileForm, Q8W_TILE_BYTES, TILE_BYTES,
-};
+use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, TileForm, Q8W_TILE_BYTES, TILE_BYTES};
 use onebit_formats::safetensors::{SafeTensors, StDtype, StTensor};
 use onebit_formats::{ByteView, GgmlType};
 use serde_json::Value as Json;
@@ -393,34 +391,29 @@ fn read_tensor(
             inexact_scales: inexact,
         };
     match t.shape.as_slice() {
-        // Wide Q8 tiles of a MoE pack: [N/32, Kp/256, 8704].
-        &[nb, kb, w] if wide && w as usize == Q8W_TILE_BYTES => {
+        // Q8 tiles: [N/32, Kp/128, 5120]; in a MoE pack wide Q8 tiles
+        // instead, [N/32, Kp/256, 8704] (its 5,120-byte rows are Q4 full
+        // tiles in that shape).
+        &[nb, kb, w]
+            if (wide && w as usize == Q8W_TILE_BYTES) || (!wide && w as usize == TILE_BYTES) =>
+        {
+            let (tiles, form) = if wide {
+                (q4nx::Q8W_TILE, Form::Q8w)
+            } else {
+                (q4nx::Q8_TILE, Form::Q8)
+            };
             let n = nb as usize * q4nx::ROWS;
-            let kp = kb as usize * q4nx::Q8W_COLS;
+            let kp = kb as usize * tiles.cols;
             let k = k_cols.unwrap_or(kp);
-            if k > kp || k.div_ceil(q4nx::Q8W_COLS) * q4nx::Q8W_COLS != kp {
+            if k > kp || tiles.kp(k) != kp {
                 return Err(err(format!(
-                    "wide Q8 tiles hold {kp} columns, which does not pad input width {k}"
+                    "{} hold {kp} columns, which does not pad input width {k}",
+                    tiles.name
                 )));
             }
-            let s = Q8wShape::new(n, k).map_err(|e| err(e.0))?;
-            let (data, inexact) = q4nx::q8w_to_q8_0(&bytes, s).map_err(|e| err(e.0))?;
-            Ok(tiled(n, k, Form::Q8w, GgmlType::Q8_0, data, inexact))
-        }
-        // Q8 tiles: [N/32, Kp/128, 5120] (a MoE pack's 5,120-byte rows are
-        // Q4 full tiles in that shape).
-        &[nb, kb, w] if !wide && w as usize == TILE_BYTES => {
-            let n = nb as usize * q4nx::ROWS;
-            let kp = kb as usize * q4nx::Q8_COLS;
-            let k = k_cols.unwrap_or(kp);
-            if k > kp || k.div_ceil(q4nx::Q8_COLS) * q4nx::Q8_COLS != kp {
-                return Err(err(format!(
-                    "Q8 tiles hold {kp} columns, which does not pad input width {k}"
-                )));
-            }
-            let s = Q8Shape::new(n, k).map_err(|e| err(e.0))?;
-            let (data, inexact) = q4nx::q8_to_q8_0(&bytes, s).map_err(|e| err(e.0))?;
-            Ok(tiled(n, k, Form::Q8, GgmlType::Q8_0, data, inexact))
+            tiles.check_dims(n, k).map_err(|e| err(e.0))?;
+            let (data, inexact) = tiles.to_q8_0(n, k, &bytes).map_err(|e| err(e.0))?;
+            Ok(tiled(n, k, form, GgmlType::Q8_0, data, inexact))
         }
         // Q4 tiles: [tiles, bytes] (FastFlowLM's converter, full tiles) or
         // [N/rows, Kp/cols, bytes] (its own packs); the row width names the form.
