@@ -4,8 +4,11 @@
 //! weights from every tile form, and the refusals a pack reader owes (mixed
 //! tile kinds in either Q4 form, a chunk size that is no form).
 
+mod common;
+
 use std::collections::BTreeMap;
 
+use common::{logits, min_cos, top1_agreement};
 use half::{bf16, f16};
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::{self, Q4Shape, TileForm};
@@ -13,7 +16,6 @@ use onebit_formats::safetensors::{self, SafeTensors, StOut};
 use onebit_formats::{blocks, GgmlType};
 use onebit_model::load;
 use onebit_model::pack::{self, import, names, Pack};
-use onebit_model::{ExecConfig, Logits};
 use onebit_testdata::{real_model, Fixture, TempDir, SMOLLM2_135M};
 
 fn import_as(gguf: &std::path::Path, dir: &std::path::Path, tiles: import::Tiles) {
@@ -107,27 +109,6 @@ fn smollm2_pack_decodes_to_exactly_the_gguf_q4_1_weights() {
     assert!(checked >= 200, "only {checked} Q4_1 tensors");
     // Every repack was exact: no bf16 scale needed rounding to f16.
     assert!(pack.tensors.iter().all(|t| t.inexact_scales == 0));
-}
-
-fn logits(path: &std::path::Path, ids: &[u32]) -> Vec<f32> {
-    let exec = ExecConfig {
-        threads: 1,
-        ..Default::default()
-    };
-    let (m, _) = load::load(path, &exec).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut st = m.new_state();
-    m.forward(&mut st, ids, Logits::All).unwrap()
-}
-
-fn min_cos(a: &[f32], b: &[f32], nv: usize) -> f32 {
-    a.chunks(nv)
-        .zip(b.chunks(nv))
-        .map(|(x, y)| {
-            let d: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
-            let n = |v: &[f32]| v.iter().map(|p| p * p).sum::<f32>().sqrt();
-            d / n(x) / n(y)
-        })
-        .fold(1.0, f32::min)
 }
 
 /// The per-pair RoPE divisors a spec applies: read from the container's
@@ -226,12 +207,7 @@ fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
         let ids = fx.tokens("tokens");
         let nv = fx.n_vocab();
         let (a, b) = (logits(&gguf, &ids), logits(tmp.path(), &ids));
-        let agree = a
-            .chunks(nv)
-            .zip(b.chunks(nv))
-            .filter(|(x, y)| onebit_testdata::argmax(x) == onebit_testdata::argmax(y))
-            .count() as f32
-            / ids.len() as f32;
+        let agree = top1_agreement(&a, &b, nv);
         let cos = min_cos(&a, &b, nv);
         eprintln!("{fam}: top-1 agreement {agree}, min cosine {cos}");
         assert!(

@@ -6,13 +6,15 @@
 //! the GGUF's weights (exactly up to the tile type's rounding) and gives the
 //! GGUF's logits; `verify` passes it.
 
+mod common;
+
+use common::{logits, min_cos, top1_agreement};
 use half::{bf16, f16};
 use onebit_formats::gguf::Gguf;
 use onebit_formats::safetensors::{SafeTensors, StDtype};
 use onebit_formats::{blocks, GgmlType};
 use onebit_model::load;
 use onebit_model::pack::{import, verify, Form, Pack};
-use onebit_model::{ExecConfig, Logits};
 use onebit_testdata::{Fixture, TempDir};
 
 fn import_with(gguf: &std::path::Path, dir: &std::path::Path, keep_q8: bool) -> Vec<String> {
@@ -423,36 +425,6 @@ fn qwen35moe_pack_bytes_follow_the_converters_layout() {
             eprintln!("{name}: worst error {worst:.2} of a min-max step");
         }
     }
-}
-
-fn logits(path: &std::path::Path, ids: &[u32]) -> Vec<f32> {
-    let exec = ExecConfig {
-        threads: 1,
-        ..Default::default()
-    };
-    let (m, _) = load::load(path, &exec).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut st = m.new_state();
-    m.forward(&mut st, ids, Logits::All).unwrap()
-}
-
-fn min_cos(a: &[f32], b: &[f32], nv: usize) -> f32 {
-    a.chunks(nv)
-        .zip(b.chunks(nv))
-        .map(|(x, y)| {
-            let d: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
-            let n = |v: &[f32]| v.iter().map(|p| p * p).sum::<f32>().sqrt();
-            d / n(x) / n(y)
-        })
-        .fold(1.0, f32::min)
-}
-
-fn top1_agreement(a: &[f32], b: &[f32], nv: usize) -> f32 {
-    let n = a.len() / nv;
-    a.chunks(nv)
-        .zip(b.chunks(nv))
-        .filter(|(x, y)| onebit_testdata::argmax(x) == onebit_testdata::argmax(y))
-        .count() as f32
-        / n as f32
 }
 
 /// The pack read back: every tensor has its GGUF dims, and its values are
