@@ -6,45 +6,6 @@ use std::time::Instant;
 
 use onebit_image::{decode, probe, Limits};
 
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut c = 0xffff_ffffu32;
-    for &b in bytes {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                0xedb8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
-}
-
-/// A PNG whose header states `w` x `h` RGB, with one tiny IDAT and IEND.
-fn png_header(w: u32, h: u32) -> Vec<u8> {
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    let chunk = |out: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let mut body = kind.to_vec();
-        body.extend_from_slice(data);
-        out.extend_from_slice(&body);
-        out.extend_from_slice(&crc32(&body).to_be_bytes());
-    };
-    let mut ihdr = Vec::new();
-    ihdr.extend_from_slice(&w.to_be_bytes());
-    ihdr.extend_from_slice(&h.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
-    chunk(&mut out, b"IHDR", &ihdr);
-    chunk(
-        &mut out,
-        b"IDAT",
-        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
-    );
-    chunk(&mut out, b"IEND", &[]);
-    out
-}
-
 /// The test photograph's JPEG with its frame header (SOF0) restating its
 /// size as `w` x `h`.
 fn jpeg_header(w: u16, h: u16) -> Vec<u8> {
@@ -63,7 +24,7 @@ fn jpeg_header(w: u16, h: u16) -> Vec<u8> {
 fn a_huge_header_is_refused_without_decoding() {
     let l = Limits::default();
     for (what, bytes) in [
-        ("PNG", png_header(30000, 30000)),
+        ("PNG", onebit_testdata::png_with_header(30000, 30000)),
         ("JPEG", jpeg_header(30000, 30000)),
     ] {
         let t = Instant::now();
@@ -81,14 +42,18 @@ fn a_huge_header_is_refused_without_decoding() {
         println!("{what}: {e}");
     }
     // Each side within bounds, the area not.
-    let e = probe(&png_header(8000, 8000), "x", &l).unwrap_err().0;
+    let e = probe(&onebit_testdata::png_with_header(8000, 8000), "x", &l)
+        .unwrap_err()
+        .0;
     assert!(e.contains("8000x8000 (64000000 pixels)"), "{e}");
     // One side too long, the area within bounds.
-    let e = probe(&png_header(20000, 10), "x", &l).unwrap_err().0;
+    let e = probe(&onebit_testdata::png_with_header(20000, 10), "x", &l)
+        .unwrap_err()
+        .0;
     assert!(e.contains("20000x10") && e.contains("a side"), "{e}");
     // Within bounds, the header alone passes the probe.
     assert_eq!(
-        probe(&png_header(640, 480), "x", &l).unwrap(),
+        probe(&onebit_testdata::png_with_header(640, 480), "x", &l).unwrap(),
         ("PNG", 640, 480)
     );
 }

@@ -270,3 +270,41 @@ impl Rng {
         lo + self.below(hi - lo)
     }
 }
+
+/// A PNG file whose header (IHDR) states `w` x `h` 8-bit RGB, followed by
+/// one tiny zlib stream (IDAT) and IEND, each chunk with its CRC-32: what a
+/// decoder reads before it allocates, for the tests of image bounds.
+pub fn png_with_header(w: u32, h: u32) -> Vec<u8> {
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = 0xffff_ffffu32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    for (kind, data) in [
+        (
+            &b"IHDR"[..],
+            [&w.to_be_bytes()[..], &h.to_be_bytes(), &[8, 2, 0, 0, 0]].concat(),
+        ),
+        (
+            b"IDAT",
+            vec![0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+        ),
+        (b"IEND", vec![]),
+    ] {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let body = [kind, &data].concat();
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&crc32(&body).to_be_bytes());
+    }
+    out
+}

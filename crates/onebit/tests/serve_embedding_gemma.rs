@@ -8,8 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use onebit_formats::gguf::writer::GgufWriter;
-use onebit_formats::gguf::{Gguf, Value};
+use onebit_formats::gguf::Gguf;
 use onebit_kernels::Precision;
 use onebit_model::{load, ExecConfig, Logits, Model, SeqState};
 use onebit_serve::embed::Pooling;
@@ -119,42 +118,10 @@ fn a_continued_sequence_is_refused_by_name() {
     assert!(why.contains("embedding model"), "{why}");
 }
 
-/// The f32 fixture with a SentencePiece vocabulary of its 384 ids written
-/// in (the fixture has ids only): <unk>, <eos>, <bos> (2, as the fixture
-/// says), the 256 byte tokens, then 125 word pieces; so text encodes.
-fn with_vocab(dir: &TempDir) -> std::path::PathBuf {
-    let g = Gguf::open(Fixture::new("gemma-embedding").dir.join("f32.gguf")).unwrap();
-    let mut w = GgufWriter::from_gguf(&g);
-    let mut tokens = vec!["<unk>".to_string(), "<eos>".into(), "<bos>".into()];
-    let mut types = vec![2i32, 3, 3];
-    for b in 0..=255u8 {
-        tokens.push(format!("<0x{b:02X}>"));
-        types.push(6);
-    }
-    while tokens.len() < 384 {
-        tokens.push(format!("\u{2581}w{}", tokens.len()));
-        types.push(1);
-    }
-    let scores = (0..tokens.len()).map(|i| Value::F32(-(i as f32))).collect();
-    w.set_kv("tokenizer.ggml.model", Value::Str("llama".into()))
-        .set_kv(
-            "tokenizer.ggml.tokens",
-            Value::Array(tokens.into_iter().map(Value::Str).collect()),
-        )
-        .set_kv("tokenizer.ggml.scores", Value::Array(scores))
-        .set_kv(
-            "tokenizer.ggml.token_type",
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        )
-        .set_kv("tokenizer.ggml.unknown_token_id", Value::U32(0))
-        .set_kv("tokenizer.ggml.eos_token_id", Value::U32(1));
-    dir.file("embeddinggemma-tiny.gguf", &w.to_bytes())
-}
-
 #[test]
 fn served_through_the_openai_client_and_refused_for_generation() {
     let dir = TempDir::new("embgemma");
-    let model = with_vocab(&dir);
+    let model = common::embedding_gemma_with_vocab(&dir);
     let srv = common::Server::start(model.to_str().unwrap(), &["--threads", "1"]);
     let script = onebit_testdata::dir().join("../tests/serve/test_embedding_gemma.py");
     let out = Command::new("python3")
@@ -175,7 +142,7 @@ fn served_through_the_openai_client_and_refused_for_generation() {
 #[test]
 fn onebit_embed_gives_the_same_vector_twice_and_run_is_refused() {
     let dir = TempDir::new("embgemma-cli");
-    let model = with_vocab(&dir);
+    let model = common::embedding_gemma_with_vocab(&dir);
     let out = Command::new(common::BIN)
         .args(["embed", "--model"])
         .arg(&model)

@@ -8,11 +8,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use onebit_formats::gguf::writer::GgufWriter;
-use onebit_formats::gguf::{Gguf, Value as GValue};
 use serde_json::{json, Value};
 
 use common::{request, Server, BIN};
@@ -31,43 +29,6 @@ fn b64(bytes: &[u8]) -> String {
                 out.push('=');
             }
         }
-    }
-    out
-}
-
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut c = 0xffff_ffffu32;
-    for &b in bytes {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                0xedb8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
-}
-
-/// A PNG whose header states `w` x `h` (and whose data is one empty block).
-fn png_header(w: u32, h: u32) -> Vec<u8> {
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    for (kind, data) in [
-        (
-            &b"IHDR"[..],
-            [&w.to_be_bytes()[..], &h.to_be_bytes(), &[8, 2, 0, 0, 0]].concat(),
-        ),
-        (
-            b"IDAT",
-            vec![0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
-        ),
-        (b"IEND", vec![]),
-    ] {
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let body = [kind, &data].concat();
-        out.extend_from_slice(&body);
-        out.extend_from_slice(&crc32(&body).to_be_bytes());
     }
     out
 }
@@ -107,30 +68,6 @@ fn post(port: u16, path: &str, body: &Value) -> (u16, String) {
     (status, msg)
 }
 
-/// The port a `serve --port 0` child says it listens on (60 s at most).
-fn port_of(child: &mut std::process::Child) -> u16 {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the server did not start");
-        if let Some(at) = line.find("listening on http://") {
-            let addr = &line[at + "listening on http://".len()..];
-            return addr.split([':', ' ']).nth(1).unwrap().parse().unwrap();
-        }
-    }
-}
-
 fn rss_kib(pid: u32, key: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     s.lines()
@@ -167,7 +104,7 @@ fn images_are_checked_and_refused_by_name_on_every_protocol() {
             "the image at messages[0].content[1] is not a readable PNG (120x80)",
         ),
         (
-            chat_with(&data_url(&png_header(30000, 30000))),
+            chat_with(&data_url(&onebit_testdata::png_with_header(30000, 30000))),
             "the image at messages[0].content[1] is 30000x30000 (900000000 pixels)",
         ),
         (
@@ -213,7 +150,7 @@ fn images_are_checked_and_refused_by_name_on_every_protocol() {
     let (st, m) = post(
         port,
         "/api/generate",
-        &json!({"prompt": "hi", "images": [b64(&png_header(30000, 30000))], "stream": false}),
+        &json!({"prompt": "hi", "images": [b64(&onebit_testdata::png_with_header(30000, 30000))], "stream": false}),
     );
     assert_eq!(st, 400, "{m}");
     assert!(m.contains("the image at images[0] is 30000x30000"), "{m}");
@@ -271,58 +208,17 @@ fn images_are_checked_and_refused_by_name_on_every_protocol() {
 
 #[test]
 fn an_image_for_an_embedding_model_is_refused_naming_it() {
-    // The tiny EmbeddingGemma fixture with a vocabulary added (as
-    // serve_embedding_gemma.rs makes it), served.
+    // The tiny EmbeddingGemma fixture with a vocabulary added, served.
     let dir = onebit_testdata::TempDir::new("imagein-emb");
-    let g = Gguf::open(
-        onebit_testdata::Fixture::new("gemma-embedding")
-            .dir
-            .join("f32.gguf"),
-    )
-    .unwrap();
-    let mut w = GgufWriter::from_gguf(&g);
-    let mut tokens = vec!["<unk>".to_string(), "<eos>".into(), "<bos>".into()];
-    let mut types = vec![2i32, 3, 3];
-    for b in 0..=255u8 {
-        tokens.push(format!("<0x{b:02X}>"));
-        types.push(6);
-    }
-    while tokens.len() < 384 {
-        tokens.push(format!("\u{2581}w{}", tokens.len()));
-        types.push(1);
-    }
-    let scores = (0..tokens.len())
-        .map(|i| GValue::F32(-(i as f32)))
-        .collect();
-    w.set_kv("tokenizer.ggml.model", GValue::Str("llama".into()))
-        .set_kv(
-            "tokenizer.ggml.tokens",
-            GValue::Array(tokens.into_iter().map(GValue::Str).collect()),
-        )
-        .set_kv("tokenizer.ggml.scores", GValue::Array(scores))
-        .set_kv(
-            "tokenizer.ggml.token_type",
-            GValue::Array(types.into_iter().map(GValue::I32).collect()),
-        )
-        .set_kv("tokenizer.ggml.unknown_token_id", GValue::U32(0))
-        .set_kv("tokenizer.ggml.eos_token_id", GValue::U32(1));
-    let model = dir.file("embeddinggemma-tiny.gguf", &w.to_bytes());
-    let mut child = Command::new(BIN)
-        .args(["serve", "--model"])
-        .arg(&model)
-        .args(["--port", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let port = port_of(&mut child);
+    let model = common::embedding_gemma_with_vocab(&dir);
+    let srv = Server::start(model.to_str().unwrap(), &[]);
+    let port = srv.port;
     let (st, m) = post(
         port,
         "/v1/chat/completions",
         &chat_with(&data_url(&photo())),
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(srv);
     assert_eq!(st, 400, "{m}");
     assert!(
         m.contains("embeddinggemma-tiny") && m.contains("is an embedding model"),

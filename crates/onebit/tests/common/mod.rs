@@ -1,6 +1,6 @@
-//! What the server tests (serve.rs, load.rs) share: a `onebit serve` child
-//! on a free loopback port, killed when dropped, and a minimal HTTP/1.1
-//! client.
+//! What the server tests (serve.rs, load.rs, ...) share: a `onebit serve`
+//! child on a free loopback port, killed when dropped, a minimal HTTP/1.1
+//! client, and the tiny EmbeddingGemma model with a vocabulary.
 
 // Each test file that includes this module uses only part of it.
 #![allow(dead_code)]
@@ -146,4 +146,41 @@ pub fn dechunk(mut s: &str) -> String {
         s = rest[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// The tiny EmbeddingGemma f32 fixture (serve_embedding_gemma.rs,
+/// serve_images.rs) with a SentencePiece vocabulary of its 384 ids written
+/// in (the fixture has ids only): <unk>, <eos>, <bos> (2, as the fixture
+/// says), the 256 byte tokens, then 125 word pieces; so text encodes.
+pub fn embedding_gemma_with_vocab(dir: &onebit_testdata::TempDir) -> std::path::PathBuf {
+    use onebit_formats::gguf::Value as GValue;
+    let fx = onebit_testdata::Fixture::new("gemma-embedding");
+    let g = onebit_formats::gguf::Gguf::open(fx.dir.join("f32.gguf")).unwrap();
+    let mut w = onebit_formats::gguf::writer::GgufWriter::from_gguf(&g);
+    let mut tokens = vec!["<unk>".to_string(), "<eos>".into(), "<bos>".into()];
+    let mut types = vec![2i32, 3, 3];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    while tokens.len() < 384 {
+        tokens.push(format!("\u{2581}w{}", tokens.len()));
+        types.push(1);
+    }
+    let scores = (0..tokens.len())
+        .map(|i| GValue::F32(-(i as f32)))
+        .collect();
+    w.set_kv("tokenizer.ggml.model", GValue::Str("llama".into()))
+        .set_kv(
+            "tokenizer.ggml.tokens",
+            GValue::Array(tokens.into_iter().map(GValue::Str).collect()),
+        )
+        .set_kv("tokenizer.ggml.scores", GValue::Array(scores))
+        .set_kv(
+            "tokenizer.ggml.token_type",
+            GValue::Array(types.into_iter().map(GValue::I32).collect()),
+        )
+        .set_kv("tokenizer.ggml.unknown_token_id", GValue::U32(0))
+        .set_kv("tokenizer.ggml.eos_token_id", GValue::U32(1));
+    dir.file("embeddinggemma-tiny.gguf", &w.to_bytes())
 }
