@@ -375,13 +375,16 @@ impl Gguf {
         }
         let no = count(&g, SPLIT_NO)?.unwrap_or(0);
         let name = g.path.file_name().and_then(|f| f.to_str()).unwrap_or("");
-        let suffix = format!("-{:05}-of-{n:05}.gguf", no + 1);
-        let Some(prefix) = name.strip_suffix(&suffix) else {
+        // gguf-split's names: PREFIX + this suffix, parts counted from 1.
+        let suffix = |k: u64| format!("-{k:05}-of-{n:05}.gguf");
+        let mine = suffix(no + 1);
+        let Some(prefix) = name.strip_suffix(&mine) else {
             return Err(g.key_error(
                 SPLIT_COUNT,
                 format!(
-                    "is {n}: this is part {} of a split GGUF, but its name does not end in `{suffix}`, so the other parts cannot be found (gguf-split names them PREFIX-00001-of-{n:05}.gguf ...)",
-                    no + 1
+                    "is {n}: this is part {} of a split GGUF, but its name does not end in `{mine}`, so the other parts cannot be found (gguf-split names them PREFIX{} ...)",
+                    no + 1,
+                    suffix(1)
                 ),
             ));
         };
@@ -390,14 +393,15 @@ impl Gguf {
             return Err(g.key_error(
                 SPLIT_NO,
                 format!(
-                    "is {no}: this is part {} of {n} of a split GGUF; give the first part, {prefix}-00001-of-{n:05}.gguf",
-                    no + 1
+                    "is {no}: this is part {} of {n} of a split GGUF; give the first part, {prefix}{}",
+                    no + 1,
+                    suffix(1)
                 ),
             ));
         }
         let dir = g.path.parent().map(Path::to_path_buf).unwrap_or_default();
         for k in 1..n {
-            let p = dir.join(format!("{prefix}-{:05}-of-{n:05}.gguf", k + 1));
+            let p = dir.join(format!("{prefix}{}", suffix(k + 1)));
             if !p.is_file() {
                 return Err(FormatError::Malformed {
                     path: g.path.clone(),
