@@ -611,7 +611,9 @@ impl Registry {
         // A request that goes away mid-load (its future dropped) leaves the
         // entry unloaded for the next one to load, not stuck loading.
         let mut guard = LoadGuard { e, done: false };
-        self.make_room(e)?;
+        self.check_fits_alone(e)?;
+        // Room for its file now; its states are known once it is loaded.
+        self.make_room(e, e.bytes);
         let load = e.load.clone();
         let r = tokio::task::spawn_blocking(move || load()).await;
         let started = match r {
@@ -653,7 +655,20 @@ impl Registry {
         let (served, footprint) = out?;
         // Its states are known now, not before the load: make room for
         // them too.
-        self.evict_for_memory(e, footprint);
+        if !self.make_room(e, footprint) {
+            let (_, used) = self.held_besides(e);
+            if let Some(max) = self
+                .max_memory
+                .filter(|&max| used.saturating_add(footprint) > max)
+            {
+                eprintln!(
+                    "[serve] {} takes about {} MB with its sequences' states, over --max-memory of {} MB; it stays loaded alone",
+                    e.name,
+                    footprint / 1_000_000,
+                    max / 1_000_000
+                );
+            }
+        }
         Ok(served)
     }
 
@@ -667,81 +682,58 @@ impl Registry {
         }
     }
 
-    /// Unloads least recently used models until `loading` fits: one more
-    /// within `max_loaded`, and its file within `max_memory` beside the
-    /// others. A model whose file alone is over `max_memory` is refused.
-    fn make_room(&self, loading: &Arc<Entry>) -> Result<(), ApiError> {
-        if let Some(max) = self.max_memory {
-            if loading.bytes > max {
-                return Err(ApiError::invalid(
-                    "model",
-                    format!(
-                        "model `{}` needs at least {} MB (its file), over this server's --max-memory of {} MB",
-                        loading.name,
-                        loading.bytes / 1_000_000,
-                        max / 1_000_000
-                    ),
-                )
-                .status(503)
-                .with_code("insufficient_memory"));
-            }
+    /// Refuses to load `e` when its file alone is over `max_memory`.
+    fn check_fits_alone(&self, e: &Entry) -> Result<(), ApiError> {
+        match self.max_memory {
+            Some(max) if e.bytes > max => Err(ApiError::invalid(
+                "model",
+                format!(
+                    "model `{}` needs at least {} MB (its file), over this server's --max-memory of {} MB",
+                    e.name,
+                    e.bytes / 1_000_000,
+                    max / 1_000_000
+                ),
+            )
+            .status(503)
+            .with_code("insufficient_memory")),
+            _ => Ok(()),
         }
+    }
+
+    /// The models loaded or loading other than `e`: how many, and their
+    /// footprints together.
+    fn held_besides(&self, e: &Arc<Entry>) -> (usize, u64) {
+        let entries = self.entries();
+        let others = entries
+            .iter()
+            .filter(|o| !Arc::ptr_eq(o, e))
+            .filter(|o| !matches!(*lock(&o.state), State::Unloaded));
+        others.fold((0, 0u64), |(n, used), o| {
+            (n + 1, used.saturating_add(self.footprint(o)))
+        })
+    }
+
+    /// Unloads least recently used models other than `e` until `e`, taking
+    /// `need` bytes, fits: beside fewer than `max_loaded` others, and
+    /// within `max_memory` with theirs. False when it does not fit and
+    /// nothing is left to evict (only loads under way).
+    fn make_room(&self, e: &Arc<Entry>, need: u64) -> bool {
         loop {
-            let entries = self.entries();
-            let others: Vec<&Arc<Entry>> = entries
-                .iter()
-                .filter(|e| !Arc::ptr_eq(e, loading))
-                .filter(|e| !matches!(*lock(&e.state), State::Unloaded))
-                .collect();
-            let used: u64 = others.iter().map(|e| self.footprint(e)).sum();
+            let (held, used) = self.held_besides(e);
             let over_memory = self
                 .max_memory
-                .is_some_and(|max| used.saturating_add(loading.bytes) > max);
-            if others.len() < self.max_loaded && !over_memory {
-                return Ok(());
+                .is_some_and(|max| used.saturating_add(need) > max);
+            if held < self.max_loaded && !over_memory {
+                return true;
             }
             let why = if over_memory {
                 "evicted (least recently used) to stay within --max-memory"
             } else {
                 "evicted (least recently used)"
             };
-            match self.lru(loading) {
-                Some(e) => self.unload(&e, why),
-                // Only loads under way: nothing to evict yet.
-                None => return Ok(()),
-            }
-        }
-    }
-
-    /// Once `loaded` is loaded and takes `footprint`: unloads the least
-    /// recently used others while all together are over `max_memory`.
-    fn evict_for_memory(&self, loaded: &Arc<Entry>, footprint: u64) {
-        let Some(max) = self.max_memory else { return };
-        loop {
-            let used: u64 = self
-                .entries()
-                .iter()
-                .filter(|e| !Arc::ptr_eq(e, loaded))
-                .filter(|e| !matches!(*lock(&e.state), State::Unloaded))
-                .map(|e| self.footprint(e))
-                .sum();
-            if used.saturating_add(footprint) <= max {
-                return;
-            }
-            match self.lru(loaded) {
-                Some(e) => self.unload(
-                    &e,
-                    "evicted (least recently used) to stay within --max-memory",
-                ),
-                None => {
-                    eprintln!(
-                        "[serve] {} takes about {} MB with its sequences' states, over --max-memory of {} MB; it stays loaded alone",
-                        loaded.name,
-                        footprint / 1_000_000,
-                        max / 1_000_000
-                    );
-                    return;
-                }
+            match self.lru(e) {
+                Some(o) => self.unload(&o, why),
+                None => return false,
             }
         }
     }
