@@ -324,14 +324,23 @@ impl App {
     /// The engine's queue is full: the rejection is counted and the client
     /// gets a 503 it may retry (every route that submits work answers so).
     pub fn queue_full(&self) -> ApiError {
-        Metrics::add(&self.metrics.requests_rejected_full, 1);
-        ApiError {
-            status: 503,
-            message: "the server is busy: its request queue is full; retry shortly".into(),
-            kind: "server_error",
-            param: None,
-            code: Some("queue_full"),
-        }
+        queue_full(
+            &self.metrics,
+            "the server is busy: its request queue is full; retry shortly".into(),
+        )
+    }
+}
+
+/// A full queue (the engine's, or the wait for a model's load): counted, and
+/// a 503 the client may retry, with `message` saying which.
+fn queue_full(metrics: &Metrics, message: String) -> ApiError {
+    Metrics::add(&metrics.requests_rejected_full, 1);
+    ApiError {
+        status: 503,
+        message,
+        kind: "server_error",
+        param: None,
+        code: Some("queue_full"),
     }
 }
 
@@ -579,18 +588,14 @@ impl Registry {
                             let limit = self.engine.max_queue.saturating_sub(1);
                             if e.waiting.fetch_add(1, Ordering::Relaxed) >= limit {
                                 e.waiting.fetch_sub(1, Ordering::Relaxed);
-                                Metrics::add(&self.metrics.requests_rejected_full, 1);
-                                return Err(ApiError {
-                                    status: 503,
-                                    message: format!(
+                                return Err(queue_full(
+                                    &self.metrics,
+                                    format!(
                                         "the server is busy: {} requests already wait for model `{}` to load (--max-queue); retry shortly",
                                         limit + 1,
                                         e.name
                                     ),
-                                    kind: "server_error",
-                                    param: None,
-                                    code: Some("queue_full"),
-                                });
+                                ));
                             }
                             waiting = Some(Waiting(e.clone()));
                         }
