@@ -188,29 +188,7 @@ pub fn import(
         what,
     };
 
-    // The tensors to write, in GGUF order, plus lm_head from the embedding.
-    let mut plan: Vec<(String, String)> = Vec::new();
-    for t in &g.tensors {
-        if names::dropped(family, &t.name) {
-            notes.push(format!(
-                "{}: not written; the {arch} pack's config.json restates it",
-                t.name
-            ));
-            continue;
-        }
-        let pack = names::to_pack(&rows, &t.name).ok_or_else(|| {
-            terr(
-                &t.name,
-                format!("has no name in the {arch} pack table, so it cannot be imported"),
-            )
-        })?;
-        plan.push((t.name.clone(), pack));
-    }
-    if g.tensor("output.weight").is_none() {
-        plan.push(("token_embd.weight".into(), "lm_head.weight".into()));
-        notes
-            .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
-    }
+    let plan = plan_names(g, family, &rows, &mut notes)?;
     let rope_tables: Vec<&String> = [&sem.rope_full.value, &sem.rope_sliding.value]
         .into_iter()
         .flat_map(|r| {
@@ -560,21 +538,7 @@ fn import_laid_out(
         "{arch}: laid out as {}: experts in Q4_1 full tiles [N/32, Kp/256, 5120], other quantized matrices in wide Q8 tiles [N/32, Kp/256, 8704], V heads in grouped order, q_proj as queries then gates",
         pl.source
     )];
-    let mut plan: Vec<(String, String)> = Vec::new();
-    for t in &g.tensors {
-        let pack = names::to_pack(&rows, &t.name).ok_or_else(|| {
-            terr(
-                &t.name,
-                format!("has no name in the {arch} pack table, so it cannot be imported"),
-            )
-        })?;
-        plan.push((t.name.clone(), pack));
-    }
-    if g.tensor("output.weight").is_none() {
-        plan.push(("token_embd.weight".into(), "lm_head.weight".into()));
-        notes
-            .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
-    }
+    let plan = plan_names(g, family, &rows, &mut notes)?;
     let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
     let (mut kept_float, mut rounded) = (0usize, 0usize);
     let total = plan.len();
@@ -752,4 +716,39 @@ fn banded(
         out.extend(tile(&v)?);
     }
     Ok(out)
+}
+
+/// The tensors to write, in GGUF order, each with its pack name (a tensor
+/// the family's table maps to no name is refused; one its config.json
+/// restates is left out, with a note), plus lm_head from the embedding when
+/// the GGUF ties its output.
+fn plan_names(
+    g: &Gguf,
+    family: &crate::families::Family,
+    rows: &[names::Row],
+    notes: &mut Vec<String>,
+) -> Result<Vec<(String, String)>> {
+    let arch = family.arch;
+    let mut plan = Vec::new();
+    for t in &g.tensors {
+        if names::dropped(family, &t.name) {
+            notes.push(format!(
+                "{}: not written; the {arch} pack's config.json restates it",
+                t.name
+            ));
+            continue;
+        }
+        let pack = names::to_pack(rows, &t.name).ok_or_else(|| ModelError::Tensor {
+            path: g.path().to_path_buf(),
+            tensor: t.name.clone(),
+            what: format!("has no name in the {arch} pack table, so it cannot be imported"),
+        })?;
+        plan.push((t.name.clone(), pack));
+    }
+    if g.tensor("output.weight").is_none() {
+        plan.push(("token_embd.weight".into(), "lm_head.weight".into()));
+        notes
+            .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
+    }
+    Ok(plan)
 }
