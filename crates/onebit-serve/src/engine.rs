@@ -15,7 +15,7 @@
 //! Each step's prompt budget is `prefill_chunk` tokens, given to the prompts
 //! and embedding requests with the least left first; while any sequence is
 //! decoding, it is also held to what the machine runs within `max_step` (its
-//! measured rate, [`Pace`]), so a running stream's gap between two tokens
+//! measured cost model, [`crate::pace`]), so a running stream's gap between two tokens
 //! stays near `max_step` while a long prompt prefills.
 //!
 //! A panic while one sequence is sampled fails that sequence alone; one in
@@ -39,6 +39,7 @@ use tokio::sync::oneshot;
 use crate::cache::{rewindable, PrefixCache};
 use crate::constrain::Constraint;
 use crate::metrics::Metrics;
+use crate::pace::{self, Pace};
 use crate::pooling::{PoolSum, Pooling};
 
 #[derive(Clone, Debug)]
@@ -361,64 +362,6 @@ impl Engine {
             q.cut = Some(message.to_string());
         }
         self.shared.wake.notify_all();
-    }
-}
-
-/// How long steps take, measured, and so how many prompt tokens a step may
-/// run within `max_step` while sequences are decoding. A step is modelled
-/// as a fixed part (the decoding rows, the weights read once) plus a cost
-/// per prompt token, each a running mean (each new measurement weighs a
-/// half), so the chunk follows the machine's load and a prompt's growing
-/// attention within a few steps.
-struct Pace {
-    max_step: f64,
-    /// Seconds of a step that runs no prompt token.
-    fixed: Option<f64>,
-    /// Seconds per prompt token beyond the fixed part.
-    per_token: Option<f64>,
-}
-
-/// Prompt tokens of the first paced step, before any rate is measured.
-const PROBE_TOKENS: usize = 32;
-/// A paced step runs at least this many prompt tokens, so a long prompt
-/// still advances on a machine slower than `max_step` allows.
-const MIN_PACED_TOKENS: usize = 16;
-
-impl Pace {
-    fn new(max_step: Duration) -> Pace {
-        Pace {
-            max_step: max_step.as_secs_f64(),
-            fixed: None,
-            per_token: None,
-        }
-    }
-
-    /// Prompt tokens the next step may run, at most `cap`.
-    fn budget(&self, cap: usize, decoding: bool) -> usize {
-        if self.max_step <= 0.0 || !decoding {
-            return cap;
-        }
-        let Some(per) = self.per_token else {
-            return PROBE_TOKENS.min(cap);
-        };
-        let room = self.max_step - self.fixed.unwrap_or(0.0);
-        let n = if room > 0.0 { room / per } else { 0.0 };
-        (n.min(cap as f64) as usize).clamp(MIN_PACED_TOKENS.min(cap), cap)
-    }
-
-    /// A step of `prompt_tokens` prompt tokens took `secs`.
-    fn observe(&mut self, secs: f64, prompt_tokens: usize) {
-        let mean = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| (o + new) / 2.0));
-        if prompt_tokens == 0 {
-            self.fixed = mean(self.fixed, secs);
-        } else if prompt_tokens >= MIN_PACED_TOKENS {
-            // (A step of a few prompt tokens says little about their cost.)
-            // Never less than a quarter of the step: an estimate of the
-            // fixed part close to the whole step must not make the prompt
-            // look free.
-            let beyond = (secs - self.fixed.unwrap_or(0.0)).max(secs / 4.0);
-            self.per_token = mean(self.per_token, beyond / prompt_tokens as f64);
-        }
     }
 }
 
@@ -745,7 +688,6 @@ impl Worker {
         let decoding = active.iter().any(|s| s.generated > 0);
         // How many prompt tokens this step may run, over all sequences.
         let full = self.cfg.prefill_chunk.max(1);
-        let mut budget = self.pace.budget(full, decoding);
         let mut takes = vec![0usize; active.len()];
         // Decoding sequences run their last sampled token every step.
         for (i, s) in active.iter_mut().enumerate() {
@@ -806,6 +748,13 @@ impl Worker {
             )
             .collect();
         order.sort_by_key(|(left, _)| *left);
+        // The budget is reckoned from where the first of them stands (the
+        // positions its tokens attend to).
+        let start = order.first().map_or(0, |(_, w)| match w {
+            Want::Prompt(i) => active[*i].fed.len(),
+            Want::Embed(i) => embeds[*i].cur.as_ref().map_or(0, |p| p.fed),
+        });
+        let mut budget = self.pace.budget(full, decoding, start);
         let whole_inputs = self.model.sem.mask.value == Mask::Bidirectional;
         let mut prompt_tokens = 0;
         for (_, want) in order {
@@ -834,6 +783,19 @@ impl Worker {
                     budget -= spent.min(budget);
                     prompt_tokens += spent;
                 }
+            }
+        }
+        // What the step's prompt tokens cost: how many, and the positions
+        // they attend to.
+        let mut work = pace::Work::default();
+        for (s, &take) in active.iter().zip(&takes) {
+            if s.generated == 0 && take > 0 {
+                work.add(pace::Work::chunk(s.fed.len(), take));
+            }
+        }
+        for r in embeds.iter() {
+            for (part, take) in &r.parts {
+                work.add(pace::Work::chunk(part.fed, *take));
             }
         }
         let mut inputs: Vec<SeqInput> = Vec::new();
@@ -943,7 +905,7 @@ impl Worker {
                 active.len() + embeds.len()
             );
         }
-        self.pace.observe(secs, prompt_tokens);
+        self.pace.observe(secs, work);
     }
 
     /// Picks the inputs `r` runs this step within `budget` tokens (into
@@ -1165,36 +1127,6 @@ pub fn logprobs(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_pace_fits_the_prompt_tokens_to_the_step_bound() {
-        let cap = 512;
-        // Times in powers of two, so the arithmetic is exact.
-        let mut p = Pace::new(Duration::from_millis(375));
-        // Nothing decoding, or no bound: the whole chunk.
-        assert_eq!(p.budget(cap, false), cap);
-        assert_eq!(Pace::new(Duration::ZERO).budget(cap, true), cap);
-        // No rate measured yet: a probe.
-        assert_eq!(p.budget(cap, true), PROBE_TOKENS);
-        // Decode steps of 1/8 s, then 32 prompt tokens in 3/16 s: 2^-9 s a
-        // token beyond the fixed part, so (3/8 - 1/8) * 2^9 = 128 tokens.
-        p.observe(0.125, 0);
-        p.observe(0.1875, 32);
-        assert_eq!(p.budget(cap, true), 128);
-        // A slower step (2^-8 s a token) weighs a half: 3 * 2^-10 s a token,
-        // 256 / 3 = 85 tokens; a step of a few prompt tokens is not counted.
-        p.observe(0.125 + 128.0 / 256.0, 128);
-        assert_eq!(p.budget(cap, true), 85);
-        p.observe(0.3, 4);
-        assert_eq!(p.budget(cap, true), 85);
-        // Never past the chunk, never under the floor (a machine whose
-        // decode step alone is over the bound still prefills).
-        assert_eq!(p.budget(40, true), 40);
-        p.observe(0.5, 0);
-        p.observe(0.5, 0);
-        assert_eq!(p.budget(cap, true), MIN_PACED_TOKENS);
-        assert_eq!(p.budget(8, true), 8);
-    }
 
     #[test]
     fn logprobs_of_the_argmax_top_the_list() {

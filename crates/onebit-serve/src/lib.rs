@@ -45,6 +45,7 @@ pub mod images;
 pub mod metrics;
 pub mod ollama;
 pub mod openai;
+pub mod pace;
 pub mod page;
 pub mod pooling;
 pub mod prompt;
