@@ -64,9 +64,15 @@ pub fn with_options(mut schema: Value) -> Value {
 
 /// The `x-guidance` options onebit gives a schema.
 pub fn json_options() -> Value {
+    json_options_with(", ", ": ")
+}
+
+/// The `x-guidance` options with these separators (harmony's calls are
+/// compact JSON: `,` and `:`).
+pub fn json_options_with(item: &str, key: &str) -> Value {
     let opts = JsonCompileOptions {
-        item_separator: ", ".into(),
-        key_separator: ": ".into(),
+        item_separator: item.into(),
+        key_separator: key.into(),
         whitespace_flexible: false,
         ..JsonCompileOptions::default()
     };

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::constrain::{json_options, Grammar};
+use crate::constrain::{json_options, json_options_with, Grammar};
 use crate::schema_check;
 use crate::tool_args::{ArgEvent, ArgScanner};
 
@@ -33,11 +33,15 @@ pub enum Body {
 
 impl Body {
     /// Whether a forced call can be written in this body under a JSON
-    /// grammar; the others (Python literals, Gemma's syntax) are forced in
-    /// the generic JSON envelope instead (a grammar of those syntaxes from a
-    /// JSON schema is not built here).
+    /// grammar (harmony: its own call message, the arguments JSON); the
+    /// others (Python literals, Gemma's syntax) are forced in the generic
+    /// JSON envelope instead (a grammar of those syntaxes from a JSON schema
+    /// is not built here).
     pub fn json_forcible(self) -> bool {
-        matches!(self, Body::Object | Body::Array | Body::Envelope)
+        matches!(
+            self,
+            Body::Object | Body::Array | Body::Envelope | Body::Harmony
+        )
     }
 }
 
@@ -178,6 +182,10 @@ const FORCED_LLAMA3: CallFormat = CallFormat {
     forced: true,
     ..LLAMA3
 };
+const FORCED_HARMONY: CallFormat = CallFormat {
+    forced: true,
+    ..HARMONY
+};
 const FORCED_GENERIC: CallFormat = CallFormat {
     forced: true,
     ..GENERIC
@@ -186,10 +194,15 @@ const FORCED_GENERIC: CallFormat = CallFormat {
 /// `f` for a reply forced to be calls (see [`CallFormat::forced`]); a
 /// format that cannot be forced is written as the generic envelope.
 pub fn forced(f: &'static CallFormat) -> &'static CallFormat {
-    [&FORCED_HERMES, &FORCED_MISTRAL, &FORCED_LLAMA3]
-        .into_iter()
-        .find(|g| g.name == f.name)
-        .unwrap_or(&FORCED_GENERIC)
+    [
+        &FORCED_HERMES,
+        &FORCED_MISTRAL,
+        &FORCED_LLAMA3,
+        &FORCED_HARMONY,
+    ]
+    .into_iter()
+    .find(|g| g.name == f.name)
+    .unwrap_or(&FORCED_GENERIC)
 }
 
 /// The formats tried in order on a template's source.
@@ -1065,9 +1078,10 @@ pub fn forced_grammar(
         }
         Body::Object => format!("start: %json {}\n", with_opts(one)),
         Body::Array => format!("start: {} %json {}\n", lit(f.open), with_opts(list(one))),
+        Body::Harmony => harmony_forced(spec, &lit),
         // A forced LFM2 or Gemma call is written as the JSON envelope
         // (see [`Body::json_forcible`]).
-        Body::Envelope | Body::Pythonic | Body::Gemma(_) | Body::Harmony => {
+        Body::Envelope | Body::Pythonic | Body::Gemma(_) => {
             let env = json!({
                 "type": "object",
                 "properties": {"tool_calls": list(one)},
@@ -1078,6 +1092,51 @@ pub fn forced_grammar(
         }
     };
     Grammar::Lark(lark)
+}
+
+/// A forced harmony reply, in gpt-oss's own markup (the prompt ends with
+/// `<|start|>assistant`): an optional `analysis` message, free text, then
+/// one call message to an allowed function,
+/// `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>`,
+/// ARGS valid for that function's own parameter schema (so its `$ref`s
+/// resolve in it). One call: a harmony turn ends at its `<|call|>`. The
+/// markers are the vocabulary's control tokens (`lit`).
+fn harmony_forced(spec: &ToolSpec, lit: &dyn Fn(&str) -> String) -> String {
+    let calls: Vec<String> = spec
+        .functions()
+        .filter(|func| match &spec.choice {
+            ToolChoice::Named(n) => func["name"].as_str() == Some(n),
+            _ => true,
+        })
+        .map(|func| {
+            let mut params = match func.get("parameters") {
+                Some(p @ Value::Object(_)) => p.clone(),
+                _ => json!({"type": "object"}),
+            };
+            if let Value::Object(o) = &mut params {
+                // gpt-oss writes its arguments compact (openai-harmony's
+                // examples: `{"location":"San Francisco"}`).
+                o.insert("x-guidance".into(), json_options_with(",", ":"));
+            }
+            let name = func["name"].as_str().unwrap_or_default();
+            format!(
+                "{} {} {} \"json\" {} %json {params} {}",
+                lit("<|channel|>"),
+                lit(&format!("commentary to=functions.{name} ")),
+                lit("<|constrain|>"),
+                lit("<|message|>"),
+                lit("<|call|>"),
+            )
+        })
+        .collect();
+    format!(
+        "start: analysis? call\nanalysis: {} \"analysis\" {} /(.|\\n)*/ {} {} \"assistant\"\ncall: {}\n",
+        lit("<|channel|>"),
+        lit("<|message|>"),
+        lit("<|end|>"),
+        lit("<|start|>"),
+        calls.join(" | ")
+    )
 }
 
 /// Keywords whose values are data, not schemas: a `$ref` key inside them
