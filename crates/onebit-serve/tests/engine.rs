@@ -38,6 +38,7 @@ fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine
             spec: None,
             max_step: std::time::Duration::ZERO,
             fault: None,
+            vision: None,
         },
         Arc::new(Metrics::default()),
     )
@@ -64,6 +65,7 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: Instant::now(),
         constraint: None,
+        images: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn engine(family: &str, fault: Option<FaultHook>, metrics: Arc<Metrics>) -> Engi
             cache_bytes: Some(16 << 20),
             spec: None,
             fault,
+            vision: None,
         },
         metrics,
     )
@@ -66,6 +67,7 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: Instant::now(),
         constraint: None,
+        images: Vec::new(),
     }
 }
 

@@ -37,6 +37,7 @@ fn vision(tokens: usize) -> Vision {
         },
         begin: "<|im_start|>".into(),
         end: "<|im_end|>".into(),
+        tower: None,
     }
 }
 
