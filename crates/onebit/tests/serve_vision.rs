@@ -1,0 +1,140 @@
+//! Images reach the vision tower end to end (issue 30): `onebit serve` on
+//! the gemma3-vision fixture's text.gguf with `--mmproj` its mmproj.gguf,
+//! driven by the official `openai` and `ollama` clients
+//! (tests/serve/test_vision_clients.py): the first generated token is
+//! llama.cpp's mtmd greedy token for the fixture's image and prompt (the
+//! argmax of llamacpp.logits.bin's last row). Then `/metrics`: the same
+//! image sent three times and another once were encoded twice (a repeat is
+//! not encoded again), and encoding is timed. `onebit run --image` gives
+//! the same first token.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{request, Server, BIN};
+
+fn fixture() -> PathBuf {
+    onebit_testdata::dir().join("llamacpp/gemma3-vision")
+}
+
+/// A chat template that renders the fixture's prompt: "<bos>hi", then each
+/// message's content (its image mark, then the text) without line breaks.
+fn template(dir: &Path) -> PathBuf {
+    let p = dir.join("hi.jinja");
+    std::fs::write(
+        &p,
+        "{{ bos_token }}hi{% for message in messages %}{{ message['content'] | replace('\\n', '') }}{% endfor %}",
+    )
+    .unwrap();
+    p
+}
+
+/// The argmax of llama.cpp's logits at the prompt's last position.
+fn llamacpp_first_token() -> u32 {
+    let bytes = std::fs::read(fixture().join("llamacpp.logits.bin")).unwrap();
+    let n_vocab = 384; // meta.json text_hparams.n_vocab
+    let row: Vec<f32> = bytes[bytes.len() - 4 * n_vocab..]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (0..n_vocab)
+        .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+        .unwrap() as u32
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+}
+
+#[test]
+fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
+    let dir = onebit_testdata::TempDir::new("serve-vision");
+    let fx = fixture();
+    let srv = Server::start(
+        fx.join("text.gguf").to_str().unwrap(),
+        &[
+            "--mmproj",
+            fx.join("mmproj.gguf").to_str().unwrap(),
+            "--chat-template",
+            template(dir.path()).to_str().unwrap(),
+            "--threads",
+            "2",
+        ],
+    );
+    let (st, caps) = request(
+        srv.port,
+        "POST",
+        "/api/show",
+        br#"{"model": "text"}"#,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(st, 200, "{caps}");
+    assert!(caps.contains("\"vision\""), "{caps}");
+    let script = onebit_testdata::dir().join("../tests/serve/test_vision_clients.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{}", srv.port))
+        .arg(&fx)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+    let (st, m) = request(srv.port, "GET", "/metrics", b"", Duration::from_secs(60)).unwrap();
+    assert_eq!(st, 200);
+    // image.rgb three times (OpenAI, Ollama, OpenAI), image2.rgb once.
+    assert_eq!(metric(&m, "onebit_images_encoded_total"), 2.0, "{m}");
+    assert_eq!(metric(&m, "onebit_image_encode_seconds_count"), 2.0, "{m}");
+    assert!(metric(&m, "onebit_image_encode_seconds_sum") > 0.0, "{m}");
+}
+
+#[test]
+fn run_with_an_image_gives_mtmds_first_token() {
+    let dir = onebit_testdata::TempDir::new("run-vision");
+    let fx = fixture();
+    // The fixture's image as a PNG (lossless, at the encoder's size), by
+    // Pillow (scripts/python-deps.sh).
+    let png = dir.path().join("image.png");
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; from PIL import Image; Image.frombytes('RGB', (32, 32), open(sys.argv[1], 'rb').read()).save(sys.argv[2])",
+        ])
+        .arg(fx.join("image.rgb"))
+        .arg(&png)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "Pillow writes the PNG (scripts/python-deps.sh)");
+    let out = Command::new(BIN)
+        .args(["run", "--max-tokens", "1", "--model"])
+        .arg(fx.join("text.gguf"))
+        .arg("--mmproj")
+        .arg(fx.join("mmproj.gguf"))
+        .arg("--image")
+        .arg(&png)
+        // meta.json's prompt: mtmd's marker where the image goes.
+        .args(["--prompt", "hi<__media__>what is this ok"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The text of llama.cpp's token, by the model's own vocabulary.
+    let g = onebit_formats::gguf::Gguf::open(fx.join("text.gguf")).unwrap();
+    let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
+    let want = tok.decode(&[llamacpp_first_token()], false).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), want.trim(), "{stderr}");
+    assert!(!want.trim().is_empty());
+    assert!(stderr.contains("[stats] images 1, encoded in"), "{stderr}");
+}
