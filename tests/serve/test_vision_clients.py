@@ -150,4 +150,19 @@ def test_the_first_image_again_reuses_its_prefix_and_gives_the_same_logprobs():
     assert cached >= BEFORE_IMAGE + N_IMAGE, (cached, BEFORE_IMAGE + N_IMAGE)
 
 
+def test_the_same_image_after_other_text_is_not_encoded_again():
+    # Another message first: the prefix cache holds nothing of the image's
+    # place, so its rows come from the engine's cache by the pixels' hash
+    # (the Rust side checks /metrics: still two images encoded).
+    r = oclient.chat(
+        model=MODEL,
+        messages=[
+            {"role": "user", "content": "a"},
+            {"role": "user", "content": TEXT_AFTER, "images": [png("image.rgb")]},
+        ],
+        options={"temperature": 0, "num_predict": 1},
+    )
+    assert r.prompt_eval_count > META["logits"]["n_text_positions"] + N_IMAGE, r
+
+
 runner.run(globals())

@@ -5,8 +5,9 @@
 //! llama.cpp's mtmd greedy token for the fixture's image and prompt (the
 //! argmax of llamacpp.logits.bin's last row). Then `/metrics`: the same
 //! image sent three times and another once were encoded twice (a repeat is
-//! not encoded again), and encoding is timed. `onebit run --image` gives
-//! the same first token.
+//! not encoded again), and encoding is timed. The prefill runs in chunks
+//! smaller than the image, which must still run whole in one step.
+//! `onebit run --image` gives the same first token.
 
 mod common;
 
@@ -64,6 +65,10 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
             template(dir.path()).to_str().unwrap(),
             "--threads",
             "2",
+            // Chunks of 5 prompt tokens: the 3 before the image end one
+            // early, the image's 16 rows run whole in the next step.
+            "--prefill-chunk",
+            "5",
         ],
     );
     let (st, caps) = request(
@@ -93,10 +98,29 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
     eprintln!("{stdout}");
     let (st, m) = request(srv.port, "GET", "/metrics", b"", Duration::from_secs(60)).unwrap();
     assert_eq!(st, 200);
-    // image.rgb three times (OpenAI, Ollama, OpenAI), image2.rgb once.
+    // image.rgb four times (OpenAI, Ollama, OpenAI, Ollama after other
+    // text: its rows found by the pixels' hash), image2.rgb once.
     assert_eq!(metric(&m, "onebit_images_encoded_total"), 2.0, "{m}");
+    assert_eq!(metric(&m, "onebit_images_reused_total"), 1.0, "{m}");
     assert_eq!(metric(&m, "onebit_image_encode_seconds_count"), 2.0, "{m}");
     assert!(metric(&m, "onebit_image_encode_seconds_sum") > 0.0, "{m}");
+}
+
+#[test]
+fn a_qwen3vl_tower_is_refused_naming_its_missing_text_side() {
+    let out = Command::new(BIN)
+        .args(["run", "--max-tokens", "1", "--prompt", "hi", "--model"])
+        .arg(fixture().join("text.gguf"))
+        .arg("--mmproj")
+        .arg(onebit_testdata::dir().join("llamacpp/qwen3vl-vision/mmproj.gguf"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("qwen3vl_merger") && e.contains("IMROPE") && e.contains("deepstack"),
+        "{e}"
+    );
 }
 
 #[test]
