@@ -172,6 +172,13 @@ pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
     tower
         .check_text_model(text.sem.dims.n_embd, &text.sem.family.to_string())
         .with_context(|| format!("--mmproj {}", mmproj.display()))?;
+    if text.weights.per_layer_input.is_some() {
+        bail!(
+            "--mmproj {}: the text model ({}) looks its per-layer embeddings up by token id, so it cannot take an image's rows",
+            mmproj.display(),
+            text.sem.family
+        );
+    }
     let p = tower.preprocess();
     if let Size::Fixed { side, tokens } = v.spec.size {
         if (side, side) != (p.width as usize, p.height as usize) || tokens != tower.n_tokens() {

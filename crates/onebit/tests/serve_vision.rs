@@ -96,6 +96,22 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!("{stdout}");
+    // A bad image for a model with a tower is still a 400 naming it.
+    let cut = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1Pe";
+    let body = serde_json::json!({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": cut}},
+        {"type": "text", "text": "what is this ok"},
+    ]}], "max_tokens": 1});
+    let (st, text) = request(
+        srv.port,
+        "POST",
+        "/v1/chat/completions",
+        body.to_string().as_bytes(),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(st, 400, "{text}");
+    assert!(text.contains("messages[0].content[0]"), "{text}");
     let (st, m) = request(srv.port, "GET", "/metrics", b"", Duration::from_secs(60)).unwrap();
     assert_eq!(st, 200);
     // image.rgb four times (OpenAI, Ollama, OpenAI, Ollama after other
