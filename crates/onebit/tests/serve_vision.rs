@@ -7,7 +7,8 @@
 //! image sent three times and another once were encoded twice (a repeat is
 //! not encoded again), and encoding is timed. The prefill runs in chunks
 //! smaller than the image, which must still run whole in one step.
-//! `onebit run --image` gives the same first token.
+//! `onebit run --image` and `onebit chat`'s `/image` give the same first
+//! token.
 
 mod common;
 
@@ -122,6 +123,58 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
     assert!(metric(&m, "onebit_image_encode_seconds_sum") > 0.0, "{m}");
 }
 
+/// The fixture's image as a PNG (lossless, at the encoder's size), by
+/// Pillow (scripts/python-deps.sh).
+fn png(dir: &Path) -> PathBuf {
+    let png = dir.join("image.png");
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; from PIL import Image; Image.frombytes('RGB', (32, 32), open(sys.argv[1], 'rb').read()).save(sys.argv[2])",
+        ])
+        .arg(fixture().join("image.rgb"))
+        .arg(&png)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "Pillow writes the PNG (scripts/python-deps.sh)");
+    png
+}
+
+/// The text of llama.cpp's first token, by the model's own vocabulary.
+fn llamacpp_first_text() -> String {
+    let g = onebit_formats::gguf::Gguf::open(fixture().join("text.gguf")).unwrap();
+    let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
+    let want = tok.decode(&[llamacpp_first_token()], false).unwrap();
+    assert!(!want.trim().is_empty());
+    want.trim().to_string()
+}
+
+#[test]
+fn chat_attaches_an_image_to_the_next_message() {
+    let dir = onebit_testdata::TempDir::new("chat-vision");
+    let fx = fixture();
+    let mut child = Command::new(BIN)
+        .args(["chat", "--max-tokens", "1", "--model"])
+        .arg(fx.join("text.gguf"))
+        .arg("--mmproj")
+        .arg(fx.join("mmproj.gguf"))
+        .arg("--chat-template")
+        .arg(template(dir.path()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = format!("/image {}\nwhat is this ok\n", png(dir.path()).display());
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), llamacpp_first_text(), "{stderr}");
+    assert!(stderr.contains("[stats] image encoded in"), "{stderr}");
+}
+
 #[test]
 fn a_qwen3vl_tower_is_refused_naming_its_missing_text_side() {
     let out = Command::new(BIN)
@@ -143,19 +196,7 @@ fn a_qwen3vl_tower_is_refused_naming_its_missing_text_side() {
 fn run_with_an_image_gives_mtmds_first_token() {
     let dir = onebit_testdata::TempDir::new("run-vision");
     let fx = fixture();
-    // The fixture's image as a PNG (lossless, at the encoder's size), by
-    // Pillow (scripts/python-deps.sh).
-    let png = dir.path().join("image.png");
-    let made = Command::new("python3")
-        .args([
-            "-c",
-            "import sys; from PIL import Image; Image.frombytes('RGB', (32, 32), open(sys.argv[1], 'rb').read()).save(sys.argv[2])",
-        ])
-        .arg(fx.join("image.rgb"))
-        .arg(&png)
-        .status()
-        .expect("python3 runs");
-    assert!(made.success(), "Pillow writes the PNG (scripts/python-deps.sh)");
+    let png = png(dir.path());
     let out = Command::new(BIN)
         .args(["run", "--max-tokens", "1", "--model"])
         .arg(fx.join("text.gguf"))
@@ -169,12 +210,7 @@ fn run_with_an_image_gives_mtmds_first_token() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    // The text of llama.cpp's token, by the model's own vocabulary.
-    let g = onebit_formats::gguf::Gguf::open(fx.join("text.gguf")).unwrap();
-    let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
-    let want = tok.decode(&[llamacpp_first_token()], false).unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.trim(), want.trim(), "{stderr}");
-    assert!(!want.trim().is_empty());
+    assert_eq!(stdout.trim(), llamacpp_first_text(), "{stderr}");
     assert!(stderr.contains("[stats] images 1, encoded in"), "{stderr}");
 }
