@@ -34,9 +34,9 @@ fn template(dir: &Path) -> PathBuf {
     p
 }
 
-/// The argmax of llama.cpp's logits at the prompt's last position.
-fn llamacpp_first_token() -> u32 {
-    let bytes = std::fs::read(fixture().join("llamacpp.logits.bin")).unwrap();
+/// The argmax of llama.cpp's logits (`file`) at the prompt's last position.
+fn llamacpp_first_token(file: &str) -> u32 {
+    let bytes = std::fs::read(fixture().join(file)).unwrap();
     let n_vocab = 384; // meta.json text_hparams.n_vocab
     let row: Vec<f32> = bytes[bytes.len() - 4 * n_vocab..]
         .chunks(4)
@@ -123,16 +123,16 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
     assert!(metric(&m, "onebit_image_encode_seconds_sum") > 0.0, "{m}");
 }
 
-/// The fixture's image as a PNG (lossless, at the encoder's size), by
-/// Pillow (scripts/python-deps.sh).
-fn png(dir: &Path) -> PathBuf {
-    let png = dir.join("image.png");
+/// A fixture image (`image.rgb`, `image2.rgb`) as a PNG (lossless, at the
+/// encoder's size), by Pillow (scripts/python-deps.sh).
+fn png(dir: &Path, name: &str) -> PathBuf {
+    let png = dir.join(format!("{name}.png"));
     let made = Command::new("python3")
         .args([
             "-c",
             "import sys; from PIL import Image; Image.frombytes('RGB', (32, 32), open(sys.argv[1], 'rb').read()).save(sys.argv[2])",
         ])
-        .arg(fixture().join("image.rgb"))
+        .arg(fixture().join(name))
         .arg(&png)
         .status()
         .expect("python3 runs");
@@ -140,17 +140,23 @@ fn png(dir: &Path) -> PathBuf {
     png
 }
 
-/// The text of llama.cpp's first token, by the model's own vocabulary.
+/// The text of llama.cpp's first token after meta.json's `prompt2` (two
+/// images: image.rgb, image2.rgb), by the model's own vocabulary. With
+/// the images' rows left out (their placeholder ids looked up instead) the
+/// token differs ("s" for "g"), as it does not for `prompt`, whose tokens
+/// after the image decide the answer by a wide margin.
 fn llamacpp_first_text() -> String {
     let g = onebit_formats::gguf::Gguf::open(fixture().join("text.gguf")).unwrap();
     let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
-    let want = tok.decode(&[llamacpp_first_token()], false).unwrap();
+    let want = tok
+        .decode(&[llamacpp_first_token("llamacpp2.logits.bin")], false)
+        .unwrap();
     assert!(!want.trim().is_empty());
     want.trim().to_string()
 }
 
 #[test]
-fn chat_attaches_an_image_to_the_next_message() {
+fn chat_attaches_images_to_the_next_message() {
     let dir = onebit_testdata::TempDir::new("chat-vision");
     let fx = fixture();
     let mut child = Command::new(BIN)
@@ -165,7 +171,13 @@ fn chat_attaches_an_image_to_the_next_message() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let input = format!("/image {}\nwhat is this ok\n", png(dir.path()).display());
+    // meta.json's prompt2 after the template's "hi": mtmd's markers place
+    // the two attached images.
+    let input = format!(
+        "/image {}\n/image {}\n<__media__>ok<__media__>what is this\n",
+        png(dir.path(), "image.rgb").display(),
+        png(dir.path(), "image2.rgb").display()
+    );
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -193,24 +205,25 @@ fn a_qwen3vl_tower_is_refused_naming_its_missing_text_side() {
 }
 
 #[test]
-fn run_with_an_image_gives_mtmds_first_token() {
+fn run_with_two_images_gives_mtmds_first_token() {
     let dir = onebit_testdata::TempDir::new("run-vision");
     let fx = fixture();
-    let png = png(dir.path());
     let out = Command::new(BIN)
         .args(["run", "--max-tokens", "1", "--model"])
         .arg(fx.join("text.gguf"))
         .arg("--mmproj")
         .arg(fx.join("mmproj.gguf"))
         .arg("--image")
-        .arg(&png)
-        // meta.json's prompt: mtmd's marker where the image goes.
-        .args(["--prompt", "hi<__media__>what is this ok"])
+        .arg(png(dir.path(), "image.rgb"))
+        .arg("--image")
+        .arg(png(dir.path(), "image2.rgb"))
+        // meta.json's prompt2: mtmd's markers where the images go.
+        .args(["--prompt", "hi<__media__>ok<__media__>what is this"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.trim(), llamacpp_first_text(), "{stderr}");
-    assert!(stderr.contains("[stats] images 1, encoded in"), "{stderr}");
+    assert!(stderr.contains("[stats] images 2, encoded in"), "{stderr}");
 }
