@@ -136,6 +136,13 @@ pub enum Event {
         index: usize,
         message: String,
     },
+    /// The vision tower encoded `images` of the prompt's images in
+    /// `seconds` (those found already encoded are not counted).
+    Encoded {
+        index: usize,
+        images: usize,
+        seconds: f64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -915,19 +922,33 @@ impl Worker {
                 continue;
             }
             let (from, to) = (s.fed.len(), s.fed.len() + takes[i]);
+            let (mut encoded, mut seconds) = (0, 0.0);
             for k in 0..s.images.len() {
                 let (a, _) = s.images[k].span();
                 if a < from || a >= to || s.images[k].rows.is_some() {
                     continue;
                 }
                 match self.image_rows(&s.images[k].place) {
-                    Ok(rows) => s.images[k].rows = Some(rows),
+                    Ok((rows, secs)) => {
+                        s.images[k].rows = Some(rows);
+                        if let Some(secs) = secs {
+                            encoded += 1;
+                            seconds += secs;
+                        }
+                    }
                     Err(message) => {
                         takes[i] = 0;
                         self.fail(s, message);
                         break;
                     }
                 }
+            }
+            if encoded > 0 && !s.done {
+                let _ = s.job.tx.send(Event::Encoded {
+                    index: s.job.index,
+                    images: encoded,
+                    seconds,
+                });
             }
         }
         let mut inputs: Vec<SeqInput> = Vec::new();
@@ -985,12 +1006,12 @@ impl Worker {
         let result = catch_unwind(AssertUnwindSafe(|| {
             model.forward_batch_embeds(&mut inputs, &lists)
         }))
-            .unwrap_or_else(|p| {
-                Err(onebit_model::ModelError::Input(format!(
-                    "it panicked: {}",
-                    panic_text(&*p)
-                )))
-            });
+        .unwrap_or_else(|p| {
+            Err(onebit_model::ModelError::Input(format!(
+                "it panicked: {}",
+                panic_text(&*p)
+            )))
+        });
         drop(inputs);
         drop(lists);
         drop(rows);
@@ -1108,16 +1129,20 @@ impl Worker {
     }
 
     /// The rows of one prompt image: a recent encoding of the same pixels,
-    /// else the tower's (timed into `/metrics`). A failure names the image's
+    /// else the tower's (timed into `/metrics`; the seconds are returned
+    /// for an encoding, None for a reuse). A failure names the image's
     /// problem; the sequence fails with it.
-    fn image_rows(&mut self, place: &PromptImage) -> Result<Arc<ImageEmbeddings>, String> {
+    fn image_rows(
+        &mut self,
+        place: &PromptImage,
+    ) -> Result<(Arc<ImageEmbeddings>, Option<f64>), String> {
         let img = &place.image;
         if let Some(k) = self.encoded.iter().position(|(h, _)| *h == img.hash) {
             let hit = self.encoded.remove(k).expect("position is within the list");
             let rows = hit.1.clone();
             self.encoded.push_front(hit);
             Metrics::add(&self.metrics().images_reused, 1);
-            return Ok(rows);
+            return Ok((rows, None));
         }
         let Some(tower) = &self.cfg.vision else {
             return Err("the model has no vision tower, so its images cannot be run".into());
@@ -1129,12 +1154,7 @@ impl Worker {
             .vision_pool
             .get_or_insert_with(|| onebit_kernels::Pool::new(threads));
         let out = catch_unwind(AssertUnwindSafe(|| {
-            tower.encode_sized(
-                pool,
-                &img.pixels,
-                img.width as u32,
-                img.height as u32,
-            )
+            tower.encode_sized(pool, &img.pixels, img.width as u32, img.height as u32)
         }))
         .unwrap_or_else(|p| {
             Err(onebit_model::ModelError::Input(format!(
@@ -1156,7 +1176,7 @@ impl Worker {
         let rows = Arc::new(out);
         self.encoded.push_front((img.hash, rows.clone()));
         self.encoded.truncate(ENCODED_KEEP);
-        Ok(rows)
+        Ok((rows, Some(secs)))
     }
 
     /// After a verify step: keeps the drafted tokens the target agreed with

@@ -43,6 +43,9 @@ pub struct RunInfo {
     pub completion_tokens: Option<usize>,
     pub cached_tokens: Option<usize>,
     pub first_token: Option<Instant>,
+    /// Images the vision tower encoded for the request, and the seconds.
+    pub images: usize,
+    pub image_encode_secs: f64,
 }
 
 /// A request's [`RunInfo`], shared by the middleware and the run.
@@ -80,19 +83,26 @@ impl Line {
     pub fn render(&self, format: LogFormat) -> String {
         let r = &self.run;
         match format {
-            LogFormat::Json => json!({
-                "log": "access",
-                "method": self.method,
-                "route": self.route,
-                "status": self.status,
-                "model": r.model,
-                "prompt_tokens": r.prompt_tokens,
-                "completion_tokens": r.completion_tokens,
-                "cached_tokens": r.cached_tokens,
-                "ttft_ms": self.ttft_ms.map(round1),
-                "duration_ms": round1(self.duration_ms),
-            })
-            .to_string(),
+            LogFormat::Json => {
+                let mut v = json!({
+                    "log": "access",
+                    "method": self.method,
+                    "route": self.route,
+                    "status": self.status,
+                    "model": r.model,
+                    "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens,
+                    "cached_tokens": r.cached_tokens,
+                    "ttft_ms": self.ttft_ms.map(round1),
+                    "duration_ms": round1(self.duration_ms),
+                });
+                // Only a request whose images were encoded says so.
+                if r.images > 0 {
+                    v["images_encoded"] = r.images.into();
+                    v["image_encode_ms"] = round1(r.image_encode_secs * 1e3);
+                }
+                v.to_string()
+            }
             LogFormat::Text => {
                 let n = |v: Option<usize>| v.map_or("-".to_string(), |v| v.to_string());
                 format!(
@@ -106,7 +116,15 @@ impl Line {
                     n(r.cached_tokens),
                     self.ttft_ms.map_or("-".to_string(), |t| format!("{t:.1}")),
                     self.duration_ms,
-                )
+                ) + &if r.images > 0 {
+                    format!(
+                        " images_encoded={} image_encode_ms={:.1}",
+                        r.images,
+                        r.image_encode_secs * 1e3
+                    )
+                } else {
+                    String::new()
+                }
             }
         }
     }

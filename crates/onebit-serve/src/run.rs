@@ -548,6 +548,15 @@ pub async fn drive(
                 continue;
             }
             Event::Failed { message, .. } => return Err(engine_failed(message)),
+            Event::Encoded {
+                images, seconds, ..
+            } => {
+                reqlog::update(&run.log, |r| {
+                    r.images += images;
+                    r.image_encode_secs += seconds;
+                });
+                continue;
+            }
             Event::Token { index, id, logprob } => {
                 let c = &mut choices[index];
                 if c.finish.is_some() {

@@ -311,7 +311,7 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
             Event::Token { id, .. } => text.push_str(&tok.decode(&[id], false).unwrap()),
             Event::Done { finish, .. } => break finish,
             Event::Failed { message, .. } => panic!("failed: {message}"),
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Encoded { .. } => {}
         }
     };
     assert_eq!(finish, Finish::Constraint, "{text:?}");

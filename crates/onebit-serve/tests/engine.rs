@@ -76,6 +76,7 @@ fn collect(rx: &mut Rx, n: usize) -> Vec<(Vec<u32>, usize)> {
     while done < n {
         match rx.blocking_recv().expect("engine alive") {
             Event::Started { index, cached } => out[index].1 = cached,
+            Event::Encoded { .. } => {}
             Event::Token { index, id, .. } => out[index].0.push(id),
             Event::Done { finish, .. } => {
                 assert_eq!(finish, Finish::Length);

@@ -79,7 +79,7 @@ fn collect(rx: &mut mpsc::UnboundedReceiver<Event>, n: usize) -> Vec<Outcome> {
     let mut ended = 0;
     while ended < n {
         match rx.blocking_recv().expect("the engine ended the run") {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Encoded { .. } => {}
             Event::Token { index, id, .. } => out[index].0.push(id),
             Event::Done { index, finish } => {
                 out[index].1 = Ok(finish);

@@ -93,7 +93,7 @@ fn run(e: &Engine, max_new: usize, speculative: impl Fn(usize) -> bool) -> Vec<V
             Event::Token { index, id, .. } => out[index].push(id),
             Event::Done { .. } => done += 1,
             Event::Failed { message, .. } => panic!("{message}"),
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Encoded { .. } => {}
         }
     }
     out

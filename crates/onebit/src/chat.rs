@@ -120,9 +120,9 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         // As transformers: the template writes any BOS itself.
         let text = template.render(&Value::Array(messages.clone()), true, None)?;
         let (ids, places) = match tower.as_ref().filter(|_| !images.is_empty()) {
-            Some(v) => crate::vision::lay_out(&tok, &text, v, &images, |s, _| {
-                Ok(tok.encode(s, false)?)
-            })?,
+            Some(v) => {
+                crate::vision::lay_out(&tok, &text, v, &images, |s, _| Ok(tok.encode(s, false)?))?
+            }
             None => (tok.encode(&text, false)?, Vec::new()),
         };
         if ids.len() >= model.max_context() {

@@ -339,7 +339,8 @@ fn run(a: RunArgs) -> Result<()> {
                         a.model.model.display()
                     )
                 })?;
-            let content = vision::place_images(prompt, if vision.is_some() { images.len() } else { 0 })?;
+            let content =
+                vision::place_images(prompt, if vision.is_some() { images.len() } else { 0 })?;
             let messages = serde_json::json!([{"role": "user", "content": content}]);
             // As transformers: the template writes any BOS itself.
             let text = template.render(&messages, true, None)?;

@@ -121,6 +121,29 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
     assert_eq!(metric(&m, "onebit_images_reused_total"), 1.0, "{m}");
     assert_eq!(metric(&m, "onebit_image_encode_seconds_count"), 2.0, "{m}");
     assert!(metric(&m, "onebit_image_encode_seconds_sum") > 0.0, "{m}");
+    // The access lines of the two requests whose images were encoded say
+    // so, with the time; no other line does.
+    let mut lines = Vec::new();
+    while let Ok(l) = srv.log.recv_timeout(Duration::from_secs(5)) {
+        if l.starts_with("[access]") {
+            lines.push(l);
+        }
+        if lines.iter().any(|l| l.contains("GET /metrics")) {
+            break;
+        }
+    }
+    let encoded: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains(" images_encoded="))
+        .collect();
+    assert_eq!(encoded.len(), 2, "{lines:#?}");
+    assert!(
+        encoded
+            .iter()
+            .all(|l| l.contains("POST /v1/chat/completions 200")
+                && l.contains(" images_encoded=1 image_encode_ms=")),
+        "{encoded:#?}"
+    );
 }
 
 /// A fixture image (`image.rgb`, `image2.rgb`) as a PNG (lossless, at the
@@ -136,7 +159,10 @@ fn png(dir: &Path, name: &str) -> PathBuf {
         .arg(&png)
         .status()
         .expect("python3 runs");
-    assert!(made.success(), "Pillow writes the PNG (scripts/python-deps.sh)");
+    assert!(
+        made.success(),
+        "Pillow writes the PNG (scripts/python-deps.sh)"
+    );
     png
 }
 
