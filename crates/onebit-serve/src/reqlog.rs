@@ -237,6 +237,8 @@ mod tests {
                 completion_tokens: Some(3),
                 cached_tokens: Some(8),
                 first_token: None,
+                images: 0,
+                image_encode_secs: 0.0,
             },
             ttft_ms: Some(41.26),
             duration_ms: 90.04,
@@ -251,6 +253,23 @@ mod tests {
             json!({"log": "access", "method": "POST", "route": "/v1/chat/completions", "status": 200,
                    "model": "smol", "prompt_tokens": 12, "completion_tokens": 3, "cached_tokens": 8,
                    "ttft_ms": 41.3, "duration_ms": 90.0})
+        );
+        // Images encoded for the request: said, with the time, in both.
+        let seen = Line {
+            run: RunInfo {
+                images: 2,
+                image_encode_secs: 0.01234,
+                ..line.run.clone()
+            },
+            ..line.clone()
+        };
+        assert!(seen
+            .render(LogFormat::Text)
+            .ends_with(" duration_ms=90.0 images_encoded=2 image_encode_ms=12.3"));
+        let v: Value = serde_json::from_str(&seen.render(LogFormat::Json)).unwrap();
+        assert_eq!(
+            (v["images_encoded"].as_u64(), v["image_encode_ms"].as_f64()),
+            (Some(2), Some(12.3))
         );
         // A request that reached no model: dashes and nulls.
         let bare = Line {

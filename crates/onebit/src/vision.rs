@@ -170,7 +170,7 @@ pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
     let tower = VisionTower::open(mmproj)
         .with_context(|| format!("cannot open the vision tower --mmproj {}", mmproj.display()))?;
     tower
-        .check_text_model(text.sem.dims.n_embd, &text.sem.family.to_string())
+        .check_text_model(text.sem.dims.n_embd, text.sem.family)
         .with_context(|| format!("--mmproj {}", mmproj.display()))?;
     if text.weights.per_layer_input.is_some() {
         bail!(
