@@ -162,6 +162,7 @@ impl Served {
             stops,
             EngineConfig {
                 spec: spec.map(Arc::new),
+                vision: vision.as_ref().and_then(|v| v.tower.clone()),
                 ..cfg.clone()
             },
             metrics,

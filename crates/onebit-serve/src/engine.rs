@@ -18,6 +18,16 @@
 //! measured cost model, [`crate::pace`]), so a running stream's gap between two tokens
 //! stays near `max_step` while a long prompt prefills.
 //!
+//! A prompt's images ([`Job::images`]) are encoded by the model's vision
+//! tower on this thread when the prefill first reaches them (an image whose
+//! rows the prefix cache holds is not encoded again, nor one whose rows a
+//! recent request encoded: [`ENCODED_KEEP`], keyed by the pixels' hash),
+//! and their rows enter the same batched forward in place of their
+//! placeholder ids. One image's rows never straddle two steps: a chunk stops
+//! before an image or takes all of it, since they attend to each other both
+//! ways (Gemma 3) within one forward call; and a cached prefix that ends
+//! inside an image is cut back to the image's start.
+//!
 //! A panic while one sequence is sampled fails that sequence alone; one in
 //! the batched forward fails the sequences of that batch; the engine thread
 //! goes on either way (a backstop: the tests require no panic).
@@ -32,12 +42,14 @@ use std::time::{Duration, Instant};
 use onebit_model::sampler::{bias_logits, repeat_penalize, Sampler, SamplerConfig};
 use onebit_model::semantics::Mask;
 use onebit_model::spec::{SpecPlan, Speculator};
-use onebit_model::{Logits, Model, SeqInput, SeqState};
+use onebit_model::vision::ImageEmbeddings;
+use onebit_model::{Embeds, Logits, Model, SeqInput, SeqState};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use crate::cache::{rewindable, PrefixCache};
 use crate::constrain::Constraint;
+use crate::images::{PromptImage, Tower};
 use crate::metrics::Metrics;
 use crate::pace::{self, Pace};
 use crate::pooling::{PoolSum, Pooling};
@@ -74,6 +86,9 @@ pub struct Job {
     pub submitted: Instant,
     /// The grammar the output must follow (response_format, a forced call).
     pub constraint: Option<Constraint>,
+    /// The prompt's images, sorted by place: the ids `start..start +
+    /// tokens` of `prompt` are their placeholders.
+    pub images: Vec<PromptImage>,
 }
 
 #[derive(Clone, Debug)]
@@ -122,6 +137,13 @@ pub enum Event {
         index: usize,
         message: String,
     },
+    /// The vision tower encoded `images` of the prompt's images in
+    /// `seconds` (those found already encoded are not counted).
+    Encoded {
+        index: usize,
+        images: usize,
+        seconds: f64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -145,7 +167,13 @@ pub struct EngineConfig {
     /// Tests only (the binary never sets it): called with a sequence's
     /// prompt each time a token of it is sampled, to inject a fault.
     pub fault: Option<FaultHook>,
+    /// The model's vision tower, which encodes the jobs' images.
+    pub vision: Option<Tower>,
 }
+
+/// Encoded images the engine keeps beside the prefix cache, most recent
+/// first, so the same picture in another prompt is not encoded again.
+pub const ENCODED_KEEP: usize = 8;
 
 /// A test's fault injector (see [`EngineConfig::fault`]).
 #[derive(Clone)]
@@ -384,6 +412,34 @@ struct Seq {
     verifying: bool,
     /// A panic hit this sequence: its state is not cached.
     poisoned: bool,
+    /// The prompt's images, with their rows once encoded.
+    images: Vec<SeqImage>,
+}
+
+/// One image of a sequence's prompt.
+struct SeqImage {
+    place: PromptImage,
+    rows: Option<Arc<ImageEmbeddings>>,
+}
+
+impl SeqImage {
+    fn span(&self) -> (usize, usize) {
+        (self.place.start, self.place.start + self.place.image.tokens)
+    }
+}
+
+/// How many of `take` tokens after `fed` a prompt chunk runs so that no
+/// image's rows are split: a chunk that would end inside an image stops
+/// before it, or, when the image comes first, takes it whole.
+fn keep_images_whole(images: &[SeqImage], fed: usize, take: usize) -> usize {
+    let mut end = fed + take;
+    for img in images {
+        let (a, b) = img.span();
+        if a < end && end < b {
+            end = if a > fed { a } else { b };
+        }
+    }
+    end - fed
 }
 
 /// An embedding request being run: its inputs in order, at most one of
@@ -448,6 +504,10 @@ struct Worker {
     cache: Option<PrefixCache>,
     rewindable: bool,
     pace: Pace,
+    /// Recently encoded images by their pixels' hash, most recent first.
+    encoded: VecDeque<([u8; 32], Arc<ImageEmbeddings>)>,
+    /// The threads the vision tower encodes on, made at the first image.
+    vision_pool: Option<onebit_kernels::Pool>,
 }
 
 /// What a panic carried, as text.
@@ -480,6 +540,8 @@ impl Worker {
             shared,
             cache,
             rewindable,
+            encoded: VecDeque::new(),
+            vision_pool: None,
         }
     }
 
@@ -630,11 +692,20 @@ impl Worker {
             return None;
         }
         let prompt = job.prompt.clone();
-        let (state, cached) = self
-            .cache
-            .as_mut()
-            .and_then(|c| c.lookup(&prompt))
-            .unwrap_or_else(|| (self.model.new_state(), 0));
+        let lookup = |cache: &mut Option<PrefixCache>, upto: usize| {
+            cache.as_mut().and_then(|c| c.lookup(&prompt[..upto]))
+        };
+        let mut hit = lookup(&mut self.cache, prompt.len());
+        // A cached prefix ending inside an image: resume before the image
+        // (its rows run in one forward call), looked up again within it.
+        if let Some(img) = hit.as_ref().and_then(|&(_, cached)| {
+            job.images
+                .iter()
+                .find(|i| i.start < cached && cached < i.start + i.image.tokens)
+        }) {
+            hit = lookup(&mut self.cache, img.start + 1);
+        }
+        let (state, cached) = hit.unwrap_or_else(|| (self.model.new_state(), 0));
         Metrics::add(&self.metrics().prompt_tokens, prompt.len() as u64);
         Metrics::add(&self.metrics().cached_prompt_tokens, cached as u64);
         let _ = job.tx.send(Event::Started {
@@ -678,6 +749,14 @@ impl Worker {
             snapshotted: self.rewindable || cached + 1 >= prompt.len(),
             done: false,
             poisoned: false,
+            images: job
+                .images
+                .iter()
+                .map(|p| SeqImage {
+                    place: p.clone(),
+                    rows: None,
+                })
+                .collect(),
             job,
         })
     }
@@ -773,6 +852,7 @@ impl Worker {
                             take = take.min(stop_at - s.fed.len());
                         }
                     }
+                    let take = keep_images_whole(&s.images, s.fed.len(), take);
                     budget -= take.min(budget);
                     prompt_tokens += take;
                     takes[i] = take;
@@ -783,6 +863,44 @@ impl Worker {
                     budget -= spent.min(budget);
                     prompt_tokens += spent;
                 }
+            }
+        }
+        // The images this step's chunks reach, encoded (or found) first;
+        // their time is no prompt token's cost.
+        let mut encode_secs = 0.0;
+        for (i, s) in active.iter_mut().enumerate() {
+            if takes[i] == 0 || s.done || s.generated > 0 {
+                continue;
+            }
+            let (from, to) = (s.fed.len(), s.fed.len() + takes[i]);
+            let (mut encoded, mut seconds) = (0, 0.0);
+            for k in 0..s.images.len() {
+                let (a, _) = s.images[k].span();
+                if a < from || a >= to || s.images[k].rows.is_some() {
+                    continue;
+                }
+                match self.image_rows(&s.images[k].place) {
+                    Ok((rows, secs)) => {
+                        s.images[k].rows = Some(rows);
+                        if let Some(secs) = secs {
+                            encoded += 1;
+                            seconds += secs;
+                        }
+                    }
+                    Err(message) => {
+                        takes[i] = 0;
+                        self.fail(s, message);
+                        break;
+                    }
+                }
+            }
+            encode_secs += seconds;
+            if encoded > 0 && !s.done {
+                let _ = s.job.tx.send(Event::Encoded {
+                    index: s.job.index,
+                    images: encoded,
+                    seconds,
+                });
             }
         }
         // What the step's prompt tokens cost: how many, and the positions
@@ -799,12 +917,27 @@ impl Worker {
             }
         }
         let mut inputs: Vec<SeqInput> = Vec::new();
+        let mut rows: Vec<Vec<Embeds>> = Vec::new();
         let mut which = Vec::new();
         for (i, s) in active.iter_mut().enumerate() {
             if takes[i] == 0 || s.done {
                 continue;
             }
             which.push(i);
+            let from = s.fed.len();
+            rows.push(
+                s.images
+                    .iter()
+                    .filter(|img| (from..from + takes[i]).contains(&img.place.start))
+                    .filter_map(|img| {
+                        img.rows.as_ref().map(|r| Embeds {
+                            at: img.place.start - from,
+                            rows: &r.rows,
+                            bidirectional: r.bidirectional,
+                        })
+                    })
+                    .collect(),
+            );
             inputs.push(SeqInput {
                 state: &mut s.state,
                 tokens: &s.pending[..takes[i]],
@@ -818,6 +951,7 @@ impl Worker {
         for r in embeds.iter_mut() {
             let inputs_of = &r.inputs;
             for (part, take) in r.parts.iter_mut() {
+                rows.push(Vec::new());
                 inputs.push(SeqInput {
                     state: &mut part.state,
                     tokens: &inputs_of[part.input][part.fed..part.fed + *take],
@@ -829,14 +963,23 @@ impl Worker {
             return;
         }
         let model = &self.model;
-        let result = catch_unwind(AssertUnwindSafe(|| model.forward_batch(&mut inputs)))
-            .unwrap_or_else(|p| {
-                Err(onebit_model::ModelError::Input(format!(
-                    "it panicked: {}",
-                    panic_text(&*p)
-                )))
-            });
+        let lists: Vec<&[Embeds]> = if rows.iter().all(Vec::is_empty) {
+            Vec::new()
+        } else {
+            rows.iter().map(Vec::as_slice).collect()
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            model.forward_batch_embeds(&mut inputs, &lists)
+        }))
+        .unwrap_or_else(|p| {
+            Err(onebit_model::ModelError::Input(format!(
+                "it panicked: {}",
+                panic_text(&*p)
+            )))
+        });
         drop(inputs);
+        drop(lists);
+        drop(rows);
         let mut logits = match result {
             Ok(l) => l.into_iter(),
             Err(e) => {
@@ -905,7 +1048,7 @@ impl Worker {
                 active.len() + embeds.len()
             );
         }
-        self.pace.observe(secs, work);
+        self.pace.observe((secs - encode_secs).max(0.0), work);
     }
 
     /// Picks the inputs `r` runs this step within `budget` tokens (into
@@ -948,6 +1091,57 @@ impl Worker {
             }
         }
         spent
+    }
+
+    /// The rows of one prompt image: a recent encoding of the same pixels,
+    /// else the tower's (timed into `/metrics`; the seconds are returned
+    /// for an encoding, None for a reuse). A failure names the image's
+    /// problem; the sequence fails with it.
+    fn image_rows(
+        &mut self,
+        place: &PromptImage,
+    ) -> Result<(Arc<ImageEmbeddings>, Option<f64>), String> {
+        let img = &place.image;
+        if let Some(k) = self.encoded.iter().position(|(h, _)| *h == img.hash) {
+            let hit = self.encoded.remove(k).expect("position is within the list");
+            let rows = hit.1.clone();
+            self.encoded.push_front(hit);
+            Metrics::add(&self.metrics().images_reused, 1);
+            return Ok((rows, None));
+        }
+        let Some(tower) = &self.cfg.vision else {
+            return Err("the model has no vision tower, so its images cannot be run".into());
+        };
+        let t0 = Instant::now();
+        let tower = &tower.0;
+        let threads = self.model.threads();
+        let pool = self
+            .vision_pool
+            .get_or_insert_with(|| onebit_kernels::Pool::new(threads));
+        let out = catch_unwind(AssertUnwindSafe(|| {
+            tower.encode_sized(pool, &img.pixels, img.width as u32, img.height as u32)
+        }))
+        .unwrap_or_else(|p| {
+            Err(onebit_model::ModelError::Input(format!(
+                "it panicked: {}",
+                panic_text(&*p)
+            )))
+        })
+        .map_err(|e| format!("encoding the image failed: {e}"))?;
+        let secs = t0.elapsed().as_secs_f64();
+        Metrics::add(&self.metrics().images_encoded, 1);
+        self.metrics().image_encode.observe(secs);
+        let width = self.model.sem.dims.n_embd;
+        if out.n_tokens != img.tokens || out.n_embd != width {
+            return Err(format!(
+                "the vision tower gave {} rows of {} values for an image of {} placeholders in a model of width {width}",
+                out.n_tokens, out.n_embd, img.tokens
+            ));
+        }
+        let rows = Arc::new(out);
+        self.encoded.push_front((img.hash, rows.clone()));
+        self.encoded.truncate(ENCODED_KEEP);
+        Ok((rows, Some(secs)))
     }
 
     /// After a verify step: keeps the drafted tokens the target agreed with

@@ -14,7 +14,7 @@ use onebit_image::{Limits, Prepared};
 use onebit_text::Tokenizer;
 
 use crate::api::ApiError;
-use crate::images::{check_count, ImageIn, PromptImage, Vision, MARK};
+use crate::images::{check_count, placeholders, ImageIn, PromptImage, Vision, MARK};
 use crate::prompt::Rendered;
 
 /// The request's images decoded (bounds first, every one checked, the
@@ -56,7 +56,8 @@ pub fn no_tower(model: &str, param: &'static str) -> ApiError {
 /// text between the marks tokenized as `ids` tokenizes a whole prompt (each
 /// piece on its own, as `mtmd` tokenizes the text around an image), and in
 /// each mark's place the tower's begin text, `tokens` placeholder ids (the
-/// image's own, id 0) and its end text. `ids` tokenizes one piece.
+/// image's own, from its pixels' hash: [`placeholders`]) and its end text.
+/// `ids` tokenizes one piece.
 pub fn lay_out(
     tok: &Tokenizer,
     r: &Rendered,
@@ -113,7 +114,7 @@ pub fn lay_out(
                 start: out.len(),
                 image: img.clone(),
             });
-            out.extend(std::iter::repeat_n(0u32, img.tokens));
+            out.extend(placeholders(img, tok.vocab_size()));
             out.extend(&end);
         }
         from = at + MARK.len_utf8();

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use onebit_image::{Limits, Prepared, Spec};
+use onebit_model::vision::VisionTower;
 
 /// An image refused: the message (naming it), the request field it is in
 /// (`messages`, `input`, `images`) and a machine code when there is one.
@@ -57,6 +58,21 @@ pub struct Vision {
     pub spec: Spec,
     pub begin: String,
     pub end: String,
+    /// The encoder the engine runs the images through; `None` only where
+    /// a caller lays prompts out without one (the engine then fails such a
+    /// sequence naming the model's missing tower).
+    pub tower: Option<Tower>,
+}
+
+/// A model's vision tower, shared by the request handlers (its sizes) and
+/// the engine thread (which encodes).
+#[derive(Clone)]
+pub struct Tower(pub Arc<VisionTower>);
+
+impl std::fmt::Debug for Tower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tower({})", self.0.path().display())
+    }
 }
 
 /// An image prepared for the tower, at its place in the prompt ids: the
@@ -65,6 +81,26 @@ pub struct Vision {
 pub struct PromptImage {
     pub start: usize,
     pub image: Arc<Prepared>,
+}
+
+/// The placeholder ids an image's rows take in the prompt: drawn from the
+/// hash of its pixels (row `j`'s id mixes the hash with `j`), below
+/// `n_vocab`. The model never looks them up; they are what the prefix cache
+/// and the engine's image-rows cache compare, so the same picture gives the
+/// same ids (its cached state is reused, it is not encoded again) and two
+/// pictures differ in nearly every row (a cached prefix never runs one
+/// image's rows for another's).
+pub fn placeholders(image: &Prepared, n_vocab: usize) -> impl Iterator<Item = u32> + '_ {
+    let h = image.hash64();
+    let n = n_vocab.max(1) as u64;
+    (0..image.tokens as u64).map(move |j| {
+        // splitmix64 of (hash, row): a fixed, well-mixed function.
+        let mut z = h ^ j.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % n) as u32
+    })
 }
 
 /// The encoded size of the bytes limit: base64 of `max` bytes.

@@ -255,6 +255,7 @@ async fn start(
             cache_bytes: cfg.cache_bytes,
             spec: None,
             fault: None,
+            vision: None,
         },
         metrics.clone(),
     );

@@ -68,6 +68,12 @@ pub struct Metrics {
     pub connections_refused: AtomicU64,
     pub ttft: Histogram,
     pub decode_rate: Histogram,
+    /// Images run through the vision tower, and those whose rows were
+    /// found already encoded (the engine's cache by pixels' hash).
+    pub images_encoded: AtomicU64,
+    pub images_reused: AtomicU64,
+    /// Seconds each image's encoding took.
+    pub image_encode: Histogram,
 }
 
 impl Default for Metrics {
@@ -91,6 +97,9 @@ impl Default for Metrics {
             connections_refused: AtomicU64::new(0),
             ttft: Histogram::new(&[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             decode_rate: Histogram::new(&[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]),
+            images_encoded: AtomicU64::new(0),
+            images_reused: AtomicU64::new(0),
+            image_encode: Histogram::new(&[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
         }
     }
 }
@@ -225,6 +234,25 @@ impl Metrics {
             &mut out,
             "onebit_decode_tokens_per_second",
             "Per sequence: tokens after the first over the time since the first.",
+        );
+        one(
+            &mut out,
+            "onebit_images_encoded_total",
+            "Images run through the vision tower.",
+            "counter",
+            g(&self.images_encoded),
+        );
+        one(
+            &mut out,
+            "onebit_images_reused_total",
+            "Images whose rows were already encoded (same pixels), not run again.",
+            "counter",
+            g(&self.images_reused),
+        );
+        self.image_encode.write(
+            &mut out,
+            "onebit_image_encode_seconds",
+            "Per image: the vision tower's encoding.",
         );
         out
     }

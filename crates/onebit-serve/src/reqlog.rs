@@ -43,6 +43,9 @@ pub struct RunInfo {
     pub completion_tokens: Option<usize>,
     pub cached_tokens: Option<usize>,
     pub first_token: Option<Instant>,
+    /// Images the vision tower encoded for the request, and the seconds.
+    pub images: usize,
+    pub image_encode_secs: f64,
 }
 
 /// A request's [`RunInfo`], shared by the middleware and the run.
@@ -80,19 +83,26 @@ impl Line {
     pub fn render(&self, format: LogFormat) -> String {
         let r = &self.run;
         match format {
-            LogFormat::Json => json!({
-                "log": "access",
-                "method": self.method,
-                "route": self.route,
-                "status": self.status,
-                "model": r.model,
-                "prompt_tokens": r.prompt_tokens,
-                "completion_tokens": r.completion_tokens,
-                "cached_tokens": r.cached_tokens,
-                "ttft_ms": self.ttft_ms.map(round1),
-                "duration_ms": round1(self.duration_ms),
-            })
-            .to_string(),
+            LogFormat::Json => {
+                let mut v = json!({
+                    "log": "access",
+                    "method": self.method,
+                    "route": self.route,
+                    "status": self.status,
+                    "model": r.model,
+                    "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens,
+                    "cached_tokens": r.cached_tokens,
+                    "ttft_ms": self.ttft_ms.map(round1),
+                    "duration_ms": round1(self.duration_ms),
+                });
+                // Only a request whose images were encoded says so.
+                if r.images > 0 {
+                    v["images_encoded"] = r.images.into();
+                    v["image_encode_ms"] = round1(r.image_encode_secs * 1e3);
+                }
+                v.to_string()
+            }
             LogFormat::Text => {
                 let n = |v: Option<usize>| v.map_or("-".to_string(), |v| v.to_string());
                 format!(
@@ -106,7 +116,15 @@ impl Line {
                     n(r.cached_tokens),
                     self.ttft_ms.map_or("-".to_string(), |t| format!("{t:.1}")),
                     self.duration_ms,
-                )
+                ) + &if r.images > 0 {
+                    format!(
+                        " images_encoded={} image_encode_ms={:.1}",
+                        r.images,
+                        r.image_encode_secs * 1e3
+                    )
+                } else {
+                    String::new()
+                }
             }
         }
     }
@@ -219,6 +237,8 @@ mod tests {
                 completion_tokens: Some(3),
                 cached_tokens: Some(8),
                 first_token: None,
+                images: 0,
+                image_encode_secs: 0.0,
             },
             ttft_ms: Some(41.26),
             duration_ms: 90.04,
@@ -233,6 +253,23 @@ mod tests {
             json!({"log": "access", "method": "POST", "route": "/v1/chat/completions", "status": 200,
                    "model": "smol", "prompt_tokens": 12, "completion_tokens": 3, "cached_tokens": 8,
                    "ttft_ms": 41.3, "duration_ms": 90.0})
+        );
+        // Images encoded for the request: said, with the time, in both.
+        let seen = Line {
+            run: RunInfo {
+                images: 2,
+                image_encode_secs: 0.01234,
+                ..line.run.clone()
+            },
+            ..line.clone()
+        };
+        assert!(seen
+            .render(LogFormat::Text)
+            .ends_with(" duration_ms=90.0 images_encoded=2 image_encode_ms=12.3"));
+        let v: Value = serde_json::from_str(&seen.render(LogFormat::Json)).unwrap();
+        assert_eq!(
+            (v["images_encoded"].as_u64(), v["image_encode_ms"].as_f64()),
+            (Some(2), Some(12.3))
         );
         // A request that reached no model: dashes and nulls.
         let bare = Line {

@@ -366,18 +366,6 @@ pub fn max_new(asked: Option<usize>, room: usize, cap: usize) -> usize {
 /// seed `seed + i`, each gets its own fork of the grammar. A full queue is
 /// a 503 (and nothing of the request is queued).
 pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> {
-    if !p.images.is_empty() {
-        // Prepared pixels and their places are ready; the forward that
-        // takes image embeddings is the vision tower's side (issue 30).
-        return Err(ApiError::invalid(
-            "messages",
-            format!(
-                "model {} has a vision tower, but this build's engine does not yet run image embeddings",
-                m.name
-            ),
-        )
-        .with_code("images_not_run"));
-    }
     let req = &p.req;
     let n = req.n.max(1);
     let mut constraints: Vec<Option<Constraint>> = (0..n)
@@ -421,6 +409,7 @@ pub fn submit(app: &App, m: &Served, p: &mut Prepared) -> Result<Run, ApiError> 
             cancel: cancels[i].clone(),
             submitted,
             constraint: constraints[i].take(),
+            images: p.images.clone(),
         })
         .collect();
     drop(tx);
@@ -559,6 +548,15 @@ pub async fn drive(
                 continue;
             }
             Event::Failed { message, .. } => return Err(engine_failed(message)),
+            Event::Encoded {
+                images, seconds, ..
+            } => {
+                reqlog::update(&run.log, |r| {
+                    r.images += images;
+                    r.image_encode_secs += seconds;
+                });
+                continue;
+            }
             Event::Token { index, id, logprob } => {
                 let c = &mut choices[index];
                 if c.finish.is_some() {

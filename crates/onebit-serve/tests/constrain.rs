@@ -279,6 +279,7 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
             spec: None,
             max_step: std::time::Duration::ZERO,
             fault: None,
+            vision: None,
         },
         Arc::new(onebit_serve::metrics::Metrics::default()),
     );
@@ -301,6 +302,7 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: std::time::Instant::now(),
         constraint: Some(k),
+        images: Vec::new(),
     };
     assert!(e.submit(vec![job]).is_ok());
     let mut text = String::new();
@@ -309,7 +311,7 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
             Event::Token { id, .. } => text.push_str(&tok.decode(&[id], false).unwrap()),
             Event::Done { finish, .. } => break finish,
             Event::Failed { message, .. } => panic!("failed: {message}"),
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Encoded { .. } => {}
         }
     };
     assert_eq!(finish, Finish::Constraint, "{text:?}");

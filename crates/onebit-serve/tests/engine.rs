@@ -38,6 +38,7 @@ fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine
             spec: None,
             max_step: std::time::Duration::ZERO,
             fault: None,
+            vision: None,
         },
         Arc::new(Metrics::default()),
     )
@@ -64,6 +65,7 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: Instant::now(),
         constraint: None,
+        images: Vec::new(),
     }
 }
 
@@ -74,6 +76,7 @@ fn collect(rx: &mut Rx, n: usize) -> Vec<(Vec<u32>, usize)> {
     while done < n {
         match rx.blocking_recv().expect("engine alive") {
             Event::Started { index, cached } => out[index].1 = cached,
+            Event::Encoded { .. } => {}
             Event::Token { index, id, .. } => out[index].0.push(id),
             Event::Done { finish, .. } => {
                 assert_eq!(finish, Finish::Length);

@@ -42,6 +42,7 @@ fn engine(family: &str, fault: Option<FaultHook>, metrics: Arc<Metrics>) -> Engi
             cache_bytes: Some(16 << 20),
             spec: None,
             fault,
+            vision: None,
         },
         metrics,
     )
@@ -66,6 +67,7 @@ fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index:
         cancel: Arc::new(AtomicBool::new(false)),
         submitted: Instant::now(),
         constraint: None,
+        images: Vec::new(),
     }
 }
 
@@ -77,7 +79,7 @@ fn collect(rx: &mut mpsc::UnboundedReceiver<Event>, n: usize) -> Vec<Outcome> {
     let mut ended = 0;
     while ended < n {
         match rx.blocking_recv().expect("the engine ended the run") {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Encoded { .. } => {}
             Event::Token { index, id, .. } => out[index].0.push(id),
             Event::Done { index, finish } => {
                 out[index].1 = Ok(finish);

@@ -37,6 +37,7 @@ fn vision(tokens: usize) -> Vision {
         },
         begin: "<|im_start|>".into(),
         end: "<|im_end|>".into(),
+        tower: None,
     }
 }
 
@@ -68,7 +69,22 @@ fn an_image_takes_its_marks_place_between_begin_and_end() {
     assert_eq!(placed.len(), 1);
     let at = placed[0].start;
     assert_eq!(ids[at - 1], 1, "begin before the image's ids");
-    assert_eq!(&ids[at..at + 4], &[0, 0, 0, 0]);
+    // The placeholders are the image's own: a function of its pixels'
+    // hash, so the same picture gives the same ids and another picture
+    // others (what the prefix cache compares).
+    let own: Vec<u32> = onebit_serve::images::placeholders(&p, tok.vocab_size()).collect();
+    assert_eq!(&ids[at..at + 4], &own[..]);
+    assert!(own.iter().all(|&id| (id as usize) < tok.vocab_size()));
+    let black = Rgb8 {
+        width: 2,
+        height: 2,
+        data: vec![0; 12],
+    };
+    let q = onebit_image::prepare(&black, &v.spec);
+    let other: Vec<u32> = onebit_serve::images::placeholders(&q, tok.vocab_size()).collect();
+    assert_ne!(own, other);
+    let again = onebit_image::prepare(&img, &v.spec);
+    assert!(onebit_serve::images::placeholders(&again, tok.vocab_size()).eq(own.iter().copied()));
     assert_eq!(ids[at + 4], 2, "end after them");
     // The template's 3 markers and the image's 2; the typed <|im_end|> is text.
     assert_eq!(markers(&ids), 5, "{ids:?}");

@@ -36,6 +36,7 @@ fn engine(family: &str, spec: Option<SpecPlan>, metrics: Arc<Metrics>) -> Engine
             spec: spec.map(Arc::new),
             max_step: std::time::Duration::ZERO,
             fault: None,
+            vision: None,
         },
         metrics,
     )
@@ -77,6 +78,7 @@ fn run(e: &Engine, max_new: usize, speculative: impl Fn(usize) -> bool) -> Vec<V
                 logit_bias: Vec::new(),
             },
             constraint: None,
+            images: Vec::new(),
             index: i,
             tx: tx.clone(),
             cancel: Arc::new(AtomicBool::new(false)),
@@ -91,7 +93,7 @@ fn run(e: &Engine, max_new: usize, speculative: impl Fn(usize) -> bool) -> Vec<V
             Event::Token { index, id, .. } => out[index].push(id),
             Event::Done { .. } => done += 1,
             Event::Failed { message, .. } => panic!("{message}"),
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::Encoded { .. } => {}
         }
     }
     out

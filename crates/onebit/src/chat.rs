@@ -5,8 +5,10 @@
 //! re-rendered history differs, e.g. a template that drops old reasoning).
 //! The answer goes to stdout, one turn after another; a `> ` prompt and the
 //! stats go to stderr, so a pipe drives it like a person at a terminal. A
-//! line `/image FILE` attaches an image to the next message (a model
-//! without a vision tower refuses it by name).
+//! line `/image FILE` attaches an image to the next message, ahead of its
+//! text as Ollama places it (a model without a vision tower refuses it by
+//! name); its rows are encoded once and kept, and a rewind that would land
+//! inside an image goes back to its start (its rows run in one call).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -61,7 +63,7 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     let Loaded { model, opened } = load_model(&a.model.model, &a.model.exec())?;
     onebit_serve::generative(&model.sem, &a.model.model.display().to_string())
         .map_err(|why| anyhow::anyhow!("cannot chat: {why}"))?;
-    let tower = crate::vision::for_model(&a.model.model, a.mmproj.as_deref())?;
+    let tower = crate::vision::for_model(&a.model.model, a.mmproj.as_deref(), &model)?;
     open::print_semantics(&opened, &a.model.exec(), a.model.verbose);
     let tok = open::tokenizer(&opened)?;
     let (template, _) = open::load_chat_template(&opened, &tok, a.chat_template.as_deref())?
@@ -88,6 +90,11 @@ pub fn chat(a: ChatArgs) -> Result<()> {
     let mut state = model.new_state();
     // The tokens `state` holds, in order.
     let mut held: Vec<u32> = Vec::new();
+    // Images of the conversation so far, of the next message, and the
+    // rows of each one encoded (by its pixels' hash).
+    let mut images: Vec<onebit_image::Rgb8> = Vec::new();
+    let mut attached = 0usize;
+    let mut encoded: Vec<([u8; 32], onebit_model::vision::ImageEmbeddings)> = Vec::new();
     let interactive = std::io::stdin().is_terminal();
     let mut out = std::io::stdout().lock();
     let mut lines = std::io::stdin().lock().lines();
@@ -102,15 +109,22 @@ pub fn chat(a: ChatArgs) -> Result<()> {
         }
         if let Some(path) = line.strip_prefix("/image ") {
             let img = crate::vision::load_image(std::path::Path::new(path.trim()))?;
-            crate::vision::take_images(&a.model.model, tower.as_ref(), &[img])?;
+            crate::vision::take_images(&a.model.model, tower.as_ref(), std::slice::from_ref(&img))?;
+            images.push(img);
+            attached += 1;
             continue;
         }
-        messages.push(json!({"role": "user", "content": line}));
+        let content = crate::vision::place_images(&line, attached)?;
+        attached = 0;
+        messages.push(json!({"role": "user", "content": content}));
         // As transformers: the template writes any BOS itself.
-        let ids = tok.encode(
-            &template.render(&Value::Array(messages.clone()), true, None)?,
-            false,
-        )?;
+        let text = template.render(&Value::Array(messages.clone()), true, None)?;
+        let (ids, places) = match tower.as_ref().filter(|_| !images.is_empty()) {
+            Some(v) => {
+                crate::vision::lay_out(&tok, &text, v, &images, |s, _| Ok(tok.encode(s, false)?))?
+            }
+            None => (tok.encode(&text, false)?, Vec::new()),
+        };
         if ids.len() >= model.max_context() {
             bail!(
                 "the conversation has grown to {} tokens, the context's limit is {} (--ctx)",
@@ -119,12 +133,36 @@ pub fn chat(a: ChatArgs) -> Result<()> {
             );
         }
         let mut keep = common_prefix(&held, &ids).min(ids.len() - 1);
+        if let Some(p) = places
+            .iter()
+            .find(|p| p.start < keep && keep < p.start + p.image.tokens)
+        {
+            keep = p.start;
+        }
         if !state.truncate(keep) {
             state.reset();
             keep = 0;
         }
         held.truncate(keep);
-        let mut logits = model.forward(&mut state, &ids[keep..], Logits::Last)?;
+        // The rows of the images still to run, each encoded once.
+        let ahead: Vec<_> = places.iter().filter(|p| p.start >= keep).cloned().collect();
+        for p in &ahead {
+            if !encoded.iter().any(|(h, _)| *h == p.image.hash) {
+                let v = tower.as_ref().context("images need a vision tower")?;
+                let (mut rows, secs) =
+                    crate::vision::encode(v, std::slice::from_ref(p), model.threads())?;
+                eprintln!("[stats] image encoded in {secs:.3} s");
+                encoded.push((p.image.hash, rows.remove(0)));
+            }
+        }
+        let embeds: Vec<_> = ahead
+            .iter()
+            .filter_map(|p| {
+                let (_, r) = encoded.iter().find(|(h, _)| *h == p.image.hash)?;
+                Some(r.at(p.start - keep))
+            })
+            .collect();
+        let mut logits = model.forward_embeds(&mut state, &ids[keep..], &embeds, Logits::Last)?;
         held.extend_from_slice(&ids[keep..]);
 
         let mut dec = StreamDecoder::new(&tok);

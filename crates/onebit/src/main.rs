@@ -311,8 +311,9 @@ fn run(a: RunArgs) -> Result<()> {
     open::print_semantics(&opened, &exec, a.model.verbose);
     onebit_serve::generative(&model.sem, &a.model.model.display().to_string())
         .map_err(|why| anyhow::anyhow!("cannot run: {why}"))?;
-    let tower = vision::for_model(&a.model.model, a.mmproj.as_deref())?;
-    vision::take_images(&a.model.model, tower.as_ref(), &images)?;
+    let tower = vision::for_model(&a.model.model, a.mmproj.as_deref(), &model)?;
+    let vision = vision::take_images(&a.model.model, tower.as_ref(), &images)?
+        .filter(|_| !images.is_empty());
     if let Some(ids) = &a.ids {
         if ids.is_empty() {
             bail!("--ids is empty");
@@ -322,7 +323,13 @@ fn run(a: RunArgs) -> Result<()> {
         Some(_) => None,
         None => Some(open::tokenizer(&opened)?),
     };
+    // The images' places in the ids (mtmd's <__media__> markers, else
+    // ahead of the prompt).
+    let mut places = Vec::new();
     let ids = match (&a.ids, &tok, &prompt) {
+        (Some(_), _, _) if vision.is_some() => {
+            bail!("--image needs the prompt as text (--prompt), not --ids: ids give the image no place")
+        }
         (Some(ids), _, _) => ids.clone(),
         (None, Some(tok), Some(prompt)) if a.chat || a.chat_template.is_some() => {
             let (template, _) = open::load_chat_template(&opened, tok, a.chat_template.as_deref())?
@@ -332,11 +339,31 @@ fn run(a: RunArgs) -> Result<()> {
                         a.model.model.display()
                     )
                 })?;
-            let messages = serde_json::json!([{"role": "user", "content": prompt}]);
+            let content =
+                vision::place_images(prompt, if vision.is_some() { images.len() } else { 0 })?;
+            let messages = serde_json::json!([{"role": "user", "content": content}]);
             // As transformers: the template writes any BOS itself.
-            tok.encode(&template.render(&messages, true, None)?, false)?
+            let text = template.render(&messages, true, None)?;
+            match vision {
+                Some(v) => {
+                    let (ids, at) =
+                        vision::lay_out(tok, &text, v, &images, |s, _| Ok(tok.encode(s, false)?))?;
+                    places = at;
+                    ids
+                }
+                None => tok.encode(&text, false)?,
+            }
         }
-        (None, Some(tok), Some(prompt)) => tok.encode(prompt, true)?,
+        (None, Some(tok), Some(prompt)) => match vision {
+            Some(v) => {
+                let text = vision::place_images(prompt, images.len())?;
+                let (ids, at) =
+                    vision::lay_out(tok, &text, v, &images, |s, bos| Ok(tok.encode(s, bos)?))?;
+                places = at;
+                ids
+            }
+            None => tok.encode(prompt, true)?,
+        },
         _ => bail!("give --prompt TEXT, the prompt on standard input, or --ids 1,2,3"),
     };
     if ids.is_empty() {
@@ -358,8 +385,18 @@ fn run(a: RunArgs) -> Result<()> {
     let mut sampler = Sampler::new(cfg);
     let mut state = model.new_state();
 
+    // The images' rows, encoded by the tower (timed on its own).
+    let (rows, encode_secs) = match vision {
+        Some(v) => vision::encode(v, &places, model.threads())?,
+        None => (Vec::new(), 0.0),
+    };
+    let embeds: Vec<_> = places
+        .iter()
+        .zip(&rows)
+        .map(|(p, r)| r.at(p.start))
+        .collect();
     let t0 = Instant::now();
-    let logits = model.forward(&mut state, &ids, Logits::Last)?;
+    let logits = model.forward_embeds(&mut state, &ids, &embeds, Logits::Last)?;
     let prefill = t0.elapsed().as_secs_f64();
 
     let mut out = std::io::stdout().lock();
@@ -407,6 +444,14 @@ fn run(a: RunArgs) -> Result<()> {
             0.0
         },
     );
+    if !places.is_empty() {
+        eprintln!(
+            "[stats] images {}, encoded in {:.3} s ({:.2} images/s)",
+            places.len(),
+            encode_secs,
+            places.len() as f64 / encode_secs.max(1e-9)
+        );
+    }
     if let Some(sp) = &speculator {
         let s = sp.stats;
         eprintln!(

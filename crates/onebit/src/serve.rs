@@ -531,7 +531,7 @@ fn load(
     mmproj: Option<&Path>,
 ) -> Result<onebit_serve::Loaded> {
     let Loaded { model, opened } = load_model(path, exec)?;
-    let vision = crate::vision::for_model(path, mmproj)?;
+    let vision = crate::vision::for_model(path, mmproj, &model)?;
     open::print_semantics(&opened, exec, verbose);
     let tok = open::tokenizer(&opened)?;
     let limits = ChatLimits {

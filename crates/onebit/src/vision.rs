@@ -1,9 +1,10 @@
 //! The vision projector a model is run with: `--mmproj FILE` (as
 //! llama-server takes it), else the `mmproj*.gguf` a pulled repository
 //! carries beside the model in the local store. The invariant: a projector
-//! is taken only when its encoder runs; until then it is refused naming the
-//! file and its projector type, so no model claims `vision` it does not
-//! have, and images for it are refused naming the model.
+//! is taken only when its encoder runs (`onebit_model::vision`) and its rows
+//! fit the text model (`VisionTower::check_text_model`); otherwise it is
+//! refused naming the file and the reason, so no model claims `vision` it
+//! does not have, and images for it are refused naming the model.
 //!
 //! How an image is prepared for a projector is llama.cpp's `mtmd`, which
 //! hard-codes it per projector type ([`spec`]): the size rule, the
@@ -12,10 +13,14 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context, Result};
 use onebit_formats::gguf::Gguf;
 use onebit_image::{Filter, Size, Spec};
-use onebit_serve::images::Vision;
+use onebit_model::vision::VisionTower;
+use onebit_model::Model;
+use onebit_serve::images::{Tower, Vision};
 
 /// The projector of the store's model at `model` (a GGUF whose snapshot
 /// holds the `mmproj*.gguf` the pull chose for it), if any.
@@ -113,6 +118,7 @@ pub fn spec(
         },
         begin: begin.into(),
         end: end.into(),
+        tower: None,
     })
 }
 
@@ -155,29 +161,53 @@ pub fn read(mmproj: &Path) -> Result<Vision> {
     .with_context(|| mmproj.display().to_string())
 }
 
-/// The vision tower of `mmproj`, for serving: what [`read`] gives, once
-/// its encoder runs.
-pub fn open(mmproj: &Path) -> Result<Vision> {
-    let v = read(mmproj)?;
-    // The join with the encoder (crates/onebit-model/src/vision): open it
-    // here and hand its embeddings to the engine; until then, refused.
-    bail!(
-        "{}: projector {}: its vision encoder is not in this build yet, so images cannot be run",
-        mmproj.display(),
-        v.projector
-    )
+/// The vision tower of `mmproj` for the text model `text`: what [`read`]
+/// gives, with its encoder opened and checked against the text model (a
+/// qwen3vl tower is refused: its text side is not built), and the keys'
+/// preparation checked against the encoder's input size.
+pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
+    let mut v = read(mmproj)?;
+    let tower = VisionTower::open(mmproj)
+        .with_context(|| format!("cannot open the vision tower --mmproj {}", mmproj.display()))?;
+    tower
+        .check_text_model(text.sem.dims.n_embd, text.sem.family)
+        .with_context(|| format!("--mmproj {}", mmproj.display()))?;
+    if text.weights.per_layer_input.is_some() {
+        bail!(
+            "--mmproj {}: the text model ({}) looks its per-layer embeddings up by token id, so it cannot take an image's rows",
+            mmproj.display(),
+            text.sem.family
+        );
+    }
+    let p = tower.preprocess();
+    if let Size::Fixed { side, tokens } = v.spec.size {
+        if (side, side) != (p.width as usize, p.height as usize) || tokens != tower.n_tokens() {
+            bail!(
+                "{}: its keys give {side} x {side} pixels and {tokens} image tokens, its encoder takes {} x {} and gives {}",
+                mmproj.display(),
+                p.width,
+                p.height,
+                tower.n_tokens()
+            );
+        }
+    }
+    for line in tower.lines() {
+        eprintln!("[semantics] {line}");
+    }
+    v.tower = Some(Tower(Arc::new(tower)));
+    Ok(v)
 }
 
 /// The tower for a model: `--mmproj` when given (refused loudly when it
 /// cannot run), else one found beside the model (a note when it cannot).
-pub fn for_model(model: &Path, mmproj: Option<&Path>) -> Result<Option<Vision>> {
+pub fn for_model(model: &Path, mmproj: Option<&Path>, text: &Model) -> Result<Option<Vision>> {
     if let Some(p) = mmproj {
-        return open(p).map(Some);
+        return open(p, text).map(Some);
     }
     let Some(p) = beside(model) else {
         return Ok(None);
     };
-    match open(&p) {
+    match open(&p, text) {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
             eprintln!(
@@ -209,13 +239,13 @@ pub fn load_image(path: &Path) -> Result<onebit_image::Rgb8> {
 }
 
 /// Images for a model: refused naming the model when it has no tower.
-pub fn take_images(
+pub fn take_images<'a>(
     model: &Path,
-    vision: Option<&Vision>,
+    vision: Option<&'a Vision>,
     images: &[onebit_image::Rgb8],
-) -> Result<()> {
+) -> Result<Option<&'a Vision>> {
     if images.is_empty() {
-        return Ok(());
+        return Ok(vision);
     }
     let Some(v) = vision else {
         bail!(
@@ -223,11 +253,94 @@ pub fn take_images(
             model.display()
         );
     };
-    bail!(
-        "model {}: the {} tower's embeddings are not run by this build yet",
-        model.display(),
-        v.projector
-    )
+    Ok(Some(v))
+}
+
+/// mtmd's media marker (`mtmd_default_marker()`): where a prompt given on
+/// the command line places its images; without one they come first.
+pub const MEDIA_MARKER: &str = "<__media__>";
+
+/// The ids of `text`, in which each [`onebit_serve::images::MARK`] stands
+/// for one of `images`, laid out for `vision` (its begin text, the image's
+/// placeholder ids, its end text), each text piece tokenized by `encode`
+/// (called with `true` for the first piece). Returns the ids and the
+/// images' places.
+pub fn lay_out(
+    tok: &onebit_text::Tokenizer,
+    text: &str,
+    vision: &Vision,
+    images: &[onebit_image::Rgb8],
+    mut encode: impl FnMut(&str, bool) -> Result<Vec<u32>>,
+) -> Result<(Vec<u32>, Vec<onebit_serve::images::PromptImage>)> {
+    let prepared: Vec<_> = images
+        .iter()
+        .map(|d| Arc::new(onebit_image::prepare(d, &vision.spec)))
+        .collect();
+    let whole = onebit_serve::prompt::Rendered {
+        text: text.to_string(),
+        spans: None,
+        unmarked: Vec::new(),
+    };
+    let mut first = true;
+    let mut failed = None;
+    let out = onebit_serve::image_prompt::lay_out(tok, &whole, vision, &prepared, |piece| {
+        let bos = std::mem::take(&mut first);
+        encode(&piece.text, bos).map_err(|e| {
+            let m = format!("{e:#}");
+            failed = Some(e);
+            onebit_serve::api::ApiError::server(m)
+        })
+    });
+    match (out, failed) {
+        (Ok(v), _) => Ok(v),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => bail!("{}", e.message),
+    }
+}
+
+/// `text` with its images placed: at each [`MEDIA_MARKER`] in order, else
+/// all ahead of it; a count of markers other than the images' is refused.
+pub fn place_images(text: &str, n: usize) -> Result<String> {
+    let marks = text.matches(MEDIA_MARKER).count();
+    if n == 0 {
+        return Ok(text.to_string());
+    }
+    let mark = onebit_serve::images::MARK.to_string();
+    match marks {
+        0 => Ok(mark.repeat(n) + text),
+        m if m == n => Ok(text.replace(MEDIA_MARKER, &mark)),
+        m => bail!("the prompt holds {m} {MEDIA_MARKER} markers for {n} images: give one per image, or none (the images then come first)"),
+    }
+}
+
+/// Encodes `places`' images with `vision`'s tower; the rows, in order, and
+/// the seconds it took.
+pub fn encode(
+    vision: &Vision,
+    places: &[onebit_serve::images::PromptImage],
+    threads: usize,
+) -> Result<(Vec<onebit_model::vision::ImageEmbeddings>, f64)> {
+    let tower = vision
+        .tower
+        .as_ref()
+        .context("the vision tower is not open")?;
+    let t0 = std::time::Instant::now();
+    let pool = onebit_kernels::Pool::new(threads);
+    let rows = places
+        .iter()
+        .map(|p| {
+            tower
+                .0
+                .encode_sized(
+                    &pool,
+                    &p.image.pixels,
+                    p.image.width as u32,
+                    p.image.height as u32,
+                )
+                .context("encoding the image")
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((rows, t0.elapsed().as_secs_f64()))
 }
 
 #[cfg(test)]
@@ -299,9 +412,6 @@ mod tests {
             format!("{e:#}").contains("\"ultravox\" is not supported"),
             "{e:#}"
         );
-        // Until its encoder runs, a projector is refused naming it.
-        let e = open(&mmproj(&dir, "gemma3", &[])).unwrap_err();
-        assert!(format!("{e:#}").contains("projector gemma3"), "{e:#}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }
