@@ -173,6 +173,7 @@ pub fn read(d: &Decls, dims: &Dims, rule: &MoeRule) -> Result<Sourced<Moe>> {
             router_input: Sourced::new(RouterInput::FfnInput, format!("{src}: the FFN input")),
             expert_scale,
             branch_norms: Sourced::new(None, format!("{src}: none")),
+            expert_biases: Sourced::new(false, format!("{src}: none")),
         },
         format!(
             "{}, {}; width {ff_src}",
@@ -190,10 +191,11 @@ fn gating(d: &Decls, rule: &MoeRule) -> Result<Sourced<Gating>> {
         Some(v) => Some(match (v.as_u64(), v.as_str()) {
             (Some(1), _) | (_, Some("softmax")) => Gating::Softmax,
             (Some(2), _) | (_, Some("sigmoid")) => Gating::Sigmoid,
+            (Some(3), _) => Gating::SoftmaxWeight,
             _ => {
                 return Err(d.err(
                     k::EXPERT_GATING_FUNC,
-                    format!("gating {v} is not one onebit runs (softmax: 1, sigmoid: 2)"),
+                    format!("gating {v} is not one onebit runs (softmax: 1, sigmoid: 2, softmax over the chosen: 3)"),
                 ))
             }
         }),
