@@ -191,11 +191,10 @@ fn gating(d: &Decls, rule: &MoeRule) -> Result<Sourced<Gating>> {
         Some(v) => Some(match (v.as_u64(), v.as_str()) {
             (Some(1), _) | (_, Some("softmax")) => Gating::Softmax,
             (Some(2), _) | (_, Some("sigmoid")) => Gating::Sigmoid,
-            (Some(3), _) => Gating::SoftmaxWeight,
             _ => {
                 return Err(d.err(
                     k::EXPERT_GATING_FUNC,
-                    format!("gating {v} is not one onebit runs (softmax: 1, sigmoid: 2, softmax over the chosen: 3)"),
+                    format!("gating {v} is not one onebit runs (softmax: 1, sigmoid: 2)"),
                 ))
             }
         }),
