@@ -387,5 +387,8 @@ fn gpt_oss_tensors_and_rules_it_requires_are_refused_by_name() {
         w.set_tensor("blk.2.attn_sinks.weight", &[2], GgmlType::F32, vec![0; 8]);
     })
     .unwrap_err();
-    assert!(e.contains("blk.2.attn_sinks.weight") && e.contains("[4]"), "{e}");
+    assert!(
+        e.contains("blk.2.attn_sinks.weight") && e.contains("[4]"),
+        "{e}"
+    );
 }
