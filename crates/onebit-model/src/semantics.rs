@@ -224,11 +224,13 @@ pub enum Gating {
 ///
 /// ```text
 /// r = h, or (router_input ScaledRms) rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale
-/// l = ffn_gate_inp(r) [+ ffn_gate_inp.bias];  p = gating(l)
+/// l = ffn_gate_inp(r) [+ ffn_gate_inp.bias];  p = gating(l)   (SoftmaxWeight: p = l)
 /// chosen = the n_used experts of largest p [+ exp_probs_b]   (the bias only chooses)
-/// w_e = p_e for e in chosen;  [w /= max(sum w, 2^-14)];  w *= scale
+/// w_e = p_e for e in chosen;  [SoftmaxWeight: w = softmax(w)]
+/// [w /= max(sum w, 2^-14)];  w *= scale
 /// he = h, or (branch_norms) norm(x; experts_in)
 /// f = sum over chosen, largest first: w_e * ([ffn_down_exps.scale_e *] down_e(act(gate_e(he)) * up_e(he)))
+///     (expert_biases: gate_e, up_e and down_e each add their row of ffn_{gate,up,down}_exps.bias)
 /// [f = norm(f; experts_out)]                                   (branch_norms)
 /// s = down_s(act(gate_s(h)) * up_s(h));  [s = norm(s; shared_out)]  (branch_norms)
 /// [f += [sigmoid(ffn_gate_inp_shexp(h)) *] s]
