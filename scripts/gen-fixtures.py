@@ -456,6 +456,47 @@ def spec_qwen3moe(hp):
     return keys, t + head(hp)
 
 
+def spec_gpt_oss(hp):
+    """llama.cpp's gpt-oss (src/models/openai-moe.cpp): sliding layers (even) alternating with
+    full ones (llama.cpp's pattern 2), sinks, q/k/v/o biases, YaRN, every FFN routed: the top
+    n_expert_used router logits (+ ffn_gate_inp.bias), softmax over those, each expert
+    swiglu_oai with biased gate/up/down. The routing code of routing_code(); attn_output.bias
+    and ffn_down_exps.bias are 0 on the code dims as their matrices' rows are."""
+    arch, u32, f32, st = "gpt-oss", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
+    e, ne, ff, nh, nkv, hd = hp["n_embd"], hp["n_expert"], hp["n_ff_exp"], hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    rc = routing_code(hp)
+    keep = rc["out_rows"][:, 0]
+    keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
+        (f"{arch}.rope.dimension_count", hd, u32),
+        (f"{arch}.attention.sliding_window", hp["sliding_window"], u32),
+        (f"{arch}.rope.scaling.type", "yarn", st),
+        (f"{arch}.rope.scaling.factor", hp["yarn_factor"], f32),
+        (f"{arch}.rope.scaling.original_context_length", hp["yarn_orig_ctx"], u32),
+        (f"{arch}.expert_count", ne, u32), (f"{arch}.expert_used_count", hp["n_expert_used"], u32),
+        (f"{arch}.expert_feed_forward_length", ff, u32)]
+    t = [("token_embd.weight", rc["embd"])]
+    for i in range(hp["n_layer"]):
+        b = f"blk.{i}."
+        t += [(b + "attn_norm.weight", norm(e)),
+              (b + "attn_q.weight", w(nh * hd, e)), (b + "attn_q.bias", vec(nh * hd, 0.2)),
+              (b + "attn_k.weight", w(nkv * hd, e)), (b + "attn_k.bias", vec(nkv * hd, 0.2)),
+              (b + "attn_v.weight", w(nkv * hd, e)), (b + "attn_v.bias", vec(nkv * hd, 0.2)),
+              (b + "attn_output.weight", ("normal", (e, nh * hd), 0.5 / math.sqrt(nh * hd), 0.0, rc["out_rows"])),
+              (b + "attn_output.bias", ("normal", (e,), 0.1, 0.0, keep)),
+              (b + "attn_sinks.weight", ("normal", (nh,), hp["sink_std"], hp["sink_mean"])),
+              (b + "post_attention_norm.weight", ("normal", (e,), 0.1, 0.0, *rc["norm"])),
+              (b + "ffn_gate_inp.weight", rc["router"](i)),
+              (b + "ffn_gate_inp.bias", vec(ne, hp["router_bias_std"])),
+              (b + "ffn_gate_exps.weight", ("normal", (ne, ff, e), hp["exp_gain"] / math.sqrt(e), 0.0)),
+              (b + "ffn_gate_exps.bias", ("normal", (ne, ff), 0.5, 0.0)),
+              (b + "ffn_up_exps.weight", ("normal", (ne, ff, e), hp["exp_gain"] / math.sqrt(e), 0.0)),
+              (b + "ffn_up_exps.bias", ("normal", (ne, ff), 0.5, 0.0)),
+              (b + "ffn_down_exps.weight", ("normal", (ne, e, ff), hp["exp_down_gain"] / math.sqrt(ff), 0.0,
+                                            rc["down_rows"])),
+              (b + "ffn_down_exps.bias", ("normal", (ne, e), 0.1, 0.0, keep[None, :]))]
+    return keys, t + head(hp)
+
+
 def spec_lfm2moe(hp):
     """lfm2's short-conv and attention layers; the first leading_dense layers' FFNs dense, the
     others routed (src/models/lfm2.cpp, lfm2moe): sigmoid gating, exp_probs_b choosing; the
@@ -1009,6 +1050,27 @@ FAMILIES = {
                 n_expert=8, n_expert_used=2, n_ff_exp=32, router_gain=ROUTER_GAIN_GEMMA4, code_scale=2.0,
                 exp_down_gain=EXP_DOWN_GAIN_GEMMA4),
         model=GEMMA4_MOE_MODEL),
+    "gpt-oss": dict(
+        spec=spec_gpt_oss, arch="gpt-oss", seed=1017, quant="MXFP4_MOE",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=32, n_layer=4, n_expert=8,
+                n_expert_used=4, n_ff_exp=32, router_gain=4.0, router_bias_std=0.2, code_scale=2.0, eps=1e-5,
+                rope_base=150000.0, sliding_window=8, yarn_factor=32.0, yarn_orig_ctx=4096, sink_mean=1.0,
+                sink_std=1.5, exp_gain=4.0, exp_down_gain=0.05, tied=False, bos=None, n_ctx_train=131072),
+        model={"layer_kinds": ["sliding_attention", "full_attention"] * 2,
+               "layer_kind_rule": "llama.cpp load_swa_pattern(ml, 2) with no pattern key: layer il slides iff il % 2 < 1",
+               "sliding_window": 8,
+               "sliding_window_rule": "key position p0 is visible from query position p1 iff 0 <= p1 - p0 < sliding_window",
+               "rope": {"type": "NEOX", "n_rot": 32, "freq_base": 150000.0,
+                        "scaling": "yarn factor 32, original context 4096, ext_factor 1, beta_fast 32, beta_slow 1; "
+                                   "cos/sin x (1 + 0.1 ln 32) on both layer kinds"},
+               "attention": "q/k/v biases; scale 1/sqrt(n_rot); per-head sink logit attn_sinks in the softmax "
+                            "denominator; attn_output with bias",
+               "ffn_norm_tensor": "post_attention_norm.weight",
+               "ffn": "l = ffn_gate_inp h + ffn_gate_inp.bias; the 4 largest l of 8, weights softmax over those 4 "
+                      "(SOFTMAX_WEIGHT, no renormalization); f = sum_e w_e (ffn_down_exps[e] a + b_down[e]), "
+                      "a = swiglu_oai(ffn_gate_exps[e] h + b_gate[e], ffn_up_exps[e] h + b_up[e]): x = min(g, 7), "
+                      "y = clamp(u, -7, 7), a = x sigmoid(1.702 x) (y + 1)",
+               "tied_embeddings": False}),
     "nanbeige": dict(
         spec=spec_nanbeige, arch="nanbeige", seed=1009, quant="Q8_0",
         hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=3, num_loops=2,

@@ -151,14 +151,11 @@ impl Model {
                 .and_then(|n| weights.rope_factors.iter().find(|(m, _)| m == n))
                 .map(|(_, f)| &f[..])
                 .or(proportional.as_deref());
-            let mut r = Rope::new(
-                spec.style,
-                spec.n_rot,
-                spec.base,
-                spec.freq_scale(),
-                factors,
-            );
-            r.attn_factor = spec.attn_factor;
+            // Unscaled angles, then the spec's scaling (linear or YaRN).
+            let mut r = Rope::new(spec.style, spec.n_rot, spec.base, 1.0, factors);
+            let (inv_freq, mscale) = spec.scaled_inv_freq(&r.inv_freq);
+            r.inv_freq = inv_freq;
+            r.attn_factor = mscale;
             r
         };
         let rope_full = rope(&sem.rope_full.value);
@@ -606,6 +603,7 @@ impl Model {
         let act = match self.sem.activation.value {
             Activation::SiluGate => GluAct::Silu,
             Activation::GeluTanhGate => GluAct::GeluTanh,
+            Activation::SwigluOai => GluAct::SwigluOai,
         };
         let f = match &self.weights.layers[il].ffn {
             Ffn::Dense(f) => f,

@@ -46,6 +46,7 @@ pub fn route(
             scores.iter_mut().for_each(|p| *p /= sum);
         }
         Gating::Sigmoid => scores.extend(logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp()))),
+        Gating::SoftmaxWeight => scores.extend_from_slice(logits),
     }
     let select = |e: usize| match selection_bias {
         Some(b) => scores[e] + b[e],
@@ -65,6 +66,12 @@ pub fn route(
         }
         let e = best.expect("n_used <= n_expert, checked at load");
         chosen.push((e, scores[e]));
+    }
+    if m.gating.value == Gating::SoftmaxWeight {
+        let max = chosen.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        chosen.iter_mut().for_each(|(_, w)| *w = (*w - max).exp());
+        let sum: f32 = chosen.iter().map(|c| c.1).sum();
+        chosen.iter_mut().for_each(|(_, w)| *w /= sum);
     }
     if m.norm_weights.value {
         let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
@@ -232,6 +239,13 @@ pub fn routed_ffn(
         }
         matmul_each(pool, precision, &inputs, &mut products);
     }
+    // Each expert's own gate and up biases (gpt-oss), on every row.
+    if let Some(b) = &w.expert_biases {
+        for ((&x, g), u) in used.iter().zip(&mut gates).zip(&mut ups) {
+            add_rows(g, &b[x][0]);
+            add_rows(u, &b[x][1]);
+        }
+    }
     // The activations, row by row (glu's bits do not depend on the split).
     for (g, u) in gates.iter_mut().zip(&ups) {
         for (gr, ur) in g.chunks_exact_mut(ff).zip(u.chunks_exact(ff)) {
@@ -283,6 +297,12 @@ pub fn routed_ffn(
         matmul_each(pool, precision, &down_inputs, &mut products);
     }
 
+    if let Some(b) = &w.expert_biases {
+        for (&x, d) in used.iter().zip(&mut downs) {
+            add_rows(d, &b[x][2]);
+        }
+    }
+
     // Each token: its experts in its choice order (each output times its
     // scale, then its weight), their sum through its norm, then the shared
     // expert through its own.
@@ -326,6 +346,13 @@ pub fn routed_ffn(
     }
 }
 
+/// Adds `bias` to every row of `rows`.
+fn add_rows(rows: &mut [f32], bias: &[f32]) {
+    for r in rows.chunks_exact_mut(bias.len()) {
+        r.iter_mut().zip(bias).for_each(|(a, b)| *a += b);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +375,7 @@ mod tests {
             router_input: Sourced::new(crate::semantics::RouterInput::FfnInput, "test"),
             expert_scale: Sourced::new(None, "test"),
             branch_norms: Sourced::new(None, "test"),
+            expert_biases: Sourced::new(false, "test"),
         }
     }
 
@@ -383,6 +411,24 @@ mod tests {
             routed(&moe(Gating::Softmax, false, true, 2.5, 2), &l, None),
             [(3, 10.0 / 7.0), (2, 7.5 / 7.0)],
         );
+    }
+
+    /// gpt-oss's SOFTMAX_WEIGHT: the top two logits (ln 4, ln 3) choose,
+    /// their weights the softmax over those two only, 4/7 and 3/7, with no
+    /// renormalization stated; a softmax over all four first would give
+    /// 0.4 and 0.3. Shifting every logit by a constant changes nothing.
+    #[test]
+    fn softmax_weight_is_a_softmax_over_the_chosen_logits() {
+        let l = [1f32.ln(), 2f32.ln(), 3f32.ln(), 4f32.ln()];
+        for shift in [0.0f32, 5.0, -30.0] {
+            let ls: Vec<f32> = l.iter().map(|x| x + shift).collect();
+            let got = routed(&moe(Gating::SoftmaxWeight, false, false, 1.0, 2), &ls, None);
+            assert_eq!(got.iter().map(|c| c.0).collect::<Vec<_>>(), [3, 2]);
+            assert!(
+                (got[0].1 - 4.0 / 7.0).abs() < 1e-6 && (got[1].1 - 3.0 / 7.0).abs() < 1e-6,
+                "shift {shift}: {got:?}"
+            );
+        }
     }
 
     /// Sigmoid scores; the selection bias chooses experts 0 and 1 (the

@@ -58,6 +58,20 @@ pub enum RopeScaling {
     Linear {
         factor: f64,
     },
+    /// YaRN as llama.cpp runs it (ggml's `rope_yarn`, its context's
+    /// ext_factor and attention factor): pair i's angle mixes the
+    /// interpolated angle (divided by `factor`) with the unscaled one by
+    /// `ramp(i) * ext_factor`, where ramp is 1 below the correction dim of
+    /// `beta_fast` and 0 above that of `beta_slow` (over `orig_ctx`
+    /// positions), linear between; cos and sin are multiplied by
+    /// `1 + 0.1 ln(factor)` when ext_factor is not 0.
+    Yarn {
+        factor: f64,
+        orig_ctx: usize,
+        ext_factor: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+    },
 }
 
 /// RoPE for one layer kind.
@@ -97,9 +111,68 @@ impl RopeSpec {
     pub fn freq_scale(&self) -> f64 {
         match self.scaling {
             RopeScaling::None => 1.0,
-            RopeScaling::Linear { factor } => 1.0 / factor,
+            RopeScaling::Linear { factor } | RopeScaling::Yarn { factor, .. } => 1.0 / factor,
         }
     }
+
+    /// The per-pair angle multipliers and the cos/sin factor of this spec,
+    /// given the unscaled inverse frequencies `extrap` (base^(-2i/n_rot),
+    /// already divided by any per-pair factors): linear scaling multiplies
+    /// them by 1/factor; YaRN mixes as [`RopeScaling::Yarn`] says.
+    pub fn scaled_inv_freq(&self, extrap: &[f64]) -> (Vec<f64>, f64) {
+        match self.scaling {
+            RopeScaling::None => (extrap.to_vec(), self.attn_factor),
+            RopeScaling::Linear { factor } => (
+                extrap.iter().map(|f| f / factor).collect(),
+                self.attn_factor,
+            ),
+            RopeScaling::Yarn {
+                factor,
+                orig_ctx,
+                ext_factor,
+                beta_fast,
+                beta_slow,
+            } => {
+                let (lo, hi) =
+                    yarn_corr_dims(self.n_rot, orig_ctx, self.base, beta_fast, beta_slow);
+                let inv = extrap
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &e)| {
+                        let y = (i as f64 - lo) / (hi - lo).max(0.001);
+                        let mix = (1.0 - y.clamp(0.0, 1.0)) * ext_factor;
+                        (e / factor) * (1.0 - mix) + e * mix
+                    })
+                    .collect();
+                let mscale = if ext_factor != 0.0 {
+                    self.attn_factor * (1.0 + 0.1 * factor.ln())
+                } else {
+                    self.attn_factor
+                };
+                (inv, mscale)
+            }
+        }
+    }
+}
+
+/// ggml's YaRN correction range (`ggml_rope_yarn_corr_dims`): the pair
+/// indices where a rotation of `beta` turns over `orig_ctx` positions,
+/// floor of the fast one and ceil of the slow one, clamped to [0, n_rot - 1].
+pub fn yarn_corr_dims(
+    n_rot: usize,
+    orig_ctx: usize,
+    base: f64,
+    beta_fast: f64,
+    beta_slow: f64,
+) -> (f64, f64) {
+    let dim = |beta: f64| {
+        n_rot as f64 * (orig_ctx as f64 / (beta * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
+    (
+        dim(beta_fast).floor().max(0.0),
+        dim(beta_slow).ceil().min(n_rot as f64 - 1.0),
+    )
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +198,10 @@ pub enum Activation {
     SiluGate,
     /// `down(gelu_tanh(gate) * up)`
     GeluTanhGate,
+    /// gpt-oss's clamped SwiGLU (llama.cpp's `swiglu_oai`, alpha 1.702,
+    /// limit 7): `x = min(gate, 7)`, `y = clamp(up, -7, 7)`,
+    /// `down(x sigmoid(1.702 x) (y + 1))`.
+    SwigluOai,
 }
 
 /// How a routed-experts FFN turns its router's logits into scores.
@@ -134,6 +211,10 @@ pub enum Gating {
     Softmax,
     /// A sigmoid of each expert's logit.
     Sigmoid,
+    /// The logits themselves choose; the chosen experts' weights are the
+    /// softmax over their logits only (llama.cpp's
+    /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`, gpt-oss).
+    SoftmaxWeight,
 }
 
 /// A routed-experts (mixture-of-experts) FFN, a kind of FFN a family
@@ -143,11 +224,13 @@ pub enum Gating {
 ///
 /// ```text
 /// r = h, or (router_input ScaledRms) rmsnorm(x) / sqrt(n_embd) * ffn_gate_inp.scale
-/// l = ffn_gate_inp(r) [+ ffn_gate_inp.bias];  p = gating(l)
+/// l = ffn_gate_inp(r) [+ ffn_gate_inp.bias];  p = gating(l)   (SoftmaxWeight: p = l)
 /// chosen = the n_used experts of largest p [+ exp_probs_b]   (the bias only chooses)
-/// w_e = p_e for e in chosen;  [w /= max(sum w, 2^-14)];  w *= scale
+/// w_e = p_e for e in chosen;  [SoftmaxWeight: w = softmax(w)]
+/// [w /= max(sum w, 2^-14)];  w *= scale
 /// he = h, or (branch_norms) norm(x; experts_in)
 /// f = sum over chosen, largest first: w_e * ([ffn_down_exps.scale_e *] down_e(act(gate_e(he)) * up_e(he)))
+///     (expert_biases: gate_e, up_e and down_e each add their row of ffn_{gate,up,down}_exps.bias)
 /// [f = norm(f; experts_out)]                                   (branch_norms)
 /// s = down_s(act(gate_s(h)) * up_s(h));  [s = norm(s; shared_out)]  (branch_norms)
 /// [f += [sigmoid(ffn_gate_inp_shexp(h)) *] s]
@@ -185,6 +268,10 @@ pub struct Moe {
     pub expert_scale: Sourced<Option<&'static str>>,
     /// Gemma 4's per-branch norms around the experts and the shared expert.
     pub branch_norms: Sourced<Option<BranchNorms>>,
+    /// Each expert's gate, up and down products add that expert's row of
+    /// `ffn_{gate,up,down}_exps.bias` (gpt-oss), the down bias before the
+    /// expert's weight.
+    pub expert_biases: Sourced<bool>,
 }
 
 /// The router's input.
@@ -259,6 +346,11 @@ pub struct Semantics {
     pub activation: Sourced<Activation>,
     pub tied_output: Sourced<bool>,
     pub attn_bias: Sourced<bool>,
+    /// The attention output projection adds `attn_output.bias` (gpt-oss).
+    pub attn_out_bias: Sourced<bool>,
+    /// Each query head's softmax has one more logit in its denominator, that
+    /// head's entry of `attn_sinks.weight` (gpt-oss), when this names it.
+    pub attn_sinks: Sourced<Option<&'static str>>,
     /// Full-attention output gated by sigmoid of a second half of q (Qwen3.5).
     pub attn_output_gate: Sourced<bool>,
     /// The sliding layers' own head sizes (k, v) (Gemma 4); None: those of
@@ -521,6 +613,16 @@ impl Semantics {
             self.attn_bias.value.to_string(),
             &self.attn_bias.source,
         );
+        line(
+            "attention output bias",
+            self.attn_out_bias.value.to_string(),
+            &self.attn_out_bias.source,
+        );
+        line(
+            "attention sinks",
+            opt(self.attn_sinks.value),
+            &self.attn_sinks.source,
+        );
         if let Some(hd) = &self.head_dims_sliding {
             line(
                 "sliding head dims",
@@ -661,6 +763,15 @@ impl Semantics {
                 &v.expert_scale.source,
             );
             line(
+                "expert biases",
+                if v.expert_biases.value {
+                    "ffn_{gate,up,down}_exps.bias added to each expert's products".into()
+                } else {
+                    "none".into()
+                },
+                &v.expert_biases.source,
+            );
+            line(
                 "expert branch norms",
                 match v.branch_norms.value {
                     Some(b) => format!(
@@ -700,6 +811,15 @@ fn describe_rope(r: &RopeSpec) -> String {
     let scaling = match r.scaling {
         RopeScaling::None => "no scaling".to_string(),
         RopeScaling::Linear { factor } => format!("linear scaling factor {factor}"),
+        RopeScaling::Yarn {
+            factor,
+            orig_ctx,
+            ext_factor,
+            beta_fast,
+            beta_slow,
+        } => format!(
+            "yarn factor {factor} over original context {orig_ctx}, ext_factor {ext_factor}, beta_fast {beta_fast}, beta_slow {beta_slow}, cos/sin x (1 + 0.1 ln factor)"
+        ),
     };
     let factors = match (&r.freq_factors, r.proportional) {
         (Some(t), _) => format!(" with factors from {t}"),

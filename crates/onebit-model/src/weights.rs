@@ -45,6 +45,10 @@ pub struct AttnWeights {
     pub wq: QMatrix,
     pub wo: QMatrix,
     pub bq: Option<Vec<f32>>,
+    /// `attn_output.bias` (`Semantics::attn_out_bias`), [n_embd].
+    pub bo: Option<Vec<f32>>,
+    /// `Semantics::attn_sinks`: one logit per query head.
+    pub sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     /// The layer's own K/V projections; None for a layer that reads an
     /// earlier layer's KV cache (`Semantics::kv_source`).
@@ -132,6 +136,8 @@ pub struct RoutedWeights {
     pub router_scale: Option<Vec<f32>>,
     /// `Moe::expert_scale`'s values, [n_expert].
     pub expert_scale: Option<Vec<f32>>,
+    /// `Moe::expert_biases`: per expert, [n_ff_exp], [n_ff_exp], [n_embd].
+    pub expert_biases: Option<Vec<[Vec<f32>; 3]>>,
     /// `Moe::branch_norms`'s weights.
     pub branch_norms: Option<BranchNormWeights>,
 }
@@ -593,9 +599,60 @@ fn routed(l: &Loader, sem: &Semantics, m: &Moe, i: usize) -> Result<RoutedWeight
     } else {
         None
     };
+    let expert_biases = if m.expert_biases.value {
+        let stack = |name: &str, len: usize| -> Result<Vec<Vec<f32>>> {
+            let name = n(name);
+            let t = l.get(&name)?;
+            if t.dims != [len as u64, ne as u64] {
+                return Err(l.err(
+                    &name,
+                    format!("has shape {:?}, expected [{len}, {ne}]", t.dims),
+                ));
+            }
+            Ok(l.floats(&name, len * ne)?
+                .chunks_exact(len)
+                .map(<[f32]>::to_vec)
+                .collect())
+        };
+        let (g, u, dn) = (
+            stack("ffn_gate_exps.bias", ff)?,
+            stack("ffn_up_exps.bias", ff)?,
+            stack("ffn_down_exps.bias", e)?,
+        );
+        Some(
+            g.into_iter()
+                .zip(u)
+                .zip(dn)
+                .map(|((g, u), d)| [g, u, d])
+                .collect(),
+        )
+    } else {
+        for t in [
+            "ffn_gate_exps.bias",
+            "ffn_up_exps.bias",
+            "ffn_down_exps.bias",
+        ] {
+            if l.has(&n(t)) {
+                return Err(l.err(
+                    &n(t),
+                    format!(
+                        "is present, but the routing declares no expert biases ({})",
+                        m.expert_biases.source
+                    ),
+                ));
+            }
+        }
+        None
+    };
     Ok(RoutedWeights {
+        expert_biases,
         router: l.matrix(&n("ffn_gate_inp.weight"), ne, e)?,
-        router_bias: l.vector_opt(&n("ffn_gate_inp.bias"), ne)?,
+        // gpt-oss's graph requires its router bias (ffn_gate_inp_b).
+        router_bias: if m.expert_biases.value {
+            Some(l.vector(&n("ffn_gate_inp.bias"), ne)?)
+        } else {
+            l.vector_opt(&n("ffn_gate_inp.bias"), ne)?
+        },
         selection_bias,
         experts,
         shared,
@@ -624,6 +681,8 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
             wq: l.matrix(&n("attn_q.weight"), q_rows, d.n_embd)?,
             wo: l.matrix(&n("attn_output.weight"), d.n_embd, d.n_head * dv)?,
             bq: l.vector_opt(&n("attn_q.bias"), d.n_head * dk)?,
+            bo: out_bias(l, sem, i)?,
+            sinks: sinks(l, sem, i)?,
             q_norm,
             kv: None,
         });
@@ -672,6 +731,8 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
         wq,
         wo: l.matrix(&n("attn_output.weight"), d.n_embd, d.n_head * dv)?,
         bq: bias("attn_q.bias", d.n_head * dk)?,
+        bo: out_bias(l, sem, i)?,
+        sinks: sinks(l, sem, i)?,
         q_norm,
         kv: Some(KvWeights {
             wk,
@@ -681,6 +742,46 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
             k_norm,
         }),
     })
+}
+
+/// `attn_output.bias`, required when the semantics declare it, refused when
+/// they do not (it would be silently dropped).
+fn out_bias(l: &Loader, sem: &Semantics, i: usize) -> Result<Option<Vec<f32>>> {
+    let name = format!("blk.{i}.attn_output.bias");
+    if sem.attn_out_bias.value {
+        return l.vector(&name, sem.dims.n_embd).map(Some);
+    }
+    if l.has(&name) {
+        return Err(l.err(
+            &name,
+            format!(
+                "is present, but no output bias is declared ({})",
+                sem.attn_out_bias.source
+            ),
+        ));
+    }
+    Ok(None)
+}
+
+/// The attention sinks, one per query head, when the semantics name them;
+/// an undeclared `attn_sinks.weight` is refused.
+fn sinks(l: &Loader, sem: &Semantics, i: usize) -> Result<Option<Vec<f32>>> {
+    match sem.attn_sinks.value {
+        Some(t) => l.vector(&format!("blk.{i}.{t}"), sem.dims.n_head).map(Some),
+        None => {
+            let name = format!("blk.{i}.attn_sinks.weight");
+            if l.has(&name) {
+                return Err(l.err(
+                    &name,
+                    format!(
+                        "is present, but no attention sinks are declared ({})",
+                        sem.attn_sinks.source
+                    ),
+                ));
+            }
+            Ok(None)
+        }
+    }
 }
 
 fn short_conv(l: &Loader, sem: &Semantics, i: usize) -> Result<ShortConvWeights> {

@@ -353,3 +353,42 @@ fn gemma4_expert_rules_it_does_not_run_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// gpt-oss's graph requires its sinks, its output, router and expert
+/// biases (llama.cpp creates them with flag 0): a file without one is
+/// refused by the tensor's name, not run without it. Its gating is the
+/// graph's (SOFTMAX_WEIGHT): a file stating another is refused by the key.
+#[test]
+fn gpt_oss_tensors_and_rules_it_requires_are_refused_by_name() {
+    for t in [
+        "blk.0.attn_sinks.weight",
+        "blk.1.attn_output.bias",
+        "blk.2.ffn_gate_inp.bias",
+        "blk.3.ffn_gate_exps.bias",
+        "blk.0.ffn_up_exps.bias",
+        "blk.1.ffn_down_exps.bias",
+    ] {
+        let e = load_variant("gpt-oss", |w| {
+            w.remove_tensor(t);
+        })
+        .unwrap_err();
+        assert!(e.contains(t), "{t}: {e}");
+    }
+    let e = load_variant("gpt-oss", |w| {
+        w.set_kv("gpt-oss.expert_gating_func", Value::U32(1));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("gpt-oss.expert_gating_func") && e.contains("SoftmaxWeight"),
+        "{e}"
+    );
+    // A sink per KV head (2) where the model has 4 query heads.
+    let e = load_variant("gpt-oss", |w| {
+        w.set_tensor("blk.2.attn_sinks.weight", &[2], GgmlType::F32, vec![0; 8]);
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.2.attn_sinks.weight") && e.contains("[4]"),
+        "{e}"
+    );
+}

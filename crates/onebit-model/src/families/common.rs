@@ -168,6 +168,8 @@ pub fn base(
             },
         ),
         attn_bias: Sourced::new(false, format!("{family}: none")),
+        attn_out_bias: Sourced::new(false, format!("{family}: none")),
+        attn_sinks: Sourced::new(None, format!("{family}: none")),
         attn_output_gate: Sourced::new(false, format!("{family}: none")),
         head_dims_sliding: None,
         v_norm: Sourced::new(false, format!("{family}: none")),
@@ -262,7 +264,7 @@ fn rope_scaling(d: &Decls, own_scaling: &[&str]) -> Result<RopeScaling> {
         Some(t) if own_scaling.contains(&t) => Ok(RopeScaling::None),
         Some(other) => Err(d.err(
             k::ROPE_SCALING_TYPE,
-            format!("RoPE scaling `{other}` is not implemented (linear is)"),
+            format!("RoPE scaling `{other}` is not implemented for this family (linear is; yarn for gpt-oss)"),
         )),
     }
 }

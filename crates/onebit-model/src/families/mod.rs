@@ -10,6 +10,7 @@ pub mod decls;
 pub mod gemma3;
 pub mod gemma4;
 pub mod gemma_embedding;
+pub mod gpt_oss;
 pub mod hunyuan;
 pub mod lfm2;
 pub mod lfm2moe;
@@ -96,6 +97,7 @@ pub const FAMILIES: &[&Family] = &[
     &qwen3moe::FAMILY,
     &lfm2moe::FAMILY,
     &qwen35moe::FAMILY,
+    &gpt_oss::FAMILY,
 ];
 
 /// Embedding-only families (bidirectional attention, no generation): loaded

@@ -173,6 +173,7 @@ pub fn read(d: &Decls, dims: &Dims, rule: &MoeRule) -> Result<Sourced<Moe>> {
             router_input: Sourced::new(RouterInput::FfnInput, format!("{src}: the FFN input")),
             expert_scale,
             branch_norms: Sourced::new(None, format!("{src}: none")),
+            expert_biases: Sourced::new(false, format!("{src}: none")),
         },
         format!(
             "{}, {}; width {ff_src}",

@@ -2,10 +2,10 @@
 //! says), full or over a sliding window: q/k/v
 //! projections (with biases, per-head q/k RMSNorm before or after RoPE, and
 //! Qwen3.5's sigmoid output gate where the semantics say), RoPE from the
-//! layer kind's table, each sequence's KV cache extended and attended, the
-//! output projection.
+//! layer kind's table, each sequence's KV cache extended and attended (with
+//! per-head sinks where declared), the output projection (and its bias).
 
-use onebit_kernels::attention::{attend_rows, AttnShape};
+use onebit_kernels::attention::{attend_rows_sinks, AttnShape};
 use onebit_kernels::ops::rmsnorm_inplace;
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool};
@@ -194,7 +194,7 @@ impl TokenMixer for AttnWeights {
                     }
                 })
                 .collect();
-            attend_rows(
+            attend_rows_sinks(
                 run.pool,
                 shape,
                 &q[seg.rows.start * qw..seg.rows.end * qw],
@@ -203,6 +203,7 @@ impl TokenMixer for AttnWeights {
                 cache.v.view(),
                 scale,
                 cap,
+                aw.sinks.as_deref(),
                 &mut ctx[seg.rows.start * width..seg.rows.end * width],
             );
         }
@@ -211,6 +212,7 @@ impl TokenMixer for AttnWeights {
         }
         let out = sized(mixed, n * aw.wo.rows);
         matmul(run.pool, run.precision, &aw.wo, ctx, n, out);
+        add_bias(out, aw.bo.as_deref());
         Ok(())
     }
 }
