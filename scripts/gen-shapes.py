@@ -118,6 +118,24 @@ MOE_SHAPES = {
             eps=1e-5, specials=["<|startoftext|>", "<|im_start|>", "<|im_end|>"],
         ),
     ),
+    # openai/gpt-oss-20b config.json: hidden_size 2880, 24 layers, 64 heads of
+    # head_dim 64, 8 KV heads, 32 local experts, 4 per token, intermediate_size
+    # 2880, sliding_window 128 (even layers; llama.cpp's pattern 2), vocab
+    # 201088, rope_theta 150000, yarn factor 32 over 4096 positions,
+    # max_position_embeddings 131072, rms_norm_eps 1e-5, untied output.
+    # MXFP4_MOE: the stacked experts MXFP4, every other matrix Q8_0 (token_embd
+    # and output too), router, norms, biases and sinks F32 (llama-quant.cpp).
+    "gpt-oss-20b": (
+        "gpt-oss",
+        "gpt-4o",
+        "MXFP4_MOE",
+        dict(
+            n_vocab=201088, n_embd=2880, n_layer=24, n_head=64, n_head_kv=8, head_dim=64,
+            n_ff=2880, n_expert=32, n_used=4, n_ff_exp=2880, ctx=131072, rope_base=150000.0,
+            eps=1e-5, sliding_window=128, yarn_factor=32.0, yarn_orig_ctx=4096,
+            specials=["<|startoftext|>", "<|endoftext|>", "<|return|>"],
+        ),
+    ),
 }
 
 Q = gguf.GGMLQuantizationType
@@ -135,6 +153,27 @@ def moe_tensors(arch, ftype, d):
     ex, ff_e, n = d["n_expert"], d["n_ff_exp"], d["n_layer"]
     base = Q.Q4_K if ftype == "Q4_K_M" else Q.Q4_0
     out = []
+    if arch == "gpt-oss":
+        # openai-moe.cpp's tensors; 1-D ones (norms, biases, sinks) and the router stay F32.
+        out += [("token_embd.weight", (v, e), Q.Q8_0), ("output_norm.weight", (e,), Q.F32),
+                ("output.weight", (v, e), Q.Q8_0)]
+        for i in range(n):
+            b = f"blk.{i}."
+            out += [(b + "attn_norm.weight", (e,), Q.F32),
+                    (b + "attn_q.weight", (q, e), Q.Q8_0), (b + "attn_q.bias", (q,), Q.F32),
+                    (b + "attn_k.weight", (kv, e), Q.Q8_0), (b + "attn_k.bias", (kv,), Q.F32),
+                    (b + "attn_v.weight", (kv, e), Q.Q8_0), (b + "attn_v.bias", (kv,), Q.F32),
+                    (b + "attn_output.weight", (e, q), Q.Q8_0), (b + "attn_output.bias", (e,), Q.F32),
+                    (b + "attn_sinks.weight", (d["n_head"],), Q.F32),
+                    (b + "post_attention_norm.weight", (e,), Q.F32),
+                    (b + "ffn_gate_inp.weight", (ex, e), Q.F32), (b + "ffn_gate_inp.bias", (ex,), Q.F32),
+                    (b + "ffn_gate_exps.weight", (ex, ff_e, e), Q.MXFP4),
+                    (b + "ffn_gate_exps.bias", (ex, ff_e), Q.F32),
+                    (b + "ffn_up_exps.weight", (ex, ff_e, e), Q.MXFP4),
+                    (b + "ffn_up_exps.bias", (ex, ff_e), Q.F32),
+                    (b + "ffn_down_exps.weight", (ex, e, ff_e), Q.MXFP4),
+                    (b + "ffn_down_exps.bias", (ex, e), Q.F32)]
+        return out
     if arch == "qwen3moe":
         out += [("token_embd.weight", (v, e), base), ("output_norm.weight", (e,), Q.F32),
                 ("output.weight", (v, e), Q.Q6_K)]
@@ -185,6 +224,10 @@ def random_blocks(rng, qtype, n_blocks):
         d = rng.uniform(0.00005, 0.0002, size=n_blocks)
         raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
         raw[:, 2:4] = (7.5 * d).astype(np.float16).view(np.uint8).reshape(n_blocks, 2)
+    elif qtype == Q.Q8_0:  # d, 32 int8 codes: |w| <= 127 d
+        raw[:, 0:2] = f16s(0.00005, 0.0002)
+    elif qtype == Q.MXFP4:  # E8M0 exponent e, 16 bytes of E2M1 nibbles: |w| <= 6 * 2^(e - 128)
+        raw[:, 0] = rng.integers(119, 123, size=n_blocks, dtype=np.uint8)
     elif qtype == Q.Q6_K:  # 128 + 64 code bytes, 16 int8 scales, d last
         raw[:, 192:208] = rng.integers(-32, 32, size=(n_blocks, 16), dtype=np.int8).view(np.uint8)
         raw[:, 208:210] = f16s(0.00005, 0.0002)
@@ -209,7 +252,17 @@ def write_moe(name, out):
     w.add_expert_count(d["n_expert"])
     w.add_expert_used_count(d["n_used"])
     w.add_expert_feed_forward_length(d["n_ff_exp"])
-    if arch == "qwen3moe":
+    if arch == "gpt-oss":
+        w.add_head_count_kv(d["n_head_kv"])
+        w.add_key_length(d["head_dim"])
+        w.add_value_length(d["head_dim"])
+        w.add_rope_dimension_count(d["head_dim"])
+        w.add_sliding_window(d["sliding_window"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(d["yarn_factor"])
+        w.add_rope_scaling_orig_ctx_len(d["yarn_orig_ctx"])
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    elif arch == "qwen3moe":
         w.add_head_count_kv(d["n_head_kv"])
         w.add_key_length(d["head_dim"])
         w.add_value_length(d["head_dim"])
@@ -255,7 +308,9 @@ def write_moe(name, out):
                 data = (1.0 + 0.02 * rng.standard_normal(n, dtype=np.float32)).reshape(shape)
             elif tname.endswith("ffn_gate_inp.weight"):
                 data = (0.05 * rng.standard_normal(n, dtype=np.float32)).reshape(shape)
-            else:  # conv taps, expert bias
+            elif tname.endswith("attn_sinks.weight"):
+                data = rng.standard_normal(n, dtype=np.float32).reshape(shape)
+            else:  # conv taps, expert bias, gpt-oss's biases
                 data = (0.02 * rng.standard_normal(n, dtype=np.float32)).reshape(shape)
         else:
             blk = gguf.GGML_QUANT_SIZES[qt][0]
@@ -286,6 +341,9 @@ def router_histogram(path, n_tokens):
     rows = np.stack([gguf.dequantize(emb.data[i], emb.tensor_type) for i in ids]).reshape(n_tokens, -1)
     h = rms_norm(rows.astype(np.float64), eps)
     scores = h @ router.T
+    rb = f"blk.{first}.ffn_gate_inp.bias"
+    if rb in by:
+        scores = scores + gguf.dequantize(by[rb].data, by[rb].tensor_type)
     if f.get(f"{arch}.expert_gating_func", 1) == 2:
         scores = 1.0 / (1.0 + np.exp(-scores))
         b = f"blk.{first}.exp_probs_b.bias"

@@ -5,6 +5,7 @@
 #   ~/.cache/onebit/shapes/llama3.2-3b-Q4_0.gguf      (Llama-3.2-3B shape, 1.9 GB)
 #   ~/.cache/onebit/shapes/lfm2-8b-a1b-Q4_0.gguf      (LFM2-8B-A1B shape, MoE, 4.7 GB)
 #   ~/.cache/onebit/shapes/qwen3-30b-a3b-Q4_K_M.gguf  (Qwen3-30B-A3B shape, MoE, 18.6 GB)
+#   ~/.cache/onebit/shapes/gpt-oss-20b-MXFP4_MOE.gguf (gpt-oss-20b shape, MoE, MXFP4 experts, 12 GB)
 # and prints their paths. For the dense shapes scripts/gen-shapes.py writes
 # an F16 file with the gguf Python package (installed here, pinned),
 # llama.cpp's llama-quantize (scripts/build-llamacpp.sh) quantizes it, the
@@ -27,7 +28,7 @@ need_quantize() {
 python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("gguf") != "0.19.0")' 2>/dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0
 mkdir -p "$out"
-for spec in qwen2.5-1.5b:Q4_K_M llama3.2-3b:Q4_0 lfm2-8b-a1b:Q4_0:moe qwen3-30b-a3b:Q4_K_M:moe; do
+for spec in qwen2.5-1.5b:Q4_K_M llama3.2-3b:Q4_0 lfm2-8b-a1b:Q4_0:moe qwen3-30b-a3b:Q4_K_M:moe gpt-oss-20b:MXFP4_MOE:moe; do
     shape="${spec%%:*}"; rest="${spec#*:}"; q="${rest%%:*}"
     if [ -n "${ONEBIT_SHAPES_ONLY:-}" ] && [[ " $ONEBIT_SHAPES_ONLY " != *" $shape "* ]]; then
         continue

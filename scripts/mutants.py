@@ -147,6 +147,35 @@ MUTANTS = [
 ]
 
 
+# gpt-oss (the gpt-oss fixture; the semantics test for the YaRN arithmetic); run: scripts/mutants.py gpt-oss
+GPT_OSS_TESTS = ["-p", "onebit-model", "--test", "golden", "f32_weights"]
+OPS = "crates/onebit-kernels/src/ops.rs"
+MUTANTS += [
+    ("gpt-oss: attention sinks off", ATTENTION, "aw.sinks.as_deref(),", "None,", GPT_OSS_TESTS),
+    ("gpt-oss: swiglu_oai clamp off", OPS,
+     "pub const SWIGLU_OAI_LIMIT: f32 = 7.0;", "pub const SWIGLU_OAI_LIMIT: f32 = 1e30;", GPT_OSS_TESTS),
+    ("gpt-oss: swiglu_oai +1 on up off (AVX2 lanes)", OPS,
+     "_mm256_mul_ps(glu, _mm256_add_ps(y, _mm256_set1_ps(1.0)))", "_mm256_mul_ps(glu, y)", GPT_OSS_TESTS),
+    ("gpt-oss: softmax over all experts before the top k", "crates/onebit-model/src/families/gpt_oss.rs",
+     "gating: Some(Gating::SoftmaxWeight),", "gating: Some(Gating::Softmax),", GPT_OSS_TESTS),
+    ("gpt-oss: YaRN off", "crates/onebit-model/src/families/gpt_oss.rs",
+     "        rope.scaling = RopeScaling::Yarn {", "        let _unused = RopeScaling::Yarn {", GPT_OSS_TESTS),
+    ("gpt-oss: YaRN magnitude factor off", "crates/onebit-model/src/semantics.rs",
+     "self.attn_factor * (1.0 + 0.1 * factor.ln())", "self.attn_factor", GPT_OSS_TESTS),
+    ("gpt-oss: YaRN ramp off (every pair interpolated)", "crates/onebit-model/src/semantics.rs",
+     "(e / factor) * (1.0 - mix) + e * mix", "e / factor", GPT_OSS_TESTS),
+    ("gpt-oss: sliding pattern shifted by one", "crates/onebit-model/src/families/gpt_oss.rs",
+     "if n == 0 || il % n < n - 1 {", "if n == 0 || (il + 1) % n < n - 1 {", GPT_OSS_TESTS),
+    ("gpt-oss: router bias off", MOE,
+     "if let Some(b) = &w.router_bias {", "if let Some(b) = None::<&Vec<f32>> {", GPT_OSS_TESTS),
+    ("gpt-oss: expert gate/up biases off", MOE,
+     "            add_rows(g, &b[x][0]);\n            add_rows(u, &b[x][1]);\n", "", GPT_OSS_TESTS),
+    ("gpt-oss: expert down bias off", MOE, "            add_rows(d, &b[x][2]);\n", "", GPT_OSS_TESTS),
+    ("gpt-oss: attention output bias off", ATTENTION, "add_bias(out, aw.bo.as_deref());", "", GPT_OSS_TESTS),
+    ("gpt-oss: FFN input norm attn_norm instead of post_attention_norm", "crates/onebit-model/src/families/gpt_oss.rs",
+     'ffn_norm: "post_attention_norm.weight",', 'ffn_norm: "attn_norm.weight",', GPT_OSS_TESTS),
+]
+
 PACK_LIB = ["-p", "onebit-model", "--lib"]
 PACK_IT = ["-p", "onebit-model", "--test", "pack"]
 FMT_LIB = ["-p", "onebit-formats", "--lib"]
