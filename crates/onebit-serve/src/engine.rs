@@ -1323,6 +1323,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_chunk_never_splits_an_image() {
+        // Two images of 4 rows at 3..7 and 9..13.
+        let img = |start: usize| SeqImage {
+            place: PromptImage {
+                start,
+                image: Arc::new(onebit_image::Prepared {
+                    width: 1,
+                    height: 1,
+                    pixels: vec![0.0; 3],
+                    hash: [0; 32],
+                    tokens: 4,
+                }),
+            },
+            rows: None,
+        };
+        let images = [img(3), img(9)];
+        // (fed, take) -> tokens run.
+        for ((fed, take), want) in [
+            ((0, 2), 2),   // ends before the image
+            ((0, 3), 3),   // ends at its start
+            ((0, 5), 3),   // would end inside: stops before it
+            ((3, 1), 4),   // starts at it: takes it whole
+            ((3, 6), 6),   // the image and the text after it
+            ((3, 7), 6),   // into the next image: stops before that one
+            ((0, 13), 13), // both whole
+            ((7, 0), 0),   // no budget
+        ] {
+            assert_eq!(
+                keep_images_whole(&images, fed, take),
+                want,
+                "{fed} + {take}"
+            );
+        }
+    }
+
+    #[test]
     fn logprobs_of_the_argmax_top_the_list() {
         let l = [0.5, 2.0, 2.0, -1.0];
         let r = logprobs(&l, 1, 3);
