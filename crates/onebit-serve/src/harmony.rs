@@ -340,13 +340,24 @@ fn strip_markers(s: &str) -> String {
 /// Messages as gpt-oss's template reads them: an assistant's reasoning is
 /// `thinking` there, `reasoning_content` in OpenAI's shape (and what
 /// onebit's replies carry), so a client sending a reply back gets it
-/// rendered (the template drops it unless a tool call follows).
+/// rendered (the template drops it unless a tool call follows). An
+/// assistant's `content` or `thinking` of null (OpenAI's shape of a message
+/// that only calls tools) is left out: the template tests `"..." in
+/// message.content` whenever the key is there, which a null fails (in
+/// Jinja2 as in minijinja).
 pub fn messages_for_template(messages: &Value) -> Value {
     let mut out = messages.clone();
     for m in out.as_array_mut().into_iter().flatten() {
         let Some(o) = m.as_object_mut() else { continue };
-        if o.get("role").and_then(Value::as_str) != Some("assistant") || o.contains_key("thinking")
-        {
+        if o.get("role").and_then(Value::as_str) != Some("assistant") {
+            continue;
+        }
+        for key in ["content", "thinking"] {
+            if o.get(key).is_some_and(Value::is_null) {
+                o.remove(key);
+            }
+        }
+        if o.contains_key("thinking") {
             continue;
         }
         if let Some(r) = o
