@@ -74,6 +74,24 @@ pub struct GenParams {
     pub logit_bias: Vec<(u32, f32)>,
 }
 
+impl GenParams {
+    /// Greedy decoding of at most `max_new` tokens: no penalty, no bias, no
+    /// logprobs, no drafting.
+    pub fn greedy(max_new: usize) -> GenParams {
+        GenParams {
+            max_new,
+            sampler: SamplerConfig::default(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: None,
+            logprobs: None,
+            speculative: false,
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
 /// One sequence to generate: one choice of one request.
 pub struct Job {
     pub prompt: Arc<Vec<u32>>,
@@ -89,6 +107,28 @@ pub struct Job {
     /// The prompt's images, sorted by place: the ids `start..start +
     /// tokens` of `prompt` are their placeholders.
     pub images: Vec<PromptImage>,
+}
+
+impl Job {
+    /// Choice `index` of `prompt` under `params`, submitted now, with no
+    /// constraint and no images, its events sent on `tx`.
+    pub fn new(
+        prompt: Arc<Vec<u32>>,
+        params: GenParams,
+        index: usize,
+        tx: UnboundedSender<Event>,
+    ) -> Job {
+        Job {
+            prompt,
+            params,
+            index,
+            tx,
+            cancel: Arc::new(AtomicBool::new(false)),
+            submitted: Instant::now(),
+            constraint: None,
+            images: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -4,11 +4,8 @@
 //! states, exact-prefix snapshots of recurrent ones) changes nothing but the
 //! work done; for the attention-only model with every KV cache type.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
 
-use onebit_model::sampler::SamplerConfig;
 use onebit_model::state::KvType;
 use onebit_model::ExecConfig;
 use onebit_serve::engine::{Engine, EngineConfig, Event, Finish, GenParams, Job};
@@ -47,26 +44,11 @@ fn engine(family: &str, max_seqs: usize, cache: bool, kv_type: KvType) -> Engine
 type Rx = mpsc::UnboundedReceiver<Event>;
 
 fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index: usize) -> Job {
-    Job {
-        prompt: Arc::new(prompt.to_vec()),
-        params: GenParams {
-            max_new,
-            sampler: SamplerConfig::default(),
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            repeat_penalty: 1.0,
-            repeat_last_n: None,
-            logprobs: None,
-            speculative: true,
-            logit_bias: Vec::new(),
-        },
-        index,
-        tx: tx.clone(),
-        cancel: Arc::new(AtomicBool::new(false)),
-        submitted: Instant::now(),
-        constraint: None,
-        images: Vec::new(),
-    }
+    let params = GenParams {
+        speculative: true,
+        ..GenParams::greedy(max_new)
+    };
+    Job::new(Arc::new(prompt.to_vec()), params, index, tx.clone())
 }
 
 /// (tokens, cached) per choice once all are done.

@@ -5,11 +5,10 @@
 //! while one sequence is sampled fails that sequence alone and the engine
 //! goes on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onebit_model::sampler::SamplerConfig;
 use onebit_model::{ExecConfig, Logits, Model};
 use onebit_serve::engine::{
     EmbedJob, EmbedReply, Engine, EngineConfig, Event, FaultHook, Finish, GenParams, Job,
@@ -49,26 +48,12 @@ fn engine(family: &str, fault: Option<FaultHook>, metrics: Arc<Metrics>) -> Engi
 }
 
 fn job(prompt: &[u32], max_new: usize, tx: &mpsc::UnboundedSender<Event>, index: usize) -> Job {
-    Job {
-        prompt: Arc::new(prompt.to_vec()),
-        params: GenParams {
-            max_new,
-            sampler: SamplerConfig::default(),
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            repeat_penalty: 1.0,
-            repeat_last_n: None,
-            logprobs: None,
-            speculative: false,
-            logit_bias: Vec::new(),
-        },
+    Job::new(
+        Arc::new(prompt.to_vec()),
+        GenParams::greedy(max_new),
         index,
-        tx: tx.clone(),
-        cancel: Arc::new(AtomicBool::new(false)),
-        submitted: Instant::now(),
-        constraint: None,
-        images: Vec::new(),
-    }
+        tx.clone(),
+    )
 }
 
 /// Per choice: its tokens, and Ok(finish) or Err(the failure's message).

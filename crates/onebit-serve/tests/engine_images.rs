@@ -6,12 +6,10 @@
 //! llamacpp2.logits.bin) within the fixture's logit tolerance. The image
 //! both share is encoded once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use onebit_image::{Filter, Rgb8, Size, Spec};
-use onebit_model::sampler::SamplerConfig;
 use onebit_model::vision::VisionTower;
 use onebit_model::ExecConfig;
 use onebit_serve::engine::{Engine, EngineConfig, Event, GenParams, Job};
@@ -89,25 +87,13 @@ fn job(
     tx: &mpsc::UnboundedSender<Event>,
     index: usize,
 ) -> Job {
+    let params = GenParams {
+        logprobs: Some(1),
+        ..GenParams::greedy(1)
+    };
     Job {
-        prompt: Arc::new(ids),
-        params: GenParams {
-            max_new: 1,
-            sampler: SamplerConfig::default(),
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            repeat_penalty: 1.0,
-            repeat_last_n: None,
-            logprobs: Some(1),
-            speculative: false,
-            logit_bias: Vec::new(),
-        },
-        index,
-        tx: tx.clone(),
-        cancel: Arc::new(AtomicBool::new(false)),
-        submitted: Instant::now(),
-        constraint: None,
         images,
+        ..Job::new(Arc::new(ids), params, index, tx.clone())
     }
 }
 

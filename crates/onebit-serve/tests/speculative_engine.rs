@@ -3,11 +3,9 @@
 //! short-conv and delta-net fixtures, with prompt lookup and with a draft
 //! model, while sequences that switched drafting off share the same steps.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
-use onebit_model::sampler::SamplerConfig;
 use onebit_model::spec::{DrafterSource, SpecPlan};
 use onebit_model::{ExecConfig, Model};
 use onebit_serve::engine::{Engine, EngineConfig, Event, GenParams, Job};
@@ -64,25 +62,12 @@ fn run(e: &Engine, max_new: usize, speculative: impl Fn(usize) -> bool) -> Vec<V
     let jobs = ps
         .iter()
         .enumerate()
-        .map(|(i, p)| Job {
-            prompt: Arc::new(p.clone()),
-            params: GenParams {
-                max_new,
-                sampler: SamplerConfig::default(),
-                presence_penalty: 0.0,
-                frequency_penalty: 0.0,
-                repeat_penalty: 1.0,
-                repeat_last_n: None,
-                logprobs: None,
+        .map(|(i, p)| {
+            let params = GenParams {
                 speculative: speculative(i),
-                logit_bias: Vec::new(),
-            },
-            constraint: None,
-            images: Vec::new(),
-            index: i,
-            tx: tx.clone(),
-            cancel: Arc::new(AtomicBool::new(false)),
-            submitted: Instant::now(),
+                ..GenParams::greedy(max_new)
+            };
+            Job::new(Arc::new(p.clone()), params, i, tx.clone())
         })
         .collect();
     e.submit(jobs).ok().unwrap();
