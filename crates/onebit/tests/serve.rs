@@ -654,28 +654,9 @@ fn openai_python_client() {
     python_client(&Server::smollm(&[]), "test_openai_client.py");
 }
 
-/// Runs a script of tests/serve/ with the given server URLs; it must pass.
-fn python_script(name: &str, urls: &[String]) {
-    let script = onebit_testdata::dir().join("../tests/serve").join(name);
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(urls)
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{stderr}",
-        script.display()
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
-    eprintln!("{stdout}");
-}
-
 /// Runs `tests/serve/<script>` against `srv`; it must report no failure.
 fn python_client(srv: &Server, script: &str) {
-    python_script(script, &[srv.url()]);
+    common::python_script(script, &[srv.url()], None);
 }
 
 #[test]
@@ -718,7 +699,11 @@ fn openai_tool_calls() {
     let hermes = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
     let plain = Server::smollm(&[]);
     let gemma = Server::smollm(&["--chat-template", &template("functiongemma-tools.jinja")]);
-    python_script("test_tools.py", &[hermes.url(), plain.url(), gemma.url()]);
+    common::python_script(
+        "test_tools.py",
+        &[hermes.url(), plain.url(), gemma.url()],
+        None,
+    );
     logit_bias_bans_and_forces(&plain);
 }
 
@@ -754,8 +739,8 @@ fn logit_bias_bans_and_forces(srv: &Server) {
 fn responses_and_anthropic_messages_clients() {
     let plain = Server::smollm(&["--api-key", "sekrit"]);
     let tools = Server::smollm(&["--chat-template", &template("chatml-think-tools.jinja")]);
-    python_script("test_responses.py", &[plain.url(), tools.url()]);
-    python_script("test_anthropic.py", &[plain.url(), tools.url()]);
+    common::python_script("test_responses.py", &[plain.url(), tools.url()], None);
+    common::python_script("test_anthropic.py", &[plain.url(), tools.url()], None);
 }
 
 /// Issue 29: tool calls arrive from models that write them as plain JSON
@@ -766,7 +751,7 @@ fn tool_calls_arrive_from_small_models() {
     let small = ["--threads", "1", "--ctx", "2048"];
     let qwen = Server::start(onebit_testdata::QWEN25_CODER_05B, &small);
     let gemma = Server::start(onebit_testdata::GEMMA3_270M, &small);
-    python_script("test_tools_arrive.py", &[qwen.url(), gemma.url()]);
+    common::python_script("test_tools_arrive.py", &[qwen.url(), gemma.url()], None);
 }
 
 /// Issue 29's client matrix, the OpenAI-speaking rest: langchain-openai
@@ -793,7 +778,7 @@ fn openai_structured_output() {
             &template("gemma3.jinja"),
         ],
     );
-    python_script("test_structured.py", &[smol.url(), gemma.url()]);
+    common::python_script("test_structured.py", &[smol.url(), gemma.url()], None);
 }
 
 /// Issue 29's Ollama client matrix (tests/serve/test_ollama_matrix.py):
@@ -828,9 +813,10 @@ fn a_page_elsewhere_is_refused_unless_its_origin_is_listed() {
     let origin = format!("http://elsewhere.test:{page_port}");
     let refusing = Server::smollm(&[]);
     let allowing = Server::smollm(&["--cors-origin", &origin]);
-    python_script(
+    common::python_script(
         "test_browser_origin.py",
         &[page_port.to_string(), refusing.url(), allowing.url()],
+        None,
     );
 }
 

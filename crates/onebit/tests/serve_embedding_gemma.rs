@@ -123,20 +123,11 @@ fn served_through_the_openai_client_and_refused_for_generation() {
     let dir = TempDir::new("embgemma");
     let model = common::embedding_gemma_with_vocab(&dir);
     let srv = common::Server::start(model.to_str().unwrap(), &["--threads", "1"]);
-    let script = onebit_testdata::dir().join("../tests/serve/test_embedding_gemma.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://127.0.0.1:{}", srv.port))
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
+    common::python_script(
+        "test_embedding_gemma.py",
+        &[format!("http://127.0.0.1:{}", srv.port)],
+        None,
     );
-    eprintln!("{stdout}");
 }
 
 #[test]

@@ -16,7 +16,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use common::Server;
 use onebit_formats::dtype::GgmlType;
@@ -63,19 +62,9 @@ fn the_openai_client_makes_a_forced_tool_round_trip_in_harmony() {
     let dir = TempDir::new("serve-harmony");
     let model = gpt_oss_with_harmony_vocab(&dir);
     let srv = Server::start(model.to_str().unwrap(), &["--threads", "2"]);
-    let script = onebit_testdata::dir().join("../tests/serve/test_harmony_tools.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://127.0.0.1:{}", srv.port))
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{}\nserver log:\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr),
-        srv.log.try_iter().collect::<Vec<_>>().join("\n")
+    common::python_script(
+        "test_harmony_tools.py",
+        &[format!("http://127.0.0.1:{}", srv.port)],
+        Some(&srv.log),
     );
-    eprintln!("{stdout}");
 }

@@ -255,23 +255,11 @@ fn keys_hosts_origins_cors_and_405() {
     assert!(head.contains("allow: get"), "{head}");
 
     // The official client with the key, and with a wrong one.
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/serve/test_openai_auth.py"
+    common::python_script(
+        "test_openai_auth.py",
+        &[format!("http://127.0.0.1:{p}"), "argkey-1".into()],
+        None,
     );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://127.0.0.1:{p}"))
-        .arg("argkey-1")
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -82,21 +82,14 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
     .unwrap();
     assert_eq!(st, 200, "{caps}");
     assert!(caps.contains("\"vision\""), "{caps}");
-    let script = onebit_testdata::dir().join("../tests/serve/test_vision_clients.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://127.0.0.1:{}", srv.port))
-        .arg(&fx)
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
-        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
+    common::python_script(
+        "test_vision_clients.py",
+        &[
+            format!("http://127.0.0.1:{}", srv.port),
+            fx.display().to_string(),
+        ],
+        None,
     );
-    eprintln!("{stdout}");
     // A bad image for a model with a tower is still a 400 naming it.
     let cut = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1Pe";
     let body = serde_json::json!({"messages": [{"role": "user", "content": [

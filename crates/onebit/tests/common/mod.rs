@@ -184,3 +184,29 @@ pub fn embedding_gemma_with_vocab(dir: &onebit_testdata::TempDir) -> std::path::
         .set_kv("tokenizer.ggml.eos_token_id", GValue::U32(1));
     dir.file("embeddinggemma-tiny.gguf", &w.to_bytes())
 }
+
+/// Runs `tests/serve/<name>` (a script of `runner.run` tests) with `args`
+/// (the server's URL first); it must exit 0 and report no failure. On
+/// failure the message holds its output and, when given, the server's log.
+pub fn python_script(name: &str, args: &[String], log: Option<&mpsc::Receiver<String>>) {
+    let script = onebit_testdata::dir().join("../tests/serve").join(name);
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let server = log.map_or_else(String::new, |l| {
+        format!(
+            "\nserver log:\n{}",
+            l.try_iter().collect::<Vec<_>>().join("\n")
+        )
+    });
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "{} failed (install its packages with scripts/python-deps.sh):\n{stdout}\n{}{server}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{stdout}");
+}
