@@ -623,4 +623,22 @@ mod tests {
         assert_eq!(out[2]["thinking"], "t");
         assert!(out[0].get("thinking").is_none());
     }
+
+    /// An assistant tool-call turn as OpenAI's clients send it (content
+    /// null) reaches the template without `content`, and a null `thinking`
+    /// goes too; a user's message is left as sent.
+    #[test]
+    fn null_content_of_an_assistant_turn_is_left_out() {
+        let m = serde_json::json!([
+            {"role": "user", "content": null},
+            {"role": "assistant", "content": null, "thinking": null,
+             "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "assistant", "content": "", "tool_calls": []},
+        ]);
+        let out = messages_for_template(&m);
+        assert!(out[1].get("content").is_none() && out[1].get("thinking").is_none());
+        assert!(out[1].get("tool_calls").is_some());
+        assert_eq!(out[2]["content"], "");
+        assert!(out[0].get("content").is_some_and(Value::is_null));
+    }
 }
