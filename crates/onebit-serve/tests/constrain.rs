@@ -255,7 +255,7 @@ fn a_forced_call_resolves_the_tools_own_refs() {
 #[test]
 fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
     use onebit_serve::engine::{Engine, EngineConfig, Event, Finish, GenParams, Job};
-    use std::sync::atomic::AtomicBool;
+
     use std::sync::Arc;
     let (tok, c) = smollm_constrainer();
     let alt: Vec<String> = (0..20_000).map(|i| format!("\"w{i}\"")).collect();
@@ -285,24 +285,13 @@ fn a_constraint_failing_mid_decode_ends_the_choice_by_name() {
     );
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let job = Job {
-        prompt: Arc::new(tok.encode("Say qq", false).unwrap()),
-        params: GenParams {
-            max_new: 8,
-            sampler: onebit_model::sampler::SamplerConfig::default(),
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            repeat_penalty: 1.0,
-            repeat_last_n: None,
-            logprobs: None,
-            speculative: false,
-            logit_bias: Vec::new(),
-        },
-        index: 0,
-        tx,
-        cancel: Arc::new(AtomicBool::new(false)),
-        submitted: std::time::Instant::now(),
         constraint: Some(k),
-        images: Vec::new(),
+        ..Job::new(
+            Arc::new(tok.encode("Say qq", false).unwrap()),
+            GenParams::greedy(8),
+            0,
+            tx,
+        )
     };
     assert!(e.submit(vec![job]).is_ok());
     let mut text = String::new();
