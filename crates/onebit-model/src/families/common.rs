@@ -1,7 +1,7 @@
 //! What every family declares the same way (sizes, RoPE base and scaling, norm
 //! epsilon), read once into a base `Semantics` that a family file adjusts.
 
-use super::decls::{self as k, Decls};
+use super::decls::{self as k, Decls, Key};
 use crate::error::Result;
 use crate::semantics::*;
 
@@ -284,4 +284,22 @@ pub fn qk_norm(
         None if family_default => Sourced::new(order, family_src.to_string()),
         None => Sourced::new(QkNorm::None, family_src.to_string()),
     })
+}
+
+/// Per-layer sliding flags as llama.cpp's `sliding_window_pattern` array
+/// writes them (true = sliding), as layer kinds; an entry that is no bool is
+/// refused naming `key`.
+pub fn kinds_from_flags(
+    d: &Decls,
+    key: Key,
+    flags: &[serde_json::Value],
+) -> Result<Vec<LayerKind>> {
+    flags
+        .iter()
+        .map(|f| match f.as_bool() {
+            Some(true) => Ok(LayerKind::Sliding),
+            Some(false) => Ok(LayerKind::Full),
+            None => Err(d.err(key, format!("entries must be true or false, found {f}"))),
+        })
+        .collect()
 }

@@ -43,7 +43,7 @@
 use onebit_formats::q4nx::Q4Kind;
 use serde_json::{json, Value as Json};
 
-use super::common::{base, qk_norm};
+use super::common::{base, kinds_from_flags, qk_norm};
 use super::decls::{self as k, keys, ContainerKind, Decls, Key};
 use super::moe::MoeRule;
 use super::{Family, ImportRules, PackNames};
@@ -565,14 +565,7 @@ fn layer_kinds(d: &Decls, n_layer: usize) -> Result<Sourced<Vec<LayerKind>>> {
         }
         None => return Err(d.err(key, "is required (one flag per layer, true = sliding)")),
     };
-    let kinds = flags
-        .iter()
-        .map(|f| match f.as_bool() {
-            Some(true) => Ok(LayerKind::Sliding),
-            Some(false) => Ok(LayerKind::Full),
-            None => Err(d.err(key, format!("entries must be true or false, found {f}"))),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let kinds = kinds_from_flags(d, key, &flags)?;
     Ok(Sourced::new(
         kinds,
         format!("{} (per-layer flags, true = sliding)", d.src(key)),

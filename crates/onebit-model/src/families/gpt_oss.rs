@@ -21,7 +21,7 @@
 //!   chosen logits (SOFTMAX_WEIGHT), no renormalization; every expert
 //!   matrix adds its bias; the clamped SwiGLU (swiglu_oai).
 
-use super::common::base;
+use super::common::{base, kinds_from_flags};
 use super::decls::{self as k, keys, Decls};
 use super::moe::{self, MoeRule};
 use super::Family;
@@ -74,14 +74,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     let key = k::SLIDING_WINDOW_PATTERN;
     let (kinds, kinds_src) = match d.get(key) {
         Some(serde_json::Value::Array(flags)) if flags.len() == n_layer => {
-            let kinds = flags
-                .iter()
-                .map(|f| match f.as_bool() {
-                    Some(true) => Ok(LayerKind::Sliding),
-                    Some(false) => Ok(LayerKind::Full),
-                    None => Err(d.err(key, format!("entries must be true or false, found {f}"))),
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let kinds = kinds_from_flags(d, key, &flags)?;
             (
                 kinds,
                 format!("{} (per-layer flags, true = sliding)", d.src(key)),
