@@ -242,6 +242,14 @@ impl ToolSpec {
         self.tools.iter().map(|t| &t["function"])
     }
 
+    /// The functions a forced reply may call: the named one, or all.
+    fn allowed(&self) -> impl Iterator<Item = &Value> {
+        self.functions().filter(|func| match &self.choice {
+            ToolChoice::Named(n) => func["name"].as_str() == Some(n),
+            _ => true,
+        })
+    }
+
     /// The declared function names.
     pub fn names(&self) -> Vec<&str> {
         self.functions()
@@ -988,16 +996,21 @@ impl ToolStream {
 /// The schema of one call to function `f` (its `parameters` as arguments,
 /// or `params` when given: the reference [`hoist`] leaves in their place).
 fn call_schema(function: &Value, args_key: &str, params: Option<Value>) -> Value {
-    let params = params.unwrap_or_else(|| match function.get("parameters") {
-        Some(p @ Value::Object(_)) => p.clone(),
-        _ => json!({"type": "object"}),
-    });
+    let params = params.unwrap_or_else(|| object_parameters(function));
     json!({
         "type": "object",
         "properties": {"name": {"const": function["name"]}, args_key: params},
         "required": ["name", args_key],
         "additionalProperties": false,
     })
+}
+
+/// A function's `parameters` schema when it is an object, else any object.
+fn object_parameters(function: &Value) -> Value {
+    match function.get("parameters") {
+        Some(p @ Value::Object(_)) => p.clone(),
+        _ => json!({"type": "object"}),
+    }
 }
 
 /// The most calls one forced reply may hold when parallel calls are on
@@ -1022,11 +1035,7 @@ pub fn forced_grammar(
     // any is moved under the root's `$defs` and its references rebased.
     let mut defs = Map::new();
     let allowed: Vec<Value> = spec
-        .functions()
-        .filter(|func| match &spec.choice {
-            ToolChoice::Named(n) => func["name"].as_str() == Some(n),
-            _ => true,
-        })
+        .allowed()
         .enumerate()
         .map(|(i, func)| {
             let params = func
@@ -1103,16 +1112,9 @@ pub fn forced_grammar(
 /// markers are the vocabulary's control tokens (`lit`).
 fn harmony_forced(spec: &ToolSpec, lit: &dyn Fn(&str) -> String) -> String {
     let calls: Vec<String> = spec
-        .functions()
-        .filter(|func| match &spec.choice {
-            ToolChoice::Named(n) => func["name"].as_str() == Some(n),
-            _ => true,
-        })
+        .allowed()
         .map(|func| {
-            let mut params = match func.get("parameters") {
-                Some(p @ Value::Object(_)) => p.clone(),
-                _ => json!({"type": "object"}),
-            };
+            let mut params = object_parameters(func);
             if let Value::Object(o) = &mut params {
                 // gpt-oss writes its arguments compact (openai-harmony's
                 // examples: `{"location":"San Francisco"}`).
