@@ -559,6 +559,18 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
+/// `f`'s result, a panic inside it turned into a model error naming it.
+fn contained<T>(
+    f: impl FnOnce() -> Result<T, onebit_model::ModelError>,
+) -> Result<T, onebit_model::ModelError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(onebit_model::ModelError::Input(format!(
+            "it panicked: {}",
+            panic_text(&*p)
+        )))
+    })
+}
+
 impl Worker {
     fn new(model: Model, stops: Vec<u32>, cfg: EngineConfig, shared: Arc<Shared>) -> Worker {
         let rewindable = rewindable(&model.new_state());
@@ -822,13 +834,7 @@ impl Worker {
             ctx.extend_from_slice(&s.pending);
             let max_context = self.model.max_context();
             let state = &mut s.state;
-            let proposed = catch_unwind(AssertUnwindSafe(|| sp.propose(&ctx, state, max_context)))
-                .unwrap_or_else(|p| {
-                    Err(onebit_model::ModelError::Input(format!(
-                        "it panicked: {}",
-                        panic_text(&*p)
-                    )))
-                });
+            let proposed = contained(|| sp.propose(&ctx, state, max_context));
             match proposed {
                 Ok(run) => {
                     takes[i] = run.len();
@@ -875,7 +881,6 @@ impl Worker {
         });
         let mut budget = self.pace.budget(full, decoding, start);
         let whole_inputs = self.model.sem.mask.value == Mask::Bidirectional;
-        let mut prompt_tokens = 0;
         for (_, want) in order {
             match want {
                 Want::Prompt(i) => {
@@ -894,14 +899,12 @@ impl Worker {
                     }
                     let take = keep_images_whole(&s.images, s.fed.len(), take);
                     budget -= take.min(budget);
-                    prompt_tokens += take;
                     takes[i] = take;
                 }
                 Want::Embed(i) => {
                     let spent =
                         self.plan_embed(&mut embeds[i], budget, budget == full, whole_inputs);
                     budget -= spent.min(budget);
-                    prompt_tokens += spent;
                 }
             }
         }
@@ -1008,15 +1011,7 @@ impl Worker {
         } else {
             rows.iter().map(Vec::as_slice).collect()
         };
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            model.forward_batch_embeds(&mut inputs, &lists)
-        }))
-        .unwrap_or_else(|p| {
-            Err(onebit_model::ModelError::Input(format!(
-                "it panicked: {}",
-                panic_text(&*p)
-            )))
-        });
+        let result = contained(|| model.forward_batch_embeds(&mut inputs, &lists));
         drop(inputs);
         drop(lists);
         drop(rows);
@@ -1084,7 +1079,8 @@ impl Worker {
         let secs = t0.elapsed().as_secs_f64();
         if decoding && self.pace.max_step > 0.0 && secs > 4.0 * self.pace.max_step {
             eprintln!(
-                "[serve] a step took {secs:.2} s, over 4 x --max-step-ms ({prompt_tokens} prompt tokens, {} sequences): the machine is slower than measured",
+                "[serve] a step took {secs:.2} s, over 4 x --max-step-ms ({} prompt tokens, {} sequences): the machine is slower than measured",
+                work.tokens,
                 active.len() + embeds.len()
             );
         }
@@ -1158,14 +1154,8 @@ impl Worker {
         let pool = self
             .vision_pool
             .get_or_insert_with(|| onebit_kernels::Pool::new(threads));
-        let out = catch_unwind(AssertUnwindSafe(|| {
+        let out = contained(|| {
             tower.encode_sized(pool, &img.pixels, img.width as u32, img.height as u32)
-        }))
-        .unwrap_or_else(|p| {
-            Err(onebit_model::ModelError::Input(format!(
-                "it panicked: {}",
-                panic_text(&*p)
-            )))
         })
         .map_err(|e| format!("encoding the image failed: {e}"))?;
         let secs = t0.elapsed().as_secs_f64();
