@@ -35,12 +35,17 @@ fn spec(choice: ToolChoice) -> ToolSpec {
     }
 }
 
+/// The constrainer of gpt-oss's vocabulary, ending a finished grammar with
+/// `<|return|>` (built once: a trie over 200k tokens).
+fn constrainer(tok: &Tokenizer) -> Constrainer {
+    Constrainer::new(tok, tok.token_to_id("<|return|>").unwrap()).unwrap()
+}
+
 /// Whether the grammar admits `text` token by token, and then whether it
 /// admits nothing but `<|call|>`.
-fn admits(tok: &Tokenizer, g: &Grammar, text: &str) -> (bool, bool) {
-    let ret = tok.token_to_id("<|return|>").unwrap();
+fn admits(c: &Constrainer, tok: &Tokenizer, g: &Grammar, text: &str) -> (bool, bool) {
     let call = tok.token_to_id("<|call|>").unwrap();
-    let mut k = Constrainer::new(tok, ret).unwrap().compile(g).unwrap();
+    let mut k = c.compile(g).unwrap();
     let n = tok.vocab_size();
     for id in tok.encode(text, false).unwrap() {
         let mut logits = vec![0.0f32; n];
@@ -65,16 +70,17 @@ const CALL: &str = "<|channel|>commentary to=functions.get_weather <|constrain|>
 #[test]
 fn a_forced_harmony_reply_is_one_call_in_harmony_markup() {
     let tok = tokenizer();
+    let c = constrainer(&tok);
     let required = grammar(&tok, ToolChoice::Required);
     let reasoned = format!(
         "<|channel|>analysis<|message|>The user wants the weather in Paris.<|end|><|start|>assistant{CALL}"
     );
     // The call, with or without reasoning first; then only <|call|>.
-    assert_eq!(admits(&tok, &required, CALL), (true, true));
-    assert_eq!(admits(&tok, &required, &reasoned), (true, true));
+    assert_eq!(admits(&c, &tok, &required, CALL), (true, true));
+    assert_eq!(admits(&c, &tok, &required, &reasoned), (true, true));
     let time =
         "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\":\"UTC\"}";
-    assert_eq!(admits(&tok, &required, time), (true, true));
+    assert_eq!(admits(&c, &tok, &required, time), (true, true));
     // Not admitted: a final answer instead of a call, an undeclared
     // function, arguments against the schema.
     for bad in [
@@ -83,12 +89,12 @@ fn a_forced_harmony_reply_is_one_call_in_harmony_markup() {
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"town\":\"Paris\"}",
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":3}",
     ] {
-        assert!(!admits(&tok, &required, bad).0, "{bad}");
+        assert!(!admits(&c, &tok, &required, bad).0, "{bad}");
     }
     // Named: only that function.
     let named = grammar(&tok, ToolChoice::Named("get_time".into()));
-    assert!(admits(&tok, &named, time).0);
-    assert!(!admits(&tok, &named, CALL).0);
+    assert!(admits(&c, &tok, &named, time).0);
+    assert!(!admits(&c, &tok, &named, CALL).0);
 
     // What the grammar admits is the call, through the splitter and the
     // forced parse, with the reasoning apart and no content.
