@@ -86,7 +86,7 @@ impl Pace {
     /// least-squares fit, or where the steps do not tell the two apart yet
     /// (or the fit gives one a negative cost), the fit of one cost with
     /// [`PRIOR_POSITIONS`] positions costing what a token does.
-    pub fn costs(&self) -> Option<(f64, f64)> {
+    fn costs(&self) -> Option<(f64, f64)> {
         let [tt, tp, pp] = self.xx;
         let [ty, py] = self.xy;
         if tt <= 0.0 {

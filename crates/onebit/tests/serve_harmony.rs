@@ -30,7 +30,6 @@ fn gpt_oss_with_harmony_vocab(dir: &TempDir) -> PathBuf {
     let mut w = GgufWriter::from_gguf(&g);
     for (key, v) in &vocab.metadata {
         if key.starts_with("tokenizer.") {
-            w.remove_kv(key);
             w.set_kv(key, v.clone());
         }
     }
@@ -39,12 +38,7 @@ fn gpt_oss_with_harmony_vocab(dir: &TempDir) -> PathBuf {
         .unwrap()
         .expect("o200k_harmony.gguf lists its tokens")
         .len() as u64;
-    let n_embd = g
-        .tensors
-        .iter()
-        .find(|t| t.name == "token_embd.weight")
-        .unwrap()
-        .dims[0];
+    let n_embd = g.tensor("token_embd.weight").unwrap().dims[0];
     w.set_kv("gpt-oss.vocab_size", GValue::U32(n_vocab as u32));
     let mut rng = Rng(0x6f2d_6f73);
     for name in ["token_embd.weight", "output.weight"] {
