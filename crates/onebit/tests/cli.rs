@@ -536,8 +536,11 @@ sys.exit(p.wait())
     // A spinner frame (indicatif's: braille dots) beside the file's name
     // while the file opens, a bar of the prepared weight bytes, then the
     // plain line (with the whole path) once the load is done.
-    let name = real_model(SMOLLM2_135M);
-    let name = name.file_name().unwrap().to_str().unwrap().to_owned();
+    let name = std::path::Path::new(m)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
     let frames = "⠁⠂⠄⡀⢀⠠⠐⠈";
     let spun = shown.split(['\r', '\n']).any(|l| {
         frames
