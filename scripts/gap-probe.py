@@ -102,9 +102,8 @@ def main():
     driver = bin_dir / ".." / "gen-fixtures-driver"
     out = Path.home() / ".cache/onebit/gap" / a.variant
     q, dq = build(a.variant, a.quant, out, bin_dir)
-    toks = np.random.default_rng(gf.TOKEN_SEED).integers(3, gf.N_VOCAB, size=gf.N_TOKENS).tolist()[:a.n]
-    if VARIANTS[a.variant] and VARIANTS[a.variant]["hp"]["bos"] is not None:
-        toks[0] = VARIANTS[a.variant]["hp"]["bos"]  # as the fixtures do
+    v = VARIANTS[a.variant]
+    toks = gf.fixture_tokens(v["hp"]["bos"] if v else None)[:a.n]
     ids = [str(t) for t in toks]
 
     def logits(tag, cmd):

@@ -1127,6 +1127,16 @@ def make_tensors(tensors, seed):
     return out
 
 
+def fixture_tokens(bos, rng=None):
+    """The N_TOKENS ids every fixture shares (TOKEN_SEED's stream, or `rng` to keep drawing
+    from it), position 0 replaced by the family's BOS id where the family adds one."""
+    rng = np.random.default_rng(TOKEN_SEED) if rng is None else rng
+    tokens = rng.integers(3, N_VOCAB, size=N_TOKENS).tolist()
+    if bos is not None:
+        tokens[0] = bos
+    return tokens
+
+
 def write_gguf(path, arch, keys, tensors):
     wr = gguf.GGUFWriter(str(path), arch)
     for k, v, t in keys:
@@ -1227,9 +1237,7 @@ def main():
     run([quantize, "--allow-requantize", str(out / f"{q}.gguf"), str(dequant), "F32"])
 
     token_rng = np.random.default_rng(TOKEN_SEED)
-    tokens = token_rng.integers(3, N_VOCAB, size=N_TOKENS).tolist()
-    if hp["bos"] is not None:
-        tokens[0] = hp["bos"]
+    tokens = fixture_tokens(hp["bos"], token_rng)
     if fam.get("embedding"):
         return embedding_fixture(a, fam, hp, out, tokens, dequant)
     note = "same random ids for every family; position 0 replaced by the family's BOS id where the family adds one"
