@@ -182,6 +182,14 @@ impl Model {
         self.pool.threads()
     }
 
+    /// Runs this model's work on `other`'s thread pool from now on (a draft
+    /// model beside its target: the two never run at once, and one set of
+    /// spinning workers keeps the other's from taking the cores). Results
+    /// do not depend on the pool.
+    pub fn share_pool(&mut self, other: &Model) {
+        self.pool = other.pool.clone();
+    }
+
     pub fn max_context(&self) -> usize {
         self.max_context
     }

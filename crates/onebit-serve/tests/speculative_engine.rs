@@ -92,13 +92,18 @@ fn eight_concurrent_sequences_are_bit_identical_with_drafting() {
         let plain = run(&plain_engine, max_new, |_| false);
         plain_engine.shutdown();
         let mut kept = 0;
+        let drafter = || {
+            Arc::new(load(&onebit_testdata::fixture(family).join(format!(
+                "{}.gguf",
+                onebit_testdata::Fixture::new(family).quant()
+            ))))
+        };
         for (what, source) in [
             ("lookup", DrafterSource::Lookup(3)),
+            ("draft model", DrafterSource::Model(drafter())),
             (
-                "draft model",
-                DrafterSource::Model(Arc::new(load(&onebit_testdata::fixture(family).join(
-                    format!("{}.gguf", onebit_testdata::Fixture::new(family).quant()),
-                )))),
+                "lookup, else the draft model",
+                DrafterSource::LookupThenModel(3, drafter()),
             ),
         ] {
             let metrics = Arc::new(Metrics::default());

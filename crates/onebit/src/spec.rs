@@ -1,6 +1,9 @@
 //! The drafting flags of `run`, `bench` and `serve` (`--lookup N`,
 //! `--draft PATH`, `--draft-max K`) and the drafter they build: prompt
-//! lookup, or a draft model whose vocabulary is checked against the target's.
+//! lookup, a draft model whose vocabulary is checked against the target's,
+//! or both (lookup first, the model when lookup finds nothing). A draft
+//! model runs on the target's thread pool: the two never run at once, and
+//! one set of spinning workers keeps the other's from taking the cores.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,8 +20,9 @@ use crate::open::{self, load_model, Loaded};
 pub struct SpecArgs {
     /// Speculative decoding by prompt lookup: guess the continuation of the
     /// latest earlier match of the last N tokens (else N - 1, ... 1) in the
-    /// prompt and the output so far.
-    #[arg(long, value_name = "N", conflicts_with = "draft")]
+    /// prompt and the output so far. With --draft: lookup first, the draft
+    /// model when lookup finds no match.
+    #[arg(long, value_name = "N")]
     pub lookup: Option<usize>,
     /// Speculative decoding with a draft model (a .gguf file or pack
     /// directory whose vocabulary equals the target's).
@@ -42,11 +46,16 @@ pub fn plan(
     if a.draft_max == 0 {
         bail!("--draft-max must be at least 1");
     }
-    let source = match (a.lookup, &a.draft) {
-        (Some(0), _) => bail!("--lookup must be at least 1 (the longest n-gram matched)"),
-        (Some(n), _) => DrafterSource::Lookup(n),
-        (None, Some(path)) => {
-            let Loaded { model, opened: d } = load_model(path, exec)?;
+    if a.lookup == Some(0) {
+        bail!("--lookup must be at least 1 (the longest n-gram matched)");
+    }
+    let model = match &a.draft {
+        None => None,
+        Some(path) => {
+            let Loaded {
+                mut model,
+                opened: d,
+            } = load_model(path, exec)?;
             let n_t = target.sem.dims.n_vocab;
             let n_d = model.sem.dims.n_vocab;
             let why = match (open::tokenizer(opened), open::tokenizer(&d)) {
@@ -64,8 +73,14 @@ pub fn plan(
                     path.display()
                 );
             }
-            DrafterSource::Model(Arc::new(model))
+            model.share_pool(target);
+            Some(Arc::new(model))
         }
+    };
+    let source = match (a.lookup, model) {
+        (Some(n), None) => DrafterSource::Lookup(n),
+        (None, Some(m)) => DrafterSource::Model(m),
+        (Some(n), Some(m)) => DrafterSource::LookupThenModel(n, m),
         (None, None) => return Ok(None),
     };
     Ok(Some(SpecPlan {

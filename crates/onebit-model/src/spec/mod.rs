@@ -15,9 +15,11 @@ use crate::state::SeqState;
 
 mod draft_model;
 mod lookup;
+mod lookup_first;
 mod plan;
 pub use draft_model::{vocab_mismatch, DraftModel};
 pub use lookup::PromptLookup;
+pub use lookup_first::LookupFirst;
 pub use plan::{DrafterSource, SpecPlan};
 
 /// A distribution over token ids: candidates and their probabilities.

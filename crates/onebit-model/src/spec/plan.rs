@@ -1,10 +1,11 @@
 //! What a run or a server drafts with, shared by its sequences: prompt
-//! lookup, or one loaded draft model; each sequence gets its own
-//! [`Speculator`] (drafter state, adaptive length, counts) from it.
+//! lookup, one loaded draft model, or lookup first and the model when lookup
+//! has nothing; each sequence gets its own [`Speculator`] (drafter state,
+//! adaptive length, counts) from it.
 
 use std::sync::Arc;
 
-use super::{DraftModel, Drafter, PromptLookup, Speculator};
+use super::{DraftModel, Drafter, LookupFirst, PromptLookup, Speculator};
 use crate::error::Result;
 use crate::forward::Model;
 use crate::sampler::SamplerConfig;
@@ -14,7 +15,16 @@ pub enum DrafterSource {
     Lookup(usize),
     /// A draft model whose vocabulary was checked against the target's.
     Model(Arc<Model>),
+    /// Prompt lookup (n-grams of at most this many tokens) first, the draft
+    /// model when lookup finds no match.
+    LookupThenModel(usize, Arc<Model>),
 }
+
+/// The shortest match lookup drafts from when a draft model stands behind
+/// it: a single recurring token guesses worse than the model (on the
+/// Qwen2.5-Coder pair's rename task 20 % of such drafts were kept, against
+/// 68 % of the model's).
+pub const LOOKUP_FIRST_MIN_NGRAM: usize = 2;
 
 pub struct SpecPlan {
     pub source: DrafterSource,
@@ -31,6 +41,10 @@ impl SpecPlan {
             DrafterSource::Model(m) => {
                 Box::new(DraftModel::new(m.clone(), target_vocab, cfg.clone())?)
             }
+            DrafterSource::LookupThenModel(n, m) => Box::new(LookupFirst::new(
+                PromptLookup::with_min(*n, LOOKUP_FIRST_MIN_NGRAM),
+                DraftModel::new(m.clone(), target_vocab, cfg.clone())?,
+            )),
         };
         Ok(Speculator::new(d, self.draft_max))
     }
@@ -41,6 +55,11 @@ impl std::fmt::Debug for SpecPlan {
         match &self.source {
             DrafterSource::Lookup(n) => write!(f, "prompt lookup (n-grams up to {n})")?,
             DrafterSource::Model(m) => write!(f, "draft model ({} layers)", m.sem.dims.n_layer)?,
+            DrafterSource::LookupThenModel(n, m) => write!(
+                f,
+                "prompt lookup (n-grams of {LOOKUP_FIRST_MIN_NGRAM} to {n}), else the draft model ({} layers)",
+                m.sem.dims.n_layer
+            )?,
         }
         write!(f, ", at most {} drafted tokens per step", self.draft_max)
     }
