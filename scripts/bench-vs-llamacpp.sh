@@ -24,7 +24,10 @@
 # for llama.cpp, and "ratio at the limit" the median of the limit over
 # llama.cpp's decode: the highest ratio any engine could reach at that
 # bandwidth (reading the weights once per token). The last lines give the
-# best probe's limit too, the stricter bar.
+# best probe's limit too, the stricter bar. For a mixture of experts the
+# bytes are the active weights: the stacked expert tensors count at the share
+# of experts a token uses (expert_used_count / expert_count), everything else
+# whole (attention, router, shared experts, output).
 # The CPU's flags line and the load average before and after are printed:
 # on a shared machine, repeat when the load is high.
 #
@@ -41,6 +44,12 @@
 #
 #   THREADS (2)  PP (512)  TG (64)  ROUNDS (3: alternations of the two engines)
 #   ISAS ("native avx2")  DEPTH (unset)  KV_TYPE (f16)  SHAPES (1)  IK (1)
+#   ROWS (unset; e.g. "1 2 4 8 16": one forward of k rows, --prompt-tokens k
+#   --gen-tokens 0 against llama-bench -p k -n 0, with each k's cost in ms
+#   and over one row's after the table)
+#   BATCH (unset; e.g. "8"): aggregate decode of N sequences in one step,
+#   onebit bench --batch N against llama-batched-bench -npl N (built by
+#   scripts/build-llamacpp.sh), BATCH_PP (128) prompt tokens each, TG steps
 #
 # Third engine: ik_llama.cpp (PyPI ik-llama-cpp-python 0.1.5, an AVX2 build
 # with no llama-bench), timed by scripts/ik-bench.c over its C API
@@ -102,16 +111,26 @@ import json, os, re, statistics, struct, subprocess, sys
 (onebit, llama, llama_avx2, probe, threads, pp, tg, rounds, isas, depth, kv_type, ik_bench,
  *models) = sys.argv[1:]
 pp, tg, rounds, depth = int(pp), int(tg), int(rounds), int(depth)
+rows = [int(k) for k in os.environ.get("ROWS", "").split()]
+sweep = {}  # (model, isa) -> {k: (onebit ms, llama.cpp ms)}
 
 def weight_bytes(path):
     """Bytes of tensor data a decoded token reads: every tensor but the token
-    embedding, unless the embedding is also the output matrix (no output.weight)."""
-    from_gguf = gguf_tensor_sizes(path)
+    embedding, unless the embedding is also the output matrix (no output.weight);
+    of a mixture of experts' stacked expert tensors (names with "_exps"), only
+    the share of the experts a token uses (expert_used_count / expert_count):
+    the active weights."""
+    from_gguf, keys = gguf_tensor_sizes(path)
     tied = "output.weight" not in from_gguf
-    return sum(n for name, n in from_gguf.items() if tied or name != "token_embd.weight")
+    arch = keys.get("general.architecture", "")
+    count, used = keys.get(f"{arch}.expert_count"), keys.get(f"{arch}.expert_used_count")
+    share = used / count if count and used else 1.0
+    return sum(n * (share if "_exps" in name else 1.0)
+               for name, n in from_gguf.items() if tied or name != "token_embd.weight")
 
 def gguf_tensor_sizes(path):
-    """{tensor name: bytes} from a GGUF file's header (sizes from the offsets)."""
+    """({tensor name: bytes}, {key: scalar or string value}) from a GGUF file's
+    header (sizes from the offsets; array values are skipped)."""
     with open(path, "rb") as f:
         def u(fmt):
             return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))[0]
@@ -131,8 +150,10 @@ def gguf_tensor_sizes(path):
         assert f.read(4) == b"GGUF", f"{path} is not a GGUF file"
         u("I"); n_t, n_kv = u("Q"), u("Q")
         align = 32
+        keys = {}
         for _ in range(n_kv):
             k = s(); v = value(u("I"))
+            keys[k] = v
             if k == "general.alignment":
                 align = v
         offs = []
@@ -142,7 +163,7 @@ def gguf_tensor_sizes(path):
         data_start = (f.tell() + align - 1) // align * align
     end = os.path.getsize(path) - data_start
     offs.sort()
-    return {name: (offs[i + 1][0] if i + 1 < len(offs) else end) - o for i, (o, name) in enumerate(offs)}
+    return {name: (offs[i + 1][0] if i + 1 < len(offs) else end) - o for i, (o, name) in enumerate(offs)}, keys
 
 def run_probe():
     out = subprocess.run([probe, threads], capture_output=True, text=True, check=True).stdout
@@ -201,6 +222,13 @@ if depth > 0:
                   ["--depth", str(depth), "--prompt-tokens", "0", "--gen-tokens", str(tg), "--kv-type", kv_type],
                   ["-p", "0", "-n", str(tg), "-d", str(depth), *kv], None))
 
+# The rows sweep (ROWS="1 2 4 8 16"): one forward of k prompt rows, no
+# decode, as a verify step or a batched decode step costs; each engine's
+# prompt tok/s, and after the table the cost of each k in ms and over k = 1.
+for k in rows:
+    tests.append((f"rows{k}", 0, None, None, ["--prompt-tokens", str(k), "--gen-tokens", "0"],
+                  ["-p", str(k), "-n", "0"], None))
+
 print(f"threads {threads}, {rounds} alternating rounds (probe, onebit, llama.cpp); medians (min..max)")
 if not llama_avx2 and "avx2" in isas.split():
     print("avx2 rows: llama.cpp runs at its native level (no AVX2-only build; "
@@ -254,11 +282,69 @@ for m in models:
                         ik_cells += [cell(c), f"{ma / statistics.median(c):.2f}x"]
                     else:
                         ik_cells += ["-", "-"]
+                if label.startswith("rows") and ma > 0 and mb > 0:
+                    k = int(label[4:])
+                    sweep.setdefault((name, isa), {})[k] = (k / ma * 1e3, k / mb * 1e3)
                 print(f"| {name} | {isa} | {build_name(llama_for(isa))} | {label} | {cell(a)} | "
                       f"{cell(b)} | {ratio} | {frac} | {their_frac} | {ceiling} | {' | '.join(ik_cells)} |", flush=True)
     print(f"{name}: {wb / 1e6:.1f} MB of weights read per token; limit {max(probes) * 1e9 / wb:.1f} tok/s "
           f"at the best probe bandwidth so far, {statistics.median(probes) * 1e9 / wb:.1f} at the median",
           flush=True)
+# Batched decode (BATCH="8"): N independent sequences, each its own prompt of
+# BATCH_PP tokens (128), then TG decode steps of one token each, all N in one
+# forward: onebit bench --batch N against llama-batched-bench -npl N (its
+# S_TG, the same aggregate), and each against its own N = 1.
+batch = [int(n) for n in os.environ.get("BATCH", "").split()]
+batch_pp = int(os.environ.get("BATCH_PP", "128"))
+def ours_batch(m, isa, n):
+    env = dict(os.environ)
+    if isa != "native":
+        env["ONEBIT_ISA"] = isa
+    out = subprocess.run([onebit, "bench", "--model", m, "--threads", threads, "--repetitions", "1", "--json",
+                          "--batch", str(n), "--prompt-tokens", str(batch_pp), "--gen-tokens", str(tg)],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    return json.loads(out)["decode_tps"]
+def theirs_batch(m, isa, n):
+    exe = os.path.join(os.path.dirname(llama_for(isa)), "llama-batched-bench")
+    if not os.path.exists(exe):
+        return None
+    out = subprocess.run([exe, "-m", m, "-t", threads, "-c", str(n * (batch_pp + tg) + 16), "-npp", str(batch_pp),
+                          "-ntg", str(tg), "-npl", str(n), "--output-format", "jsonl"],
+                         capture_output=True, text=True, check=True)
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.startswith("{") and '"speed_tg"' in line:
+            return json.loads(line)["speed_tg"]
+    return None
+if batch:
+    print("| model | level | sequences | onebit aggregate tok/s | over its 1 | llama-batched-bench S_TG | over its 1 | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+for m in (models if batch else []):
+    name = m.rsplit("/", 1)[-1]
+    for isa in isas.split():
+        res = {}
+        for n in sorted(set([1] + batch)):
+            a, b = [], []
+            for _ in range(rounds):
+                a.append(ours_batch(m, isa, n))
+                t = theirs_batch(m, isa, n)
+                if t is not None:
+                    b.append(t)
+            res[n] = (statistics.median(a), statistics.median(b) if b else None)
+        for n in batch:
+            a, b = res[n]
+            a1, b1 = res[1]
+            bcell = f"{b:.1f}" if b else "-"
+            brel = f"{b / b1:.2f}x" if b and b1 else "-"
+            ratio = f"{a / b:.2f}x" if b else "-"
+            print(f"| {name} | {isa} | {n} | {a:.1f} | {a / a1:.2f}x | {bcell} | {brel} | {ratio} |", flush=True)
+
+for (name, isa), ks in sweep.items():
+    one = ks.get(1)
+    parts = []
+    for k, (a, b) in sorted(ks.items()):
+        rel = f" = {a / one[0]:.2f}x / {b / one[1]:.2f}x of 1 row" if one else ""
+        parts.append(f"k={k}: {a:.1f} / {b:.1f} ms{rel}")
+    print(f"rows sweep {name} {isa} (onebit / llama.cpp, one forward): " + "; ".join(parts))
 print(f"read bandwidth probe ({threads} threads): best {max(probes):.1f} GB/s, "
       f"median {statistics.median(probes):.1f} over {len(probes)} runs")
 PY

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench and llama-quantize from the copy vendored in
+# Builds llama.cpp's llama-bench, llama-quantize, llama-batched-bench,
+# llama-server and libmtmd from the copy vendored in
 # the llama-cpp-python 0.3.36 sdist on PyPI (build 0c1e570, the one the
 # fixtures and the speed issue were measured with), outside the repository,
 # for the CPU this runs on:
-#   ~/.cache/onebit/llamacpp/build-<isa>/bin/{llama-bench,llama-quantize,libmtmd.so}
+#   ~/.cache/onebit/llamacpp/build-<isa>/bin/{llama-bench,llama-quantize,
+#       llama-batched-bench,llama-server,libmtmd.so}
+# (llama-batched-bench and llama-server for scripts/bench-vs-llamacpp.sh's
+# BATCH rows and scripts/bench-serve.sh; the server listens where it is told,
+# the scripts point it at loopback)
 #
 #   scripts/build-llamacpp.sh             build (or reuse) the build for this CPU
 #   scripts/build-llamacpp.sh --bin-dir   print that build's bin directory, build nothing
@@ -86,6 +91,6 @@ fi
 command -v cmake >/dev/null || pip install --quiet cmake
 real="$(readlink -f "$build" 2>/dev/null || echo "$build")"
 cmake -S src -B "$real" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF "${opts[@]}" \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >/dev/null
-cmake --build "$real" --target llama-bench llama-quantize mtmd -j "${JOBS:-2}"
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON >/dev/null
+cmake --build "$real" --target llama-bench llama-quantize mtmd llama-batched-bench llama-server -j "${JOBS:-2}"
 echo "$build/bin"
