@@ -295,13 +295,22 @@ def spec_nanbeige(hp):
     return keys, t + head(hp)
 
 
+def gemma4_kv_heads(hp):
+    """The KV head count of each layer: hp["n_head_kv"] on full layers, hp["n_head_kv_swa"] (when
+    given) on sliding ones."""
+    return [hp.get("n_head_kv_swa", hp["n_head_kv"]) if s else hp["n_head_kv"] for s in hp["sliding"]]
+
+
 def spec_gemma4(hp):
     """llama.cpp's gemma4 (src/models/gemma4.cpp): dense layers, or with hp["n_expert"] expert
-    layers (the dense MLP beside routed experts, the routing code of routing_code())."""
+    layers (the dense MLP beside routed experts, the routing code of routing_code()). With
+    hp["n_head_kv_swa"], attention.head_count_kv is a per-layer array (n_head_kv(il)); with
+    hp["k_eq_v"], the full layers with their own KV have no attn_v (V = K, HF's attention_k_eq_v)."""
     arch, u32, f32 = "gemma4", gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
-    e, nh, nkv, ff, L = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["n_ff"], hp["n_layer"]
+    e, nh, ff, L = hp["n_embd"], hp["n_head"], hp["n_ff"], hp["n_layer"]
     hd, hd_swa, pl = hp["head_dim"], hp["head_dim_swa"], hp["n_embd_per_layer"]
     swa = hp["sliding"]
+    kv_heads = gemma4_kv_heads(hp)
     moe = hp.get("n_expert")
     # With experts: no matrix writes the routing code's dims into the residual stream.
     rc = routing_code(hp) if moe else None
@@ -323,6 +332,9 @@ def spec_gemma4(hp):
         (f"{arch}.attention.shared_kv_layers", hp["shared_kv_layers"], u32),
         (f"{arch}.final_logit_softcapping", hp["final_softcap"], f32),
     ]
+    if "n_head_kv_swa" in hp:
+        keys = [(k, kv_heads, gguf.GGUFValueType.ARRAY) if k == f"{arch}.attention.head_count_kv" else (k, v, ty)
+                for k, v, ty in keys]
     # Proportional RoPE on full layers: the first n_rot/2 pairs rotate, the
     # rest get divisor 1e30 (no rotation), as conversion/gemma.py writes it.
     n_rot_pairs = hp["rot_pairs_full"]
@@ -336,10 +348,12 @@ def spec_gemma4(hp):
     kv_from = L - hp["shared_kv_layers"]
     for i in range(L):
         b = f"blk.{i}."
-        d = hd_swa if swa[i] else hd
+        d, nkv = (hd_swa if swa[i] else hd), kv_heads[i]
         t += [(b + "attn_norm.weight", norm(e)), (b + "attn_q.weight", w(nh * d, e))]
         if i < kv_from:
-            t += [(b + "attn_k.weight", w(nkv * d, e)), (b + "attn_v.weight", w(nkv * d, e))]
+            t.append((b + "attn_k.weight", w(nkv * d, e)))
+            if swa[i] or not hp.get("k_eq_v"):
+                t.append((b + "attn_v.weight", w(nkv * d, e)))
         # q/k norm weights ~0.4: with attention scale 1, unit-RMS q and k
         # would make every softmax one-hot (and the quantized runs chaotic).
         t += [(b + "attn_output.weight", out_w(e, nh * d)), (b + "attn_q_norm.weight", qk_norm(d))]
@@ -726,10 +740,13 @@ def reference_gemma4(path, hp, toks, gelu_table=False, switch=()):
     token the gap between the k-th and (k+1)-th router probability, and the chosen experts.
     gelu_table emulates ggml-cpu's fp16 GELU. `switch` names rules to revert (a mutant of
     the reference, to see how far a rule moves the logits): "no_expert_scale", "no_renorm",
-    "no_dense_branch", "no_post_norm_2", "router_on_ffn_input"."""
+    "no_dense_branch", "no_post_norm_2", "router_on_ffn_input"; for V from K (a layer without
+    attn_v) "v_from_normed_k" (V from K after its k norm) and "v_from_roped_k" (V from K after the
+    k norm and RoPE)."""
     T = {t.name: np.array(t.data, dtype=np.float64).reshape([int(x) for x in reversed(t.shape)])
          for t in gguf.GGUFReader(str(path)).tensors}
-    e, nh, nkv, eps, L, n = hp["n_embd"], hp["n_head"], hp["n_head_kv"], hp["eps"], hp["n_layer"], len(toks)
+    e, nh, eps, L, n = hp["n_embd"], hp["n_head"], hp["eps"], hp["n_layer"], len(toks)
+    kv_heads = gemma4_kv_heads(hp)
     pl, swa, win = hp["n_embd_per_layer"], hp["sliding"], hp["window"]
     g_ = lambda v: gelu(v, gelu_table)
     x0 = T["token_embd.weight"][toks] * math.sqrt(e)
@@ -761,11 +778,19 @@ def reference_gemma4(path, hp, toks, gelu_table=False, switch=()):
         h = rms(x, g("attn_norm.weight"), eps)
         q = rope(rms((h @ g("attn_q.weight").T).reshape(n, nh, d), g("attn_q_norm.weight"), eps), n_rot, base, fac)
         if i < kv_from:
-            k = rope(rms((h @ g("attn_k.weight").T).reshape(n, nkv, d), g("attn_k_norm.weight"), eps), n_rot, base, fac)
-            v = rms((h @ g("attn_v.weight").T).reshape(n, nkv, d), 1.0, eps)
+            nkv = kv_heads[i]
+            k_raw = (h @ g("attn_k.weight").T).reshape(n, nkv, d)
+            k_normed = rms(k_raw, g("attn_k_norm.weight"), eps)
+            k = rope(k_normed, n_rot, base, fac)
+            if f"blk.{i}.attn_v.weight" in T:
+                v_raw = (h @ g("attn_v.weight").T).reshape(n, nkv, d)
+            else:  # Vcur = Kcur: the K projection before its norm and RoPE
+                v_raw = k if "v_from_roped_k" in switch else k_normed if "v_from_normed_k" in switch else k_raw
+            v = rms(v_raw, 1.0, eps)
             cache[i] = (k, v)
         else:
             k, v = cache[kv_from - (2 if swa[i] else 1)]
+        nkv = k.shape[1]
         o = np.zeros((n, nh, d))
         p1, p0 = np.arange(n)[:, None], np.arange(n)[None, :]
         mask = (p0 <= p1) & ((p1 - p0 < win) if swa[i] else True)
@@ -828,9 +853,11 @@ def gemma4_check(out, hp, toks, f32_logits, dequant_path, dequant_logits):
     c["f32_fp16_gelu_table_max_abs_diff_rel_to_max_abs_logit"] = float(np.abs(base - f32_logits).max() / m)
     c["dequant_fp16_gelu_table_max_abs_diff_rel_to_max_abs_logit"] = float(
         np.abs(tab(dequant_path) - dequant_logits).max() / m)
+    switches = ("no_expert_scale", "no_renorm", "no_dense_branch", "no_post_norm_2", "router_on_ffn_input")
+    if hp.get("k_eq_v"):
+        switches += ("v_from_normed_k", "v_from_roped_k")
     c["reference_mutants_max_abs_diff_rel_to_max_abs_logit"] = {
-        sw: float(np.abs(tab(out / "f32.gguf", (sw,)) - base).max() / m)
-        for sw in ("no_expert_scale", "no_renorm", "no_dense_branch", "no_post_norm_2", "router_on_ffn_input")}
+        sw: float(np.abs(tab(out / "f32.gguf", (sw,)) - base).max() / m) for sw in switches}
     return c
 
 
@@ -897,6 +924,24 @@ GEMMA4_MOE_MODEL = dict(
 # dropping it moves the logits by 3e-5 M; here by 1.3e-2 M).
 ROUTER_GAIN_GEMMA4 = 32.0
 EXP_DOWN_GAIN_GEMMA4 = 0.003
+
+# Gemma-4-26B-A4B's attention rules on gemma4-moe's body: per-kind KV head counts (2 on sliding
+# layers, 1 on full ones: attention.head_count_kv [2, 2, 1, 2, 1, 2, 1]) and no attn_v on the full
+# layers (V = K before the k norm and RoPE: HF's attention_k_eq_v), with routed experts, shared KV
+# and no per-layer embeddings (as the real 26B-A4B; it has no shared KV, kept here to cover a
+# shared full layer reading a V-from-K cache).
+GEMMA4_A4B_MODEL = dict(
+    GEMMA4_MOE_MODEL,
+    layer_kinds="SSFSFSF (sliding_window_pattern), window 8",
+    shared_kv="layers 5 and 6 (the last shared_kv_layers = 2) have no K/V of their own: layer 5 (sliding) "
+              "reads layer 3's KV, layer 6 (full) layer 4's",
+    kv_heads="attention.head_count_kv per layer [2, 2, 1, 2, 1, 2, 1]: 2 KV heads of 16 on sliding layers, "
+             "1 of 32 on full layers (llama.cpp n_head_kv(il)); query head h reads KV head h // (4 / n_kv)",
+    values_from_keys="full layers with their own KV (2, 4) have no attn_v: V = rmsnorm(attn_k h) without weight, "
+                     "the K projection before the k norm and RoPE (Vcur = wv ? wv cur : Kcur)",
+    body="attn_norm -> attention -> post_attention_norm -> + (x = attn_out); FFN -> post_ffw_norm -> +; "
+         "then x layer_output_scale (no per-layer embeddings)",
+)
 
 FAMILIES = {
     "llama": dict(
@@ -1050,6 +1095,12 @@ FAMILIES = {
                 n_expert=8, n_expert_used=2, n_ff_exp=32, router_gain=ROUTER_GAIN_GEMMA4, code_scale=2.0,
                 exp_down_gain=EXP_DOWN_GAIN_GEMMA4),
         model=GEMMA4_MOE_MODEL),
+    "gemma4-a4b": dict(
+        spec=spec_gemma4, arch="gemma4", seed=1020, quant="Q8_0", check=gemma4_check,
+        hp=dict(GEMMA4_HP, n_head_kv=1, n_head_kv_swa=2, k_eq_v=True, n_embd_per_layer=0, n_expert=8,
+                n_expert_used=2, n_ff_exp=32, router_gain=ROUTER_GAIN_GEMMA4, code_scale=2.0,
+                exp_down_gain=EXP_DOWN_GAIN_GEMMA4),
+        model=GEMMA4_A4B_MODEL),
     "gpt-oss": dict(
         spec=spec_gpt_oss, arch="gpt-oss", seed=1017, quant="MXFP4_MOE",
         hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=32, n_layer=4, n_expert=8,

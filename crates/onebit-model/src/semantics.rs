@@ -356,8 +356,16 @@ pub struct Semantics {
     /// The sliding layers' own head sizes (k, v) (Gemma 4); None: those of
     /// `dims`, as for full layers.
     pub head_dims_sliding: Option<Sourced<(usize, usize)>>,
+    /// The sliding layers' own KV head count (Gemma 4's per-layer
+    /// `attention.head_count_kv`); None: `dims.n_head_kv`, as full layers.
+    pub kv_heads_sliding: Option<Sourced<usize>>,
     /// V normalised per head by an RMSNorm without a weight (Gemma 4).
     pub v_norm: Sourced<bool>,
+    /// Per layer: the layer has no V projection, its V is its raw K
+    /// projection (before the k norm and RoPE; then the v norm, when
+    /// declared). Gemma 4's `attention_k_eq_v`. False for layers that read
+    /// another layer's KV cache (the source layer's rule made that cache).
+    pub v_from_k: Sourced<Vec<bool>>,
     /// The layer whose KV cache each layer reads: itself, or (Gemma 4's
     /// shared-KV layers) an earlier layer of its kind; such a layer has no
     /// K/V projections of its own.
@@ -516,6 +524,22 @@ impl Semantics {
         }
     }
 
+    /// KV heads of the attention layers of `kind`.
+    pub fn kv_heads(&self, kind: LayerKind) -> usize {
+        match (&self.kv_heads_sliding, kind) {
+            (Some(h), LayerKind::Sliding) => h.value,
+            _ => self.dims.n_head_kv,
+        }
+    }
+
+    /// Widths (k, v) of one position's K and V rows in a layer of `kind`:
+    /// its KV heads times its head sizes.
+    pub fn kv_widths(&self, kind: LayerKind) -> (usize, usize) {
+        let (dk, dv) = self.head_dims(kind);
+        let h = self.kv_heads(kind);
+        (h * dk, h * dv)
+    }
+
     /// Sequence-state slots: one per layer per pass of the stack.
     pub fn n_slots(&self) -> usize {
         self.dims.n_layer * self.body.value.loops
@@ -628,6 +652,19 @@ impl Semantics {
                 "sliding head dims",
                 format!("{}/{} (k/v)", hd.value.0, hd.value.1),
                 &hd.source,
+            );
+        }
+        if let Some(h) = &self.kv_heads_sliding {
+            line("sliding KV heads", h.value.to_string(), &h.source);
+        }
+        let from_k: Vec<usize> = (0..self.v_from_k.value.len())
+            .filter(|&i| self.v_from_k.value[i])
+            .collect();
+        if !from_k.is_empty() {
+            line(
+                "values from keys",
+                format!("layers {from_k:?}: V = the raw K projection (before k norm and RoPE), no attn_v"),
+                &self.v_from_k.source,
             );
         }
         if self.v_norm.value {

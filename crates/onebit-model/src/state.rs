@@ -11,9 +11,9 @@ use crate::semantics::{LayerKind, Semantics};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct KvCache {
-    /// [positions][n_head_kv * head_dim_k]
+    /// [positions][kv heads x head_dim_k] (`Semantics::kv_widths` of the layer's kind)
     pub k: KvRows,
-    /// [positions][n_head_kv * head_dim_v]
+    /// [positions][kv heads x head_dim_v]
     pub v: KvRows,
 }
 
@@ -101,8 +101,8 @@ impl SeqState {
                     // shared-KV layers) keeps an empty, zero-width cache.
                     let layer = slot % kinds.len();
                     let own = sem.kv_source.value[layer] == layer;
-                    let (dk, dv) = if own { sem.head_dims(kind) } else { (0, 0) };
-                    LayerState::Attention(KvCache::new(kv, d.n_head_kv * dk, d.n_head_kv * dv))
+                    let (kw, vw) = if own { sem.kv_widths(kind) } else { (0, 0) };
+                    LayerState::Attention(KvCache::new(kv, kw, vw))
                 }
                 LayerKind::ShortConv => {
                     let l = sem.short_conv.as_ref().map_or(1, |s| s.value);

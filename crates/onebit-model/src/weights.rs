@@ -57,7 +57,8 @@ pub struct AttnWeights {
 
 pub struct KvWeights {
     pub wk: QMatrix,
-    pub wv: QMatrix,
+    /// None: V is the K projection (`Semantics::v_from_k`).
+    pub wv: Option<QMatrix>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
@@ -196,7 +197,8 @@ impl Weights {
                 Mixer::Attention(a) => {
                     m.push(&a.wq);
                     if let Some(kv) = &a.kv {
-                        m.extend([&kv.wk, &kv.wv]);
+                        m.push(&kv.wk);
+                        m.extend(kv.wv.iter());
                     }
                     m.push(&a.wo);
                 }
@@ -666,10 +668,10 @@ fn routed(l: &Loader, sem: &Semantics, m: &Moe, i: usize) -> Result<RoutedWeight
 fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
     let d = &sem.dims;
     let n = |s: &str| format!("blk.{i}.{s}");
-    let (dk, dv) = sem.head_dims(sem.layer_kinds.value[i]);
+    let kind = sem.layer_kinds.value[i];
+    let (dk, dv) = sem.head_dims(kind);
     let q_rows = d.n_head * dk * if sem.attn_output_gate.value { 2 } else { 1 };
-    let k_rows = d.n_head_kv * dk;
-    let v_rows = d.n_head_kv * dv;
+    let (k_rows, v_rows) = sem.kv_widths(kind);
     if sem.kv_source.value[i] != i {
         // Reads an earlier layer's KV cache: q and the output only.
         let q_norm = if sem.qk_norm.value != QkNorm::None {
@@ -687,16 +689,39 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
             kv: None,
         });
     }
+    let v_from_k = sem.v_from_k.value[i];
+    if v_from_k {
+        // V is the K projection: a V of its own would go unused.
+        for t in ["attn_qkv.weight", "attn_v.weight", "attn_v.bias"] {
+            if l.has(&n(t)) {
+                return Err(l.err(
+                    &n(t),
+                    format!(
+                        "is present, but this layer's V is declared to be its K projection ({})",
+                        sem.v_from_k.source
+                    ),
+                ));
+            }
+        }
+        if dk != dv {
+            return Err(l.err(
+                &n("attn_k.weight"),
+                format!("V from K needs equal k and v head sizes, found {dk} and {dv}"),
+            ));
+        }
+    }
     let (wq, wk, wv) = if l.has(&n("attn_qkv.weight")) {
         let mut p = l.split_matrix(&n("attn_qkv.weight"), &[q_rows, k_rows, v_rows], d.n_embd)?;
         let wv = p.pop().expect("three parts");
         let wk = p.pop().expect("three parts");
-        (p.pop().expect("three parts"), wk, wv)
+        (p.pop().expect("three parts"), wk, Some(wv))
     } else {
         (
             l.matrix(&n("attn_q.weight"), q_rows, d.n_embd)?,
             l.matrix(&n("attn_k.weight"), k_rows, d.n_embd)?,
-            l.matrix(&n("attn_v.weight"), v_rows, d.n_embd)?,
+            (!v_from_k)
+                .then(|| l.matrix(&n("attn_v.weight"), v_rows, d.n_embd))
+                .transpose()?,
         )
     };
     // A declared q/k norm without its tensors would silently run unnormalised.
@@ -738,7 +763,11 @@ fn attention(l: &Loader, sem: &Semantics, i: usize) -> Result<AttnWeights> {
             wk,
             wv,
             bk: bias("attn_k.bias", k_rows)?,
-            bv: bias("attn_v.bias", v_rows)?,
+            bv: if v_from_k {
+                None
+            } else {
+                bias("attn_v.bias", v_rows)?
+            },
             k_norm,
         }),
     })

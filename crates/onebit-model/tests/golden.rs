@@ -393,12 +393,14 @@ fn batched_prefill_equals_sequential_for_every_kv_type() {
 }
 
 /// Gemma 4's fixtures: `gemma4` (per-layer embeddings), `gemma4-nople`
-/// (none) and `gemma4-moe` (expert layers: the dense MLP beside 8 routed
-/// experts, top 2); all with shared-KV layers and a sequence longer than
+/// (none), `gemma4-moe` (expert layers: the dense MLP beside 8 routed
+/// experts, top 2) and `gemma4-a4b` (26B-A4B's attention on the expert
+/// layers: 2 KV heads on sliding layers, 1 on full ones, whose V is their
+/// K projection); all with shared-KV layers and a sequence longer than
 /// the sliding window. Bound 1e-3 * M (testdata/llamacpp/README.md):
 /// llama.cpp's GELU goes through an fp16 table, in the FFN gates and in
 /// the per-layer branch; we compute it in f32 (seen: 4.8e-4 M).
-const GEMMA4: &[&str] = &["gemma4", "gemma4-nople", "gemma4-moe"];
+const GEMMA4: &[&str] = &["gemma4", "gemma4-nople", "gemma4-moe", "gemma4-a4b"];
 
 #[test]
 fn gemma4_f32_and_dequantized_match_llamacpp_within_its_gelu_table() {
@@ -505,6 +507,21 @@ fn gemma4_with_experts_batched_equals_sequential() {
     check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Float, "tokens");
     check_batch_equals_sequential_kv(
         "gemma4-moe",
+        "Q8_0.gguf",
+        Precision::Quantized,
+        "tokens",
+        KvType::F16,
+    );
+}
+
+#[test]
+fn gemma4_a4b_batched_equals_sequential() {
+    check_batch_equals_sequential("gemma4-a4b", "f32.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-a4b", "Q8_0.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential("gemma4-a4b", "Q8_0.gguf", Precision::Float, "tokens");
+    // (A Q8_0 cache is refused on heads of 16: refusals.rs.)
+    check_batch_equals_sequential_kv(
+        "gemma4-a4b",
         "Q8_0.gguf",
         Precision::Quantized,
         "tokens",

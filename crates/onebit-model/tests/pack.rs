@@ -292,6 +292,61 @@ fn gemma4_import_refuses_rope_divisors_it_cannot_restate() {
     );
 }
 
+/// A Gemma 4 GGUF whose full layers (with their own KV) have no `attn_v`
+/// takes V from K there (llama.cpp); its pack states that as HF's
+/// `attention_k_eq_v` (with `num_global_key_value_heads`), reads back to
+/// the same rules and runs as the GGUF does (up to bf16 weights). V from
+/// K on one full layer only is no HF config: the import is refused by name.
+#[test]
+fn gemma4_v_from_k_imports_as_attention_k_eq_v_or_is_refused() {
+    use onebit_formats::gguf::writer::GgufWriter;
+    let fx = Fixture::new("gemma4");
+    let g = Gguf::open(fx.dir.join("f32.gguf")).unwrap();
+    let tmp = TempDir::new("pack-g4-keqv");
+    let edited = |drop: &[&str]| {
+        let mut w = GgufWriter::from_gguf(&g);
+        for t in drop {
+            w.remove_tensor(t);
+        }
+        tmp.file(&format!("v{}.gguf", drop.len()), &w.to_bytes())
+    };
+    // SSFSFSF, layers 5 and 6 share: the full layers with their own KV are 2 and 4.
+    let both = edited(&["blk.2.attn_v.weight", "blk.4.attn_v.weight"]);
+    let dir = tmp.path().join("pack");
+    import_to(&both, &dir);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["attention_k_eq_v"], true, "{config}");
+    assert_eq!(config["num_global_key_value_heads"], 2, "{config}");
+    let (gs, ps) = (
+        load::open(&both).unwrap().sem,
+        load::open(&dir).unwrap().sem,
+    );
+    assert_eq!(
+        gs.v_from_k.value,
+        [false, false, true, false, true, false, false]
+    );
+    assert_eq!(gs.v_from_k.value, ps.v_from_k.value);
+    let ids = fx.tokens("tokens");
+    let (a, b) = (logits(&both, &ids), logits(&dir, &ids));
+    let cos = min_cos(&a, &b, fx.n_vocab());
+    assert!(cos > 0.999, "min cosine {cos}");
+
+    let one = edited(&["blk.2.attn_v.weight"]);
+    let e = import::import(
+        &Gguf::open(&one).unwrap(),
+        import::ImportOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        e.contains("cannot state this GGUF's attention") && e.contains("layers [2]"),
+        "{e}"
+    );
+}
+
 /// A quantized fixture whose matrices are Q4_0 (qwen3) is repacked exactly
 /// as symmetric tiles and reads back as Q4_0 blocks.
 #[test]

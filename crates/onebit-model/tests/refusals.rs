@@ -192,13 +192,12 @@ fn gemma4_experts_and_a_shared_kv_source_of_another_kind_are_refused_by_name() {
     );
 }
 
-/// Two gemma4 rules llama.cpp's loader (`src/models/gemma4.cpp`) reads and
-/// onebit does not run yet are refused by name, not run approximately:
+/// A gemma4 rule llama.cpp's loader (`src/models/gemma4.cpp`) reads and
+/// onebit does not run yet is refused by name, not run approximately:
 /// per-layer FFN widths (`feed_forward_length` as an array: the real E2B
-/// doubles the MLP of its KV-shared layers) and a layer without `attn_v`
-/// (llama.cpp then takes V from K).
+/// doubles the MLP of its KV-shared layers).
 #[test]
-fn gemma4_per_layer_ffn_widths_and_v_from_k_are_refused_by_name() {
+fn gemma4_per_layer_ffn_widths_are_refused_by_name() {
     let widths: Vec<Value> = (0..7)
         .map(|i| Value::I32(if i >= 5 { 256 } else { 128 }))
         .collect();
@@ -210,12 +209,93 @@ fn gemma4_per_layer_ffn_widths_and_v_from_k_are_refused_by_name() {
         e.contains("gemma4.feed_forward_length") && e.contains("expected a non-negative integer"),
         "{e}"
     );
-    let e = load_variant("gemma4", |w| {
-        w.remove_tensor("blk.0.attn_v.weight");
+}
+
+/// Per-layer KV head counts (`gemma4.attention.head_count_kv` as an array,
+/// llama.cpp's `n_head_kv(il)`) run one count per layer kind: an array of
+/// the wrong length, two counts within one kind, or a count that does not
+/// divide the query heads is refused by the key's name.
+#[test]
+fn gemma4_per_layer_kv_head_counts_it_cannot_run_are_refused_by_name() {
+    // gemma4-a4b: SSFSFSF, [2, 2, 1, 2, 1, 2, 1].
+    let arr = |v: &[u32]| Value::Array(v.iter().map(|&x| Value::U32(x)).collect());
+    for (heads, what) in [
+        (&[2u32, 2, 1, 2, 1, 2][..], "has 6 entries for 7 layers"),
+        (
+            &[2, 1, 1, 2, 1, 2, 1][..],
+            "layer 1 declares 1 KV heads and layer 0",
+        ),
+        (
+            &[2, 2, 3, 2, 3, 2, 3][..],
+            "layer 2: 3 does not divide the head count 4",
+        ),
+        (
+            &[2, 2, 1, 2, 2, 2, 1][..],
+            "layer 4 declares 2 KV heads and layer 2",
+        ),
+    ] {
+        let e = load_variant("gemma4-a4b", |w| {
+            w.set_kv("gemma4.attention.head_count_kv", arr(heads));
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("gemma4.attention.head_count_kv") && e.contains(what),
+            "{heads:?}: {e}"
+        );
+    }
+    // Counts swapped between the kinds: the tensors' shapes disagree, by name.
+    let e = load_variant("gemma4-a4b", |w| {
+        w.set_kv(
+            "gemma4.attention.head_count_kv",
+            arr(&[1, 1, 2, 1, 2, 1, 2]),
+        );
     })
     .unwrap_err();
     assert!(
-        e.contains("blk.0.attn_v.weight") && e.contains("absent"),
+        e.contains("blk.0.attn_k.weight") && e.contains("expected [64, 16]"),
+        "{e}"
+    );
+}
+
+/// A layer without `attn_v` takes V from its K projection (llama.cpp's
+/// `Vcur = wv ? wv*cur : Kcur`): declared per layer from the tensors, and a
+/// V bias on such a layer is refused by the tensor's name.
+#[test]
+fn gemma4_v_from_k_is_declared_by_the_missing_attn_v_and_a_v_bias_is_refused() {
+    let open = |edit: &dyn Fn(&mut GgufWriter)| {
+        let g = Gguf::open(Fixture::new("gemma4").dir.join("f32.gguf")).unwrap();
+        let mut w = GgufWriter::from_gguf(&g);
+        edit(&mut w);
+        let dir = TempDir::new("v-from-k");
+        let p = dir.file("v.gguf", &w.to_bytes());
+        load::open(&p).map(|o| o.sem).map_err(|e| e.to_string())
+    };
+    let s = open(&|_| {}).unwrap();
+    assert!(!s.v_from_k.value.contains(&true));
+    let s = open(&|w| {
+        w.remove_tensor("blk.0.attn_v.weight");
+    })
+    .unwrap();
+    assert_eq!(
+        s.v_from_k.value,
+        [true, false, false, false, false, false, false]
+    );
+    let line = s.to_string();
+    assert!(
+        line.contains("values from keys: layers [0]") && line.contains("Vcur = wv"),
+        "{line}"
+    );
+    load_variant("gemma4", |w| {
+        w.remove_tensor("blk.0.attn_v.weight");
+    })
+    .unwrap();
+
+    let e = load_variant("gemma4-a4b", |w| {
+        w.set_tensor("blk.2.attn_v.bias", &[32], GgmlType::F32, vec![0; 32 * 4]);
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("blk.2.attn_v.bias") && e.contains("declared to be its K projection"),
         "{e}"
     );
 }

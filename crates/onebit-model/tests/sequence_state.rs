@@ -183,6 +183,33 @@ fn gemma4_shared_kv_layers_store_no_kv_of_their_own() {
     );
 }
 
+/// gemma4-a4b's caches hold each kind's KV heads (fixture README): 2 of 16
+/// on sliding layers, 1 of 32 on full ones (whose V is their K), so every
+/// row is 32 wide; layers 5 and 6 read layers 3 and 4's.
+#[test]
+fn gemma4_a4b_kv_caches_hold_each_kinds_kv_heads() {
+    let m = model("gemma4-a4b");
+    let mut st = m.new_state();
+    m.forward(&mut st, &[2, 17, 99], Logits::Last).unwrap();
+    let widths: Vec<(usize, usize, usize)> = st
+        .layers
+        .iter()
+        .map(|l| match l {
+            onebit_model::state::LayerState::Attention(c) => (c.k.width(), c.v.width(), c.v.rows()),
+            other => panic!("gemma4 layers are attention layers, found {other:?}"),
+        })
+        .collect();
+    let own = (32, 32, 3);
+    assert_eq!(
+        widths,
+        [own, own, own, own, own, (0, 0, 0), (0, 0, 0)],
+        "{widths:?}"
+    );
+    let sem = &m.sem;
+    assert_eq!(sem.kv_heads(onebit_model::semantics::LayerKind::Sliding), 2);
+    assert_eq!(sem.kv_heads(onebit_model::semantics::LayerKind::Full), 1);
+}
+
 /// `bytes_at(n)` (what a server budgets a full context with) is what a
 /// state holds after running `n` positions, in every family and KV type:
 /// the fixed recurrent states counted once, the attention rows per position.

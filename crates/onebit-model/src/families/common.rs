@@ -20,18 +20,29 @@ pub fn base(
     rope_style: Sourced<RopeStyle>,
     own_scaling: &[&str],
 ) -> Result<Semantics> {
+    base_kv(d, family, rope_style, own_scaling, None)
+}
+
+/// [`base`], for a family whose per-layer `attention.head_count_kv` may
+/// differ by layer kind (Gemma 4, llama.cpp's `n_head_kv(il)`): with
+/// `kinds`, the full layers' entries give `dims.n_head_kv` and the sliding
+/// layers' entries `kv_heads_sliding` (when they differ); the entries of
+/// one kind must agree. Without `kinds`, as [`base`]: the attention layers
+/// must all agree.
+pub fn base_kv(
+    d: &Decls,
+    family: &'static str,
+    rope_style: Sourced<RopeStyle>,
+    own_scaling: &[&str],
+    kinds: Option<&[LayerKind]>,
+) -> Result<Semantics> {
     let n_embd = d.positive(k::N_EMBD)?;
-    let n_layer = d.positive(k::N_LAYER)?;
-    // Per-layer tables are sized by this count before any tensor is looked
-    // at: a corrupt count of billions must be refused, not allocated.
-    if n_layer > MAX_LAYERS {
-        return Err(d.err(
-            k::N_LAYER,
-            format!("{n_layer} layers is more than the {MAX_LAYERS} onebit accepts: corrupt or not a model"),
-        ));
-    }
+    let n_layer = layer_count(d)?;
     let n_head = d.positive(k::N_HEAD)?;
-    let n_head_kv = head_count_kv(d, n_head, n_layer)?;
+    let (n_head_kv, kv_heads_sliding) = match kinds {
+        Some(kinds) => kv_heads_per_kind(d, n_head, kinds)?,
+        None => (head_count_kv(d, n_head, n_layer)?, None),
+    };
     let (head_dim_k, head_dim_src) = match d.usize_opt(k::HEAD_DIM_K)? {
         Some(v) if v > 0 => (v, d.src(k::HEAD_DIM_K)),
         _ if n_embd % n_head == 0 => (
@@ -172,7 +183,12 @@ pub fn base(
         attn_sinks: Sourced::new(None, format!("{family}: none")),
         attn_output_gate: Sourced::new(false, format!("{family}: none")),
         head_dims_sliding: None,
+        kv_heads_sliding,
         v_norm: Sourced::new(false, format!("{family}: none")),
+        v_from_k: Sourced::new(
+            vec![false; n_layer],
+            format!("{family}: V from each layer's own attn_v"),
+        ),
         kv_source: Sourced::new(
             (0..n_layer).collect(),
             format!("{family}: every layer its own KV"),
@@ -185,6 +201,97 @@ pub fn base(
         ),
         pooled_head: Sourced::new(Vec::new(), format!("{family}: none")),
         moe: None,
+    })
+}
+
+/// The declared layer count, at most [`MAX_LAYERS`]: per-layer tables are
+/// sized by it before any tensor is looked at, so a corrupt count of
+/// billions must be refused, not allocated.
+pub fn layer_count(d: &Decls) -> Result<usize> {
+    let n_layer = d.positive(k::N_LAYER)?;
+    if n_layer > MAX_LAYERS {
+        return Err(d.err(
+            k::N_LAYER,
+            format!("{n_layer} layers is more than the {MAX_LAYERS} onebit accepts: corrupt or not a model"),
+        ));
+    }
+    Ok(n_layer)
+}
+
+/// A KV head count that onebit can run: positive, a divisor of the query
+/// head count (each KV head serves n_head / n_kv query heads).
+fn checked_kv(d: &Decls, n_head: usize, v: usize, at: &str) -> Result<usize> {
+    let v = d.size_checked(k::N_HEAD_KV, v)?;
+    if v == 0 || !n_head.is_multiple_of(v) {
+        return Err(d.err(
+            k::N_HEAD_KV,
+            format!("{at}{v} does not divide the head count {n_head}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// The KV head counts per layer kind (full, sliding when it differs): one
+/// number for every layer, or an array with an entry per layer whose
+/// entries agree within each kind.
+fn kv_heads_per_kind(
+    d: &Decls,
+    n_head: usize,
+    kinds: &[LayerKind],
+) -> Result<(usize, Option<Sourced<usize>>)> {
+    let per_layer = match d.get(k::N_HEAD_KV) {
+        Some(serde_json::Value::Array(a)) => a,
+        None => return Ok((checked_kv(d, n_head, n_head, "")?, None)),
+        Some(_) => {
+            let v = checked_kv(d, n_head, d.usize(k::N_HEAD_KV)?, "")?;
+            return Ok((v, None));
+        }
+    };
+    if per_layer.len() != kinds.len() {
+        return Err(d.err(
+            k::N_HEAD_KV,
+            format!("has {} entries for {} layers", per_layer.len(), kinds.len()),
+        ));
+    }
+    // (count, first layer declaring it) for full and sliding layers.
+    let mut by_kind: [Option<(usize, usize)>; 2] = [None, None];
+    for (i, (v, &kind)) in per_layer.iter().zip(kinds).enumerate() {
+        let h = v.as_u64().ok_or_else(|| {
+            d.err(
+                k::N_HEAD_KV,
+                format!("entry {i} is {v}, expected a non-negative integer"),
+            )
+        })? as usize;
+        let h = checked_kv(d, n_head, h, &format!("layer {i}: "))?;
+        let slot = &mut by_kind[usize::from(kind == LayerKind::Sliding)];
+        match *slot {
+            None => *slot = Some((h, i)),
+            Some((h0, i0)) if h0 != h => {
+                return Err(d.err(
+                    k::N_HEAD_KV,
+                    format!(
+                        "layer {i} declares {h} KV heads and layer {i0}, of the same kind ({kind:?}), {h0}: onebit runs one count per layer kind"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let [full, sliding] = by_kind.map(|x| x.map(|(h, _)| h));
+    Ok(match (full, sliding) {
+        (Some(f), Some(s)) if s != f => (
+            f,
+            Some(Sourced::new(
+                s,
+                format!(
+                    "{} (per layer): the sliding layers' entries",
+                    d.src(k::N_HEAD_KV)
+                ),
+            )),
+        ),
+        (Some(f), _) => (f, None),
+        (None, Some(s)) => (s, None),
+        (None, None) => (n_head, None),
     })
 }
 

@@ -12,6 +12,12 @@
 //!   past the rotated ones get 1e30, i.e. no rotation). NEOX pairing.
 //! - Attention scale 1; q and k RMSNorm with a weight before RoPE, v RMSNorm
 //!   without one.
+//! - KV heads per layer kind: `attention.head_count_kv` as a per-layer array
+//!   (llama.cpp's `n_head_kv(il)`; 26B-A4B: 8 on sliding layers, 2 on full
+//!   ones), one count per kind.
+//! - A layer with its own KV and no `attn_v` takes V from its raw K
+//!   projection, before the k norm and RoPE (`Vcur = wv ? wv*cur : Kcur`;
+//!   26B-A4B's and 31B's full layers).
 //! - The last `attention.shared_kv_layers` layers have no K/V: a sliding one
 //!   reads the KV cache of layer n - shared - 2, a full one of layer
 //!   n - shared - 1 (llama.cpp's rule; each must be of the reader's kind).
@@ -32,18 +38,21 @@
 //! `rope_parameters` per layer kind (`rope_theta`, `rope_type` "default" or
 //! "proportional", `partial_rotary_factor`; HF's defaults when absent),
 //! `num_kv_shared_layers`, `hidden_size_per_layer_input`,
-//! `final_logit_softcapping`. It stores no `rope_freqs` tensor: proportional
-//! RoPE is restated as `rope_parameters`. Its embedding is pre-scaled by
-//! sqrt(hidden_size) as FastFlowLM stores Gemma's; the per-layer token table
-//! is kept as stored (scaled at run time, as in HF). HF config flags for what
-//! is not implemented (`enable_moe_block`, `use_double_wide_mlp`,
-//! `attention_k_eq_v`, a different `num_global_key_value_heads`) are refused
-//! by name.
+//! `final_logit_softcapping`, and `attention_k_eq_v` (every full layer's V
+//! from `k_proj`, with `num_global_key_value_heads` KV heads there;
+//! `num_key_value_heads` is the sliding layers'). It stores no `rope_freqs`
+//! tensor: proportional RoPE is restated as `rope_parameters`. Its embedding
+//! is pre-scaled by sqrt(hidden_size) as FastFlowLM stores Gemma's; the
+//! per-layer token table is kept as stored (scaled at run time, as in HF).
+//! HF config flags for what is not implemented (`enable_moe_block`,
+//! `use_double_wide_mlp`) are refused by name, and so is a
+//! `num_global_key_value_heads` that differs without `attention_k_eq_v`
+//! (HF ignores it then, llama.cpp's converter applies it).
 
 use onebit_formats::q4nx::Q4Kind;
 use serde_json::{json, Value as Json};
 
-use super::common::{base, kinds_from_flags, qk_norm};
+use super::common::{base_kv, kinds_from_flags, layer_count, qk_norm};
 use super::decls::{self as k, keys, ContainerKind, Decls, Key};
 use super::moe::MoeRule;
 use super::{Family, ImportRules, PackNames};
@@ -149,13 +158,16 @@ const OUTPUT_SCALE: &str = "layer_output_scale.weight";
 const GGUF_DEFAULT_SOFTCAP: f32 = 30.0;
 
 pub fn semantics(d: &Decls) -> Result<Semantics> {
-    let mut s = base(
+    // The layer kinds first: the KV head count may differ by kind.
+    let n_layer = layer_count(d)?;
+    let kinds = layer_kinds(d, n_layer)?;
+    let mut s = base_kv(
         d,
         "gemma4",
         Sourced::new(RopeStyle::Halves, "gemma4: neox (halves) RoPE"),
         &[],
+        Some(&kinds.value),
     )?;
-    let n_layer = s.dims.n_layer;
     let experts =
         d.usize_opt(EXPERT_COUNT)?.unwrap_or(0) > 0 || d.has_tensor("blk.0.ffn_gate_inp.weight");
     if experts && d.container == ContainerKind::Pack {
@@ -178,24 +190,9 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
             DOUBLE_WIDE_MLP,
             "per-layer FFN widths (doubled on KV-shared layers) are not implemented for gemma4",
         ),
-        (
-            K_EQ_V,
-            "values taken from the keys (no v_proj) are not implemented for gemma4",
-        ),
     ] {
         if d.bool_opt(key)? == Some(true) {
             return Err(d.err(key, what));
-        }
-    }
-    if let Some(g) = d.usize_opt(GLOBAL_KV_HEADS)? {
-        if g != s.dims.n_head_kv {
-            return Err(d.err(
-                GLOBAL_KV_HEADS,
-                format!(
-                    "{g} KV heads on full layers and {} on sliding ones: per-kind KV head counts are not implemented for gemma4",
-                    s.dims.n_head_kv
-                ),
-            ));
         }
     }
     // config.json's head_dim is the sliding layers'; the full layers' is
@@ -212,7 +209,7 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         .filter(|&w| w > 0)
         .ok_or_else(|| d.err(k::SLIDING_WINDOW, "is required (a positive window)"))?;
     s.sliding_window = Sourced::new(Some(window), d.src(k::SLIDING_WINDOW));
-    s.layer_kinds = layer_kinds(d, n_layer)?;
+    s.layer_kinds = kinds;
     let kinds = s.layer_kinds.value.clone();
 
     // Head sizes: full from the base keys, sliding from their own.
@@ -334,7 +331,100 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
     );
 
     s.kv_source = kv_source(d, &kinds)?;
+    values_from_keys(d, &mut s)?;
     Ok(s)
+}
+
+/// Which layers take V from K, and (config.json) the full layers' KV head
+/// count. GGUF, as llama.cpp reads it: a layer with its own KV and no
+/// `attn_v` (nor a fused `attn_qkv`) takes V from its raw K projection
+/// (`Vcur = wv ? wv*cur : Kcur`, before the k norm and RoPE; then the
+/// weightless v norm); the KV head counts per kind are
+/// `attention.head_count_kv`'s entries (`base_kv`). config.json, as HF reads
+/// it: `attention_k_eq_v` makes every full layer (with its own KV) take V
+/// from `k_proj`, and then, only then, `num_global_key_value_heads` is the
+/// full layers' KV head count. llama.cpp's converter writes that count for
+/// the full layers whether or not `attention_k_eq_v` is set, so a count
+/// that differs without it is read differently by the two and refused.
+fn values_from_keys(d: &Decls, s: &mut Semantics) -> Result<()> {
+    let kinds = s.layer_kinds.value.clone();
+    let own: Vec<bool> = (0..kinds.len())
+        .map(|i| s.kv_source.value[i] == i)
+        .collect();
+    match d.container {
+        ContainerKind::Gguf => {
+            let from_k: Vec<bool> = (0..kinds.len())
+                .map(|i| {
+                    let has = |t: &str| d.has_tensor(&format!("blk.{i}.{t}"));
+                    own[i] && !has("attn_v.weight") && !has("attn_qkv.weight")
+                })
+                .collect();
+            if from_k.contains(&true) {
+                s.v_from_k = Sourced::new(
+                    from_k,
+                    "gemma4: no blk.N.attn_v.weight on these layers; llama.cpp src/models/gemma4.cpp takes V = the K projection then (Vcur = wv ? wv*cur : Kcur)",
+                );
+            }
+        }
+        ContainerKind::Pack => {
+            let k_eq_v = d.bool_opt(K_EQ_V)?.unwrap_or(false);
+            let global = d.usize_opt(GLOBAL_KV_HEADS)?;
+            let sliding = s.kv_heads(LayerKind::Sliding);
+            if !k_eq_v {
+                if let Some(g) = global.filter(|&g| g != sliding) {
+                    return Err(d.err(
+                        GLOBAL_KV_HEADS,
+                        format!(
+                            "{g} (the full layers' KV heads) differs from {heads} {sliding} without {k_eq_v} true: HF applies it only with {k_eq_v}, llama.cpp's converter to the full layers regardless",
+                            heads = d.spelled(k::N_HEAD_KV),
+                            k_eq_v = d.spelled(K_EQ_V)
+                        ),
+                    ));
+                }
+                return Ok(());
+            }
+            let g = global.ok_or_else(|| {
+                d.err(
+                    GLOBAL_KV_HEADS,
+                    format!(
+                        "is required with {} true: HF's full layers take their KV head count from it",
+                        d.spelled(K_EQ_V)
+                    ),
+                )
+            })?;
+            let g = d.size_checked(GLOBAL_KV_HEADS, g)?;
+            if g == 0 || !s.dims.n_head.is_multiple_of(g) {
+                return Err(d.err(
+                    GLOBAL_KV_HEADS,
+                    format!("{g} does not divide the head count {}", s.dims.n_head),
+                ));
+            }
+            s.dims.n_head_kv = g;
+            s.kv_heads_sliding = (g != sliding && kinds.contains(&LayerKind::Sliding)).then(|| {
+                Sourced::new(
+                    sliding,
+                    format!(
+                        "{} (sliding layers; {} is the full layers')",
+                        d.src(k::N_HEAD_KV),
+                        d.src(GLOBAL_KV_HEADS)
+                    ),
+                )
+            });
+            s.v_from_k = Sourced::new(
+                kinds
+                    .iter()
+                    .zip(&own)
+                    .map(|(&k, &o)| o && k == LayerKind::Full)
+                    .collect(),
+                format!(
+                    "{}: HF's full layers take V from k_proj (use_alternative_attention), with {} KV heads",
+                    d.src(K_EQ_V),
+                    d.spelled(GLOBAL_KV_HEADS)
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Gemma 4's expert layers as llama.cpp's graph builds them (every layer
@@ -623,6 +713,19 @@ fn config_json(sem: &Semantics, c: &mut Json) {
         c["head_dim"] = json!(h.value.0);
     }
     c["global_head_dim"] = json!(sem.dims.head_dim_k);
+    // HF: num_key_value_heads is the sliding layers' count; the full
+    // layers' is num_global_key_value_heads, applied with attention_k_eq_v
+    // (V from K on every full layer). The importer reads this back and
+    // refuses a GGUF whose rules it does not restate.
+    c["num_key_value_heads"] = json!(sem.kv_heads(LayerKind::Sliding));
+    if sem.v_from_k.value.contains(&true) {
+        c["attention_k_eq_v"] = json!(true);
+    }
+    if sem.kv_heads(LayerKind::Full) != sem.kv_heads(LayerKind::Sliding)
+        || sem.v_from_k.value.contains(&true)
+    {
+        c["num_global_key_value_heads"] = json!(sem.kv_heads(LayerKind::Full));
+    }
     let src = &sem.kv_source.value;
     c["num_kv_shared_layers"] = json!(src.iter().enumerate().filter(|(i, s)| i != *s).count());
     c["hidden_size_per_layer_input"] = json!(sem.body.value.per_layer_input);

@@ -4,6 +4,8 @@
 //! Qwen3.5's sigmoid output gate where the semantics say), RoPE from the
 //! layer kind's table, each sequence's KV cache extended and attended (with
 //! per-head sinks where declared), the output projection (and its bias).
+//! KV heads and head sizes are those of the layer's kind; a layer without a
+//! V projection takes V from its raw K projection (`Semantics::v_from_k`).
 
 use onebit_kernels::attention::{attend_rows_sinks, AttnShape};
 use onebit_kernels::ops::rmsnorm_inplace;
@@ -15,7 +17,7 @@ use crate::error::Result;
 use crate::rows::{par_rows, sized};
 use crate::semantics::{LayerKind, Mask, QkNorm};
 use crate::state::LayerState;
-use crate::weights::AttnWeights;
+use crate::weights::{AttnWeights, KvWeights};
 
 impl TokenMixer for AttnWeights {
     fn mix(
@@ -49,23 +51,22 @@ impl TokenMixer for AttnWeights {
         // A layer without K/V of its own reads its source layer's cache,
         // which that layer extended earlier in this call.
         let kv = aw.kv.as_ref();
-        let kw = d.n_head_kv * dk;
-        let vw = d.n_head_kv * dv;
+        let (kw, vw) = sem.kv_widths(kind);
         match kv {
-            Some(kv) => {
+            Some(KvWeights {
+                wk, wv: Some(wv), ..
+            }) => {
                 let mut outs = [
                     sized(q_all, n * aw.wq.rows),
-                    sized(k, n * kv.wk.rows),
-                    sized(v, n * kv.wv.rows),
+                    sized(k, n * wk.rows),
+                    sized(v, n * wv.rows),
                 ];
-                matmul_many(
-                    run.pool,
-                    run.precision,
-                    &[&aw.wq, &kv.wk, &kv.wv],
-                    h,
-                    n,
-                    &mut outs,
-                );
+                matmul_many(run.pool, run.precision, &[&aw.wq, wk, wv], h, n, &mut outs);
+            }
+            // V from K (Semantics::v_from_k): filled from k below.
+            Some(KvWeights { wk, wv: None, .. }) => {
+                let mut outs = [sized(q_all, n * aw.wq.rows), sized(k, n * wk.rows)];
+                matmul_many(run.pool, run.precision, &[&aw.wq, wk], h, n, &mut outs);
             }
             None => {
                 matmul(
@@ -99,6 +100,10 @@ impl TokenMixer for AttnWeights {
         add_bias(q, aw.bq.as_deref());
         if let Some(kv) = kv {
             add_bias(k, kv.bk.as_deref());
+            if kv.wv.is_none() {
+                // The K projection as it is, before the k norm and RoPE.
+                sized(v, n * vw).copy_from_slice(&k[..n * kw]);
+            }
             add_bias(v, kv.bv.as_deref());
             if sem.v_norm.value {
                 let ones = vec![1f32; dv];
@@ -150,7 +155,7 @@ impl TokenMixer for AttnWeights {
 
         let shape = AttnShape {
             n_head: d.n_head,
-            n_head_kv: d.n_head_kv,
+            n_head_kv: sem.kv_heads(kind),
             head_dim_k: dk,
             head_dim_v: dv,
         };

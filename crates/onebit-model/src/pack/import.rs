@@ -33,8 +33,9 @@ use serde_json::{json, Value as Json};
 use super::layout::{self, PackLayout, Plain};
 use super::names;
 use crate::error::{ModelError, Result};
+use crate::families::decls::Decls;
 use crate::families::{self, ImportRules};
-use crate::semantics::{RopeScaling, Semantics};
+use crate::semantics::{LayerKind, RopeScaling, Semantics};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ImportOptions {
@@ -374,12 +375,65 @@ pub fn import(
         });
     }
     let config = config_json(g, &sem, rules)?;
+    check_restated(g, family, &sem, &config, &plan)?;
     Ok(Imported {
         tensors,
         config,
         sem,
         notes,
     })
+}
+
+/// The attention rules config.json states in HF's terms (KV heads per layer
+/// kind, V from K), read back from the written config.json and the planned
+/// tensors as a pack reader reads them, must be the GGUF's: a GGUF whose
+/// rules HF's config cannot state (Gemma 4: V from K on some full layers
+/// only, or full layers with their own KV head count but a V projection)
+/// is refused by name rather than written as another model.
+fn check_restated(
+    g: &Gguf,
+    family: &families::Family,
+    sem: &Semantics,
+    config: &Json,
+    plan: &[(String, String)],
+) -> Result<()> {
+    let dims = |name: &str| {
+        plan.iter()
+            .any(|(n, _)| n == name)
+            .then(|| g.tensor(name).map(|t| t.dims.clone()))
+            .flatten()
+    };
+    let text = super::config::text_root(config);
+    let d = Decls::config(&text, Path::new(super::CONFIG), family.arch, &dims);
+    let refuse = |what: String| ModelError::Unsupported {
+        path: g.path().to_path_buf(),
+        what: format!(
+            "the {} pack's config.json cannot state this GGUF's attention: {what}",
+            family.arch
+        ),
+    };
+    let back = (family.semantics)(&d).map_err(|e| refuse(e.to_string()))?;
+    let rules = |s: &Semantics| {
+        (
+            [LayerKind::Full, LayerKind::Sliding].map(|k| s.kv_heads(k)),
+            s.v_from_k.value.clone(),
+        )
+    };
+    if rules(sem) != rules(&back) {
+        let on = |s: &Semantics| {
+            let v = &s.v_from_k.value;
+            (0..v.len()).filter(|&i| v[i]).collect::<Vec<_>>()
+        };
+        return Err(refuse(format!(
+            "KV heads (full, sliding) {:?} with V from K on layers {:?} ({}) would read back as {:?} on layers {:?}",
+            rules(sem).0,
+            on(sem),
+            sem.v_from_k.source,
+            rules(&back).0,
+            on(&back)
+        )));
+    }
+    Ok(())
 }
 
 /// RoPE divisors in a tensor the family's packs do not store (Gemma 4's

@@ -499,13 +499,23 @@ fn gemma4_config_refusals_name_the_key() {
         ),
         (
             json!({"attention_k_eq_v": true}),
-            "attention_k_eq_v",
-            "values taken from the keys",
+            "num_global_key_value_heads",
+            "is required with attention_k_eq_v true",
         ),
         (
-            json!({"num_global_key_value_heads": 4}),
+            json!({"num_global_key_value_heads": 1}),
             "num_global_key_value_heads",
-            "per-kind KV head counts",
+            "without attention_k_eq_v true: HF applies it only with",
+        ),
+        (
+            json!({"attention_k_eq_v": true, "num_global_key_value_heads": 3}),
+            "num_global_key_value_heads",
+            "3 does not divide the head count 4",
+        ),
+        (
+            json!({"attention_k_eq_v": true, "num_global_key_value_heads": 0}),
+            "num_global_key_value_heads",
+            "0 does not divide",
         ),
         (
             full(json!({"rope_type": "yarn", "rope_theta": 1e6})),
@@ -533,8 +543,120 @@ fn gemma4_config_refusals_name_the_key() {
         let e = sem_with(gemma4(extra.clone()), &["output.weight"]).unwrap_err();
         assert!(e.contains(key) && e.contains(what), "{extra}: {e}");
     }
-    // Stated false, they are no obstacle.
-    sem(gemma4(
+    // Stated false, they are no obstacle; nor is a full layers' count
+    // equal to num_key_value_heads (HF and llama.cpp's converter agree).
+    let s = sem(gemma4(
         json!({"enable_moe_block": false, "use_double_wide_mlp": false, "attention_k_eq_v": false, "num_global_key_value_heads": 2}),
     ));
+    assert_eq!((s.kv_heads(LayerKind::Full), s.kv_heads_sliding), (2, None));
+    assert!(!s.v_from_k.value.contains(&true));
+}
+
+/// HF's `attention_k_eq_v` (Gemma-4-26B-A4B, 31B): every full layer with
+/// its own KV takes V from `k_proj` and has `num_global_key_value_heads`
+/// KV heads; sliding layers keep `num_key_value_heads` and their own
+/// `v_proj`. A full layer reading another layer's KV has no K of its own.
+#[test]
+fn gemma4_k_eq_v_takes_full_layers_v_from_k_with_the_global_kv_heads() {
+    let s = sem(gemma4(
+        json!({"attention_k_eq_v": true, "num_global_key_value_heads": 1}),
+    ));
+    assert_eq!(s.v_from_k.value, [false, false, false, true]);
+    assert_eq!(
+        (s.kv_heads(LayerKind::Full), s.kv_heads(LayerKind::Sliding)),
+        (1, 2)
+    );
+    assert_eq!(s.kv_widths(LayerKind::Full), (32, 32));
+    assert_eq!(s.kv_widths(LayerKind::Sliding), (32, 32));
+    let lines = s.to_string();
+    assert!(
+        lines.contains("values from keys: layers [3]")
+            && lines.contains("config.json attention_k_eq_v")
+            && lines.contains("sliding KV heads: 2  <- config.json num_key_value_heads"),
+        "{lines}"
+    );
+    // Shared KV: layer 3 (full) reads layer 1's cache, made from 1's K.
+    let s = sem(gemma4(json!({
+        "attention_k_eq_v": true, "num_global_key_value_heads": 1, "num_kv_shared_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    })));
+    assert_eq!(s.kv_source.value, [0, 1, 0, 1]);
+    assert_eq!(s.v_from_k.value, [false, true, false, false]);
+    // Equal counts: no per-kind line, V still from K.
+    let s = sem(gemma4(
+        json!({"attention_k_eq_v": true, "num_global_key_value_heads": 2}),
+    ));
+    assert_eq!(s.kv_heads_sliding, None);
+    assert_eq!(s.v_from_k.value, [false, false, false, true]);
+}
+
+/// Tensors of the 4-layer Gemma 4 of `gemma4()` (SSSF, sliding heads 2 x
+/// 16, full heads `full_kv` x 32), with or without `v_proj` on the full
+/// layer.
+fn gemma4_tensors(full_kv: u64, v_on_full: bool) -> Vec<(String, Vec<u64>)> {
+    let mut v = vec![
+        ("token_embd.weight".to_string(), vec![64, 100]),
+        ("output_norm.weight".into(), vec![64]),
+    ];
+    for i in 0..4 {
+        let full = i == 3;
+        let (d, kv) = if full { (32, full_kv) } else { (16, 2) };
+        let mut t = |s: &str, dims: Vec<u64>| v.push((format!("blk.{i}.{s}"), dims));
+        for n in [
+            "attn_norm",
+            "post_attention_norm",
+            "ffn_norm",
+            "post_ffw_norm",
+        ] {
+            t(&format!("{n}.weight"), vec![64]);
+        }
+        t("ffn_gate.weight", vec![64, 128]);
+        t("ffn_up.weight", vec![64, 128]);
+        t("ffn_down.weight", vec![128, 64]);
+        t("attn_q.weight", vec![64, 4 * d]);
+        t("attn_k.weight", vec![64, kv * d]);
+        if !full || v_on_full {
+            t("attn_v.weight", vec![64, kv * d]);
+        }
+        t("attn_output.weight", vec![4 * d, 64]);
+        t("attn_q_norm.weight", vec![d]);
+        t("attn_k_norm.weight", vec![d]);
+    }
+    v
+}
+
+#[test]
+fn gemma4_k_eq_v_pack_weights_load_without_v_proj_on_full_layers() {
+    let s = sem_with(
+        gemma4(json!({"attention_k_eq_v": true, "num_global_key_value_heads": 1})),
+        &[],
+    )
+    .unwrap();
+    let w = weights::load(&mem(&gemma4_tensors(1, false)), &s)
+        .map_err(|e| e.to_string())
+        .unwrap();
+    let kv = |i: usize| match &w.layers[i].mixer {
+        weights::Mixer::Attention(a) => a.kv.as_ref().unwrap(),
+        _ => unreachable!("gemma4 layers are attention layers"),
+    };
+    assert!(kv(3).wv.is_none() && kv(0).wv.is_some());
+    assert_eq!((kv(3).wk.rows, kv(0).wk.rows), (32, 32));
+    // A v_proj on a full layer would go unused: refused by its name.
+    let e = weights::load(&mem(&gemma4_tensors(1, true)), &s)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("blk.3.attn_v.weight") && e.contains("attention_k_eq_v"),
+        "{e}"
+    );
+    // The full layers' K has num_global_key_value_heads rows of heads.
+    let e = weights::load(&mem(&gemma4_tensors(2, false)), &s)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("blk.3.attn_k.weight") && e.contains("expected [64, 32]"),
+        "{e}"
+    );
 }
