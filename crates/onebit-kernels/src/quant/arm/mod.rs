@@ -65,7 +65,7 @@ pub struct Operands<'a> {
 pub type GemmFn = unsafe fn(&Operands, usize, usize, *mut f32, usize);
 
 /// The kernel for weight type `t` at level `isa`, if there is one (Q4_0,
-/// Q4_1, Q5_0, Q8_0, Q4_K, Q6_K and F32 at every aarch64 level).
+/// Q4_1, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K, Q6_K and F32 at every aarch64 level).
 pub fn gemm_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Neon => neon::gemm_fn(t),

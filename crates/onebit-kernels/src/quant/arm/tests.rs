@@ -95,7 +95,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
 #[test]
 fn k_quants_equal_the_scalar_reference() {
     let levels = levels("K-quants");
-    for t in [GgmlType::Q4K, GgmlType::Q6K] {
+    for t in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
         for cols in [256, 512, 1024] {
             for (nrows, ntok) in SHAPES {
                 let seed = cols as u64 + nrows as u64 * 10 + ntok as u64;
