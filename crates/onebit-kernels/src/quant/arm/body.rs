@@ -1,6 +1,8 @@
 //! The kernel bodies, written once over a level's integer dot product and
 //! instantiated by `neon.rs`, `dotprod.rs` and `i8mm.rs` with their
-//! `#[target_feature]` set.
+//! `#[target_feature]` set: the one-token kernels here, the few-row
+//! K-quant kernels in `rows.rs` ([`arm_rows!`], expanded into the same
+//! level module).
 //!
 //! Every function here is an `unsafe fn` with the level's target features:
 //! callers must run on a CPU with those features (the dispatcher checks them,
@@ -252,7 +254,8 @@ macro_rules! arm_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q4_K (K = 4), Q5_K (K = 5) · Q8_K, standard layout. Q5_K is Q4_K
+        // Q4_K (K = 4), Q5_K (K = 5) · Q8_K, standard layout: one token
+        // here; two or more run the few-row kernels (`rows.rs`). Q5_K is Q4_K
         // with the fifth bit of each code from its 32 qh bytes: bit s of
         // qh[l] belongs to element l of sub-block s.
 
@@ -264,6 +267,10 @@ macro_rules! arm_kernels {
             out: *mut f32,
             os: usize,
         ) {
+            if ntok >= 2 {
+                gemm_kq_rows::<K>(ops, nrows, ntok, out, os);
+                return;
+            }
             drive!(tile_q4_k, K; ops, 0..nrows, ntok, out, os);
         }
 
@@ -352,10 +359,15 @@ macro_rules! arm_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q6_K · Q8_K, standard layout.
+        // Q6_K · Q8_K, standard layout: one token here; two or more run the
+        // few-row kernels (`rows.rs`).
 
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q6_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            if ntok >= 2 {
+                gemm_kq_rows::<6>(ops, nrows, ntok, out, os);
+                return;
+            }
             drive!(tile_q6_k; ops, 0..nrows, ntok, out, os);
         }
 
@@ -466,5 +478,7 @@ macro_rules! arm_kernels {
                 *out.add((t0 + j) * os + r) = reduce8(&lanes);
             }
         }
+
+        arm_rows!($feat);
     };
 }

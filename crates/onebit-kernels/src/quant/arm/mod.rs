@@ -5,7 +5,14 @@
 //! |---|---|---|
 //! | `neon` | base Advanced SIMD (every aarch64 CPU) | `smull`/`smull2` into i16, `sadalp` into i32 |
 //! | `dotprod` | FEAT_DotProd | one `sdot` |
-//! | `i8mm` | FEAT_I8MM | `smmla`: 2 rows x 2 tokens at once (prefill tiles); other shapes as `dotprod` |
+//! | `i8mm` | FEAT_I8MM | `smmla`: 2 rows x 2 tokens at once (tiles of 2 rows x 2 or 4 tokens from 2 tokens on, every quantized type); one token and edges as `dotprod` |
+//!
+//! Shapes: one token (decode) runs one weight row times the token; two or
+//! more (a batched decode step, a speculative verify, prefill) run tiles
+//! that decode each weight block once for several tokens: blocks of 32 one
+//! row x 4 tokens (`body.rs`), K-quants 2 rows x 4 tokens (`rows.rs`), and at
+//! `i8mm` 2 rows x 4 tokens of `smmla` (`i8mm.rs`). Each row's result is
+//! the same bits whatever the tile.
 //!
 //! `sdot` and `smmla` are issued with inline assembly (their `core::arch`
 //! intrinsics are not stable in the Rust this crate builds with), inside
@@ -36,6 +43,8 @@ use onebit_formats::GgmlType;
 use super::Isa;
 
 pub(crate) mod act;
+#[macro_use]
+mod rows;
 #[macro_use]
 mod body;
 mod dotprod;
