@@ -165,6 +165,10 @@ macro_rules! arm_kernels {
             out: *mut f32,
             os: usize,
         ) {
+            if ntok >= 2 {
+                gemm_b32_rows::<K>(ops, nrows, ntok, out, os);
+                return;
+            }
             drive!(tile_b32, K; ops, 0..nrows, ntok, out, os);
         }
 

@@ -7,12 +7,12 @@
 //! | `dotprod` | FEAT_DotProd | one `sdot` |
 //! | `i8mm` | FEAT_I8MM | `smmla`: 2 rows x 2 tokens at once (tiles of 2 rows x 2 or 4 tokens from 2 tokens on, every quantized type); one token and edges as `dotprod` |
 //!
-//! Shapes: one token (decode) runs one weight row times the token; two or
-//! more (a batched decode step, a speculative verify, prefill) run tiles
-//! that decode each weight block once for several tokens: blocks of 32 one
-//! row x 4 tokens (`body.rs`), K-quants 2 rows x 4 tokens (`rows.rs`), and at
-//! `i8mm` 2 rows x 4 tokens of `smmla` (`i8mm.rs`). Each row's result is
-//! the same bits whatever the tile.
+//! Shapes: one token (decode) runs one weight row times the token
+//! (`body.rs`); two or more (a batched decode step, a speculative verify,
+//! prefill) run tiles of 2 rows x 4 tokens (`rows.rs`; the K-quants' `smmla`
+//! tiles in `i8mm.rs`) that decode each weight block once for the tile's
+//! tokens and load each activation vector once for both rows. Each row's
+//! result is the same bits whatever the tile.
 //!
 //! `sdot` and `smmla` are issued with inline assembly (their `core::arch`
 //! intrinsics are not stable in the Rust this crate builds with), inside

@@ -1,14 +1,45 @@
-//! The few-row K-quant kernels (Q4_K, Q5_K, Q6_K times 2 or more
-//! activation rows: a batched decode step, a speculative verify, prefill),
+//! The few-row kernels (every quantized type times 2 or more activation
+//! rows: a batched decode step, a speculative verify, prefill),
 //! instantiated per level inside [`arm_kernels!`]: a tile of 2 weight rows
-//! times up to 4 tokens decodes each weight sub-block once for all the
-//! tile's tokens, and loads each activation vector once for both rows, so
-//! the weights stream once per call and every decoded code serves 4
-//! tokens. Every output equals the scalar reference's bits: the super-
+//! times up to 4 tokens decodes each weight block (K-quants: sub-block)
+//! once for all the tile's tokens, and loads each activation vector once
+//! for both rows, so the weights stream once per call and every decoded
+//! code serves 4 tokens. Blocks of 32 get each block's four (row, token)
+//! sums from the level's `quad32` (`sdot` and pairwise adds, or `smmla` at
+//! i8mm); K-quants keep per-(row, token) integer sums over the super-block
+//! (the i8mm level's `smmla` K-quant tiles are in `i8mm.rs`). Every output equals the scalar reference's bits: the super-
 //! block's integer sums are exact (any order gives the same i32), and its
 //! float formula runs per (row, token) lane in the reference's order,
 //! unfused; so each row equals that row computed alone. The `i8mm` level's
 //! `smmla` tiles (`i8mm.rs`) decode through [`kq_codes`] too.
+
+/// The `quad32` primitive of the levels without `smmla` (neon, dotprod),
+/// over their `dot`: each (row, token) sum of 32 products in four lanes,
+/// then two pairwise adds put the four totals in lanes 2 * row + token.
+macro_rules! arm_quad_by_dot {
+    ($feat:literal) => {
+        /// The four sums over 32 elements of 2 weight rows (`w0`, `w1`:
+        /// elements 0..16, 16..32) times 2 tokens (`y0`, `y1`), lane 2 * row
+        /// + token, exact.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn quad32(
+            w0: (int8x16_t, int8x16_t),
+            w1: (int8x16_t, int8x16_t),
+            y0: (int8x16_t, int8x16_t),
+            y1: (int8x16_t, int8x16_t),
+        ) -> int32x4_t {
+            let zero = vdupq_n_s32(0);
+            let p = |w: (int8x16_t, int8x16_t), y: (int8x16_t, int8x16_t)| {
+                dot(dot(zero, w.0, y.0), w.1, y.1)
+            };
+            vpaddq_s32(
+                vpaddq_s32(p(w0, y0), p(w0, y1)),
+                vpaddq_s32(p(w1, y0), p(w1, y1)),
+            )
+        }
+    };
+}
 
 macro_rules! arm_rows {
     ($feat:literal) => {
@@ -118,6 +149,118 @@ macro_rules! arm_rows {
                 (f16_at(b, 0), f16_at(b, 2))
             }
         }
+
+        // -------------------------------------------------------------------
+        // Blocks of 32 (Q4_0, Q4_1, Q5_0, Q8_0, MXFP4), 2 rows x 4 (then 2)
+        // tokens: the level's `quad32` gives a block's four (row, token)
+        // sums in one vector (sdot and pairwise adds, or four `smmla`).
+
+        /// Two tokens or more: rows in pairs, tokens in tiles of 4, then 2
+        /// ([`tile_b32_quads`]); a token left over runs `tile_b32` for each
+        /// row of the pair, a row left over `tile_b32` (1 row x 4 tokens).
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn gemm_b32_rows<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let mut r = 0;
+            while r + 2 <= nrows {
+                let mut t = 0;
+                while t + 4 <= ntok {
+                    tile_b32_quads::<K, 2>(ops, r, t, out, os);
+                    t += 4;
+                }
+                while t + 2 <= ntok {
+                    tile_b32_quads::<K, 1>(ops, r, t, out, os);
+                    t += 2;
+                }
+                if t < ntok {
+                    tile_b32::<K, 1>(ops, r, t, out, os);
+                    tile_b32::<K, 1>(ops, r + 1, t, out, os);
+                }
+                r += 2;
+            }
+            if r < nrows {
+                drive!(tile_b32, K; ops, r..nrows, ntok, out, os);
+            }
+        }
+
+        /// Rows r, r + 1 times tokens t0..t0 + 2P (P token pairs). Per block, the
+        /// two rows' codes decoded once; per token pair, the four (row, token)
+        /// integer sums in one vector ([`quad32`], lane q = 2 * row + token), their float terms
+        /// (dx * dy) * sumi [+ m * s] lane-wise, added into accumulator b % 8: lane
+        /// q of accumulator k is lane k of that pair's scalar reference. MXFP4 (K =
+        /// 4): dx is the block's 2^(e - 128), and dy * dx is dx * dy.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        pub(super) unsafe fn tile_b32_quads<const K: u8, const P: usize>(
+            ops: &Operands,
+            r: usize,
+            t0: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            let nb = ops.cols / 32;
+            let (wbb, abb, aq) = b32_sizes(K);
+            let wp = [
+                ops.w.as_ptr().add(r * ops.wrb),
+                ops.w.as_ptr().add((r + 1) * ops.wrb),
+            ];
+            let ap: [[*const u8; 2]; P] = core::array::from_fn(|p| {
+                [
+                    ops.a.as_ptr().add((t0 + 2 * p) * ops.arb),
+                    ops.a.as_ptr().add((t0 + 2 * p + 1) * ops.arb),
+                ]
+            });
+            let mut facc = [[vdupq_n_f32(0.0); 8]; P];
+            let f = |p: *const u8, at: usize| f16_at(core::slice::from_raw_parts(p, at + 2), at);
+            let v4 = |a: f32, b: f32, c: f32, d: f32| vld1q_f32([a, b, c, d].as_ptr());
+            let ld = |p: *const u8| vld1q_s8(p as *const i8);
+            for b in 0..nb {
+                let (bx0, bx1) = (wp[0].add(b * wbb), wp[1].add(b * wbb));
+                let (w0, w1) = (codes::<K>(bx0), codes::<K>(bx1));
+                let (dx0, dx1) = if K == 4 {
+                    (e8m0_half(*bx0), e8m0_half(*bx1))
+                } else {
+                    (f(bx0, 0), f(bx1, 0))
+                };
+                let dx = v4(dx0, dx0, dx1, dx1);
+                for p in 0..P {
+                    let (by0, by1) = (ap[p][0].add(b * abb), ap[p][1].add(b * abb));
+                    let y0 = (ld(by0.add(aq)), ld(by0.add(aq + 16)));
+                    let y1 = (ld(by1.add(aq)), ld(by1.add(aq + 16)));
+                    let s = quad32(w0, w1, y0, y1);
+                    let (dy0, dy1) = (f(by0, 0), f(by1, 0));
+                    let mut term = vmulq_f32(vmulq_f32(dx, v4(dy0, dy1, dy0, dy1)), vcvtq_f32_s32(s));
+                    if K == 1 {
+                        let (m0, m1, s0, s1) = (f(bx0, 2), f(bx1, 2), f(by0, 2), f(by1, 2));
+                        term = vaddq_f32(term, vmulq_f32(v4(m0, m0, m1, m1), v4(s0, s1, s0, s1)));
+                    }
+                    facc[p][b % 8] = vaddq_f32(facc[p][b % 8], term);
+                }
+            }
+            for (p, fp) in facc.iter().enumerate() {
+                // lanes[q][k]: lane q of accumulator k, pair q's reference lane k.
+                let mut lanes = [[0f32; 8]; 4];
+                for (k, v) in fp.iter().enumerate() {
+                    let mut l4 = [0f32; 4];
+                    vst1q_f32(l4.as_mut_ptr(), *v);
+                    for (q, x) in l4.into_iter().enumerate() {
+                        lanes[q][k] = x;
+                    }
+                }
+                for (q, lanes) in lanes.iter().enumerate() {
+                    *out.add((t0 + 2 * p + q % 2) * os + r + q / 2) = reduce8(lanes);
+                }
+            }
+        }
+
+
+        // -------------------------------------------------------------------
+        // K-quants, 2 rows x 4 (then 2, 1) tokens.
 
         /// Rows in pairs, tokens in tiles of 4, then 2, then 1 (each pair
         /// or lone row decodes a sub-block once per tile); a row left over
