@@ -341,6 +341,53 @@ MUTANTS += [
 ]
 
 
+# Q5_K kernels (x86, every level against the scalar reference in quant/x86/tests.rs and
+# matmul's batch-width tests); run: scripts/mutants.py q5k. The aarch64 ones are checked
+# under qemu by hand (scripts/test-arm.sh runs the same tests there).
+KQ = "crates/onebit-kernels/src/quant/x86/k_quants.rs"
+WK = "crates/onebit-kernels/src/quant/x86/wide_k.rs"
+KERNEL_TESTS = ["-p", "onebit-kernels", "--lib", "--", "quant::", "matmul::"]
+MUTANTS += [
+    ("q5k: fifth bit's mask shifted (interleaved one-token and few-row kernel)", KQ,
+     "let qh = ld(bx.add(128 + 32 * k));\n                            let b = 1i8 << (2 * cc);",
+     "let qh = ld(bx.add(128 + 32 * k));\n                            let b = 1i8 << (2 * cc + 1);", KERNEL_TESTS),
+    ("q5k: fifth bit's mask shifted (standard rows past the last group)", KQ,
+     "let b = 1i8 << (2 * c);", "let b = 1i8 << ((2 * c + 1) % 8);", KERNEL_TESTS),
+    ("q5k: fifth bit's mask shifted (wide kernel's interleaved expansion)", WK,
+     "let qh = ld(gp.add(32 + 32 * (3 + k)));\n                            let b = 1i8 << (2 * c);",
+     "let qh = ld(gp.add(32 + 32 * (3 + k)));\n                            let b = 1i8 << ((2 * c + 1) % 8);", KERNEL_TESTS),
+    ("q5k: a row's scales taken from its neighbour (interleaved kernel)", KQ,
+     "let a = ld(bx.add(32));",
+     "let a = if K == 5 { _mm256_permutevar8x32_epi32(ld(bx.add(32)), _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0)) } else { ld(bx.add(32)) };",
+     KERNEL_TESTS),
+    ("q5k: the last tail row skipped", KQ,
+     "tile_q4_k::<1, 1, K>(ops, r, t, out, os);",
+     "if K != 5 || r + 1 < nrows { tile_q4_k::<1, 1, K>(ops, r, t, out, os); }", KERNEL_TESTS),
+    ("q5k: float terms reordered ((acc + d * isum) - dmin * summ)", KQ,
+     """                    let term = _mm256_sub_ps(
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t])),
+                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ[t])),
+                    );
+                    acc[t] = _mm256_add_ps(acc[t], term);""",
+     """                    let term = _mm256_sub_ps(
+                        _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t])),
+                        _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ[t])),
+                    );
+                    acc[t] = if K == 5 {
+                        _mm256_sub_ps(
+                            _mm256_add_ps(acc[t], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t]))),
+                            _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ[t])),
+                        )
+                    } else {
+                        _mm256_add_ps(acc[t], term)
+                    };""", KERNEL_TESTS),
+    ("q5k: AVX2 sums 8 code vectors in i16 (overflows; interleaved kernel)", KQ,
+     "let run16 = if K == 5 { 4 } else { 8 };", "let run16 = 8;", KERNEL_TESTS),
+    ("q5k: AVX2 sums 8 code vectors in i16 (overflows; wide kernel)", WK,
+     "                            5 => 4,\n", "                            5 => 8,\n", KERNEL_TESTS),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0

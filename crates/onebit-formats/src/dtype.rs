@@ -43,6 +43,44 @@ const TABLE: &[(GgmlType, u32, &str, usize, usize)] = &[
     (GgmlType::MXFP4, 39, "MXFP4", 32, 17),
 ];
 
+/// The ggml type ids onebit does not read, with ggml's names for them
+/// (`enum ggml_type` in ggml/include/ggml.h of the llama.cpp the fixtures
+/// are built from, the name after `GGML_TYPE_`; ids ggml removed keep their
+/// old names), so a file holding one is refused by name: the i-quants
+/// (IQ1_S..IQ4_XS), the ternary and plain integer types, NVFP4.
+pub const UNREAD_TYPES: [(u32, &str); 25] = [
+    (4, "Q4_2"),
+    (5, "Q4_3"),
+    (16, "IQ2_XXS"),
+    (17, "IQ2_XS"),
+    (18, "IQ3_XXS"),
+    (19, "IQ1_S"),
+    (20, "IQ4_NL"),
+    (21, "IQ3_S"),
+    (22, "IQ2_S"),
+    (23, "IQ4_XS"),
+    (24, "I8"),
+    (25, "I16"),
+    (26, "I32"),
+    (27, "I64"),
+    (28, "F64"),
+    (29, "IQ1_M"),
+    (31, "Q4_0_4_4"),
+    (32, "Q4_0_4_8"),
+    (33, "Q4_0_8_8"),
+    (34, "TQ1_0"),
+    (35, "TQ2_0"),
+    (36, "IQ4_NL_4_4"),
+    (37, "IQ4_NL_4_8"),
+    (38, "IQ4_NL_8_8"),
+    (40, "NVFP4"),
+];
+
+/// ggml's name for a type id onebit does not read (see [`UNREAD_TYPES`]).
+pub fn unread_type_name(id: u32) -> Option<&'static str> {
+    UNREAD_TYPES.iter().find(|r| r.0 == id).map(|r| r.1)
+}
+
 impl GgmlType {
     fn row(self) -> &'static (GgmlType, u32, &'static str, usize, usize) {
         TABLE
@@ -114,6 +152,21 @@ mod tests {
         assert_eq!(GgmlType::Q8K.block_bytes(), 4 + 256 + 32);
         // MXFP4: one E8M0 exponent byte + 32 nibbles.
         assert_eq!(GgmlType::MXFP4.block_bytes(), 1 + 16);
+    }
+
+    #[test]
+    fn unread_types_are_named_as_ggml_h_and_never_collide_with_read_ones() {
+        // Spot values of ggml.h's enum ggml_type.
+        assert_eq!(unread_type_name(16), Some("IQ2_XXS"));
+        assert_eq!(unread_type_name(23), Some("IQ4_XS"));
+        assert_eq!(unread_type_name(29), Some("IQ1_M"));
+        assert_eq!(unread_type_name(20), Some("IQ4_NL"));
+        assert_eq!(unread_type_name(13), None);
+        assert!(UNREAD_TYPES.windows(2).all(|w| w[0].0 < w[1].0));
+        for (id, name) in UNREAD_TYPES {
+            assert!(GgmlType::from_id(id).is_none(), "{name} ({id}) is read");
+            assert!(GgmlType::from_name(name).is_none(), "{name}");
+        }
     }
 
     #[test]

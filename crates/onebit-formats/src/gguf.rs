@@ -260,9 +260,14 @@ impl Gguf {
             let type_id = c.u32("the type")?;
             let offset = c.u64("the offset")?;
             let dtype = GgmlType::from_id(type_id).ok_or_else(|| {
-                tensor_err(format!(
-                    "has ggml type id {type_id}, which onebit cannot read"
-                ))
+                tensor_err(match crate::dtype::unread_type_name(type_id) {
+                    Some(name) => format!(
+                        "has ggml type {name} (id {type_id}), which onebit cannot read \
+                         (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, \
+                         Q2_K..Q6_K and MXFP4)"
+                    ),
+                    None => format!("has ggml type id {type_id}, which onebit cannot read"),
+                })
             })?;
             if dims.contains(&0) {
                 return Err(tensor_err(format!("has a zero dimension {dims:?}")));

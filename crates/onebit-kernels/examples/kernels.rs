@@ -46,6 +46,8 @@ fn main() {
         (GgmlType::Q5_0, 196608, 3072, "Q5_0 1.3 GB (DRAM)"),
         (GgmlType::Q4K, 196608, 3072, "Q4_K 1.1 GB (DRAM)"),
         (GgmlType::Q6K, 128256, 3072, "Llama3B output"),
+        (GgmlType::Q5K, 768, 2048, "Qwen3-30B-A3B expert gate (Q5_K)"),
+        (GgmlType::Q5K, 2048, 768, "Qwen3-30B-A3B expert down (Q5_K)"),
     ];
     let tokens: Vec<usize> = args.get(3).map_or(vec![1, 64, 512], |s| {
         s.split(',').map(|t| t.parse().unwrap()).collect()

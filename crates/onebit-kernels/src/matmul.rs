@@ -19,7 +19,7 @@
 //! loaded activation block several rows.
 //!
 //! Weights of the types the SIMD kernels repack (Q4_1, Q8_0 per row; Q4_0,
-//! Q5_0, Q4_K, Q6_K by groups of 8 rows, Q4_0's and Q5_0's rows past the
+//! Q5_0, Q4_K, Q5_K, Q6_K by groups of 8 rows, Q4_0's and Q5_0's rows past the
 //! last group per row, so work chunks start on a multiple of 8 rows) are
 //! repacked on first use (or by [`QMatrix::prepare_all`], a model's matrices
 //! side by side in one huge-page mapping, see `arena`), dropping the
@@ -774,7 +774,7 @@ mod tests {
             .collect();
         // Finite scales (random bytes could make an f16 NaN).
         let scales: &[usize] = match t {
-            GgmlType::Q4K | GgmlType::Q4_1 => &[0, 2],
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q4_1 => &[0, 2],
             GgmlType::Q6K => &[208],
             _ => &[0],
         };
@@ -830,6 +830,7 @@ mod tests {
             matrix(GgmlType::Q6K, 19, cols, 24),
             matrix(GgmlType::Q8_0, 19, cols, 25),
             matrix(GgmlType::Q4_1, 19, cols, 26),
+            matrix(GgmlType::Q5K, 19, cols, 27),
         ];
         for n in (1..=17).chain([24]) {
             many_and_single_agree_at(&pool, cols, &ws, n);

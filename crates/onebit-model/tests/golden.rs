@@ -542,3 +542,53 @@ fn gemma4_without_per_layer_embeddings_batched_equals_sequential() {
         KvType::F16,
     );
 }
+
+/// qwen3moe as people download it (`qwen3moe-q5k`: llama-quantize Q5_K_M,
+/// so every expert's gate and up are Q5_K, attn_output and token_embd
+/// Q5_K too): f32 and the dequantized weights within 1e-4 * M, quantized
+/// activations within the quantized tolerances, and batched prefill (the
+/// wide Q5_K kernels from 16 tokens on) equal to one token at a time (the
+/// one-token kernels), bit for bit.
+#[test]
+fn qwen3moe_q5_k_m_matches_llamacpp_and_batched_equals_sequential() {
+    let fam = "qwen3moe-q5k";
+    let fx = Fixture::new(fam);
+    let q = fx.quant();
+    assert_eq!(q, "Q5_K_M");
+    let tensors = fx.meta["files"][format!("{q}.gguf")]["tensors"]
+        .as_array()
+        .expect("meta.json lists the quantized file's tensors");
+    let type_of = |name: &str| {
+        tensors
+            .iter()
+            .find(|t| t["name"] == name)
+            .and_then(|t| t["type"].as_str())
+            .unwrap_or_else(|| panic!("{fam}: no tensor {name} in meta.json"))
+            .to_string()
+    };
+    for l in 0..2 {
+        for m in ["gate", "up"] {
+            assert_eq!(type_of(&format!("blk.{l}.ffn_{m}_exps.weight")), "Q5_K");
+        }
+    }
+    check_close(
+        fam,
+        "tokens",
+        "f32.gguf",
+        Precision::Quantized,
+        "f32.logits.bin",
+        "f32",
+        1e-4,
+    );
+    check_close(
+        fam,
+        "tokens",
+        &format!("{q}.gguf"),
+        Precision::Float,
+        &format!("{q}.dequant.logits.bin"),
+        &q,
+        1e-4,
+    );
+    check_quantized(fam, "tokens");
+    check_batch_equals_sequential(fam, &format!("{q}.gguf"), Precision::Quantized, "tokens");
+}

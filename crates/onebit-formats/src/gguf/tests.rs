@@ -177,6 +177,36 @@ fn refuses_unknown_dtype_and_version_and_magic() {
         .contains("not a GGUF file"));
 }
 
+/// Every ggml type onebit does not read (the i-quants IQ1_S..IQ4_XS that
+/// MoE files carry, the ternary and integer types) is refused when the
+/// file is opened, naming the file, the tensor and the type, never a panic.
+#[test]
+fn refuses_every_unread_type_by_name() {
+    for (id, name) in crate::dtype::UNREAD_TYPES {
+        let mut w = GgufWriter::new();
+        w.tensor(
+            "blk.0.ffn_down_exps.weight",
+            &[256],
+            GgmlType::Q4_0,
+            vec![0; 144],
+        );
+        let mut bytes = w.to_bytes();
+        // The type id follows the name (8 + 26), n_dims (4) and dims (8).
+        let pos = 24 + 8 + 26 + 4 + 8;
+        assert_eq!(bytes[pos..pos + 4], GgmlType::Q4_0.id().to_le_bytes());
+        bytes[pos..pos + 4].copy_from_slice(&id.to_le_bytes());
+        let (_d, p) = write_tmp(&bytes);
+        let e = Gguf::open(&p).err().unwrap().to_string();
+        let file = p.display().to_string();
+        assert!(
+            e.contains(&file)
+                && e.contains("`blk.0.ffn_down_exps.weight`")
+                && e.contains(&format!("ggml type {name} (id {id})")),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn refuses_row_not_multiple_of_block() {
     let mut w = GgufWriter::new();

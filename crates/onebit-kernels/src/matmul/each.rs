@@ -184,8 +184,10 @@ mod tests {
             matrix(GgmlType::Q4K, 24, cols, 13),
             matrix(GgmlType::Q8_0, 17, cols, 14),
             matrix(GgmlType::Q6K, 9, cols, 15),
+            // Q5_K, as the experts of Q4_K_M / Q5_K_M MoE files carry it.
+            matrix(GgmlType::Q5K, 19, cols, 16),
         ];
-        let xs: Vec<Vec<f32>> = [1usize, 3, 9, 2]
+        let xs: Vec<Vec<f32>> = [1usize, 3, 9, 2, 20]
             .iter()
             .enumerate()
             .map(|(s, &n)| {
@@ -194,12 +196,24 @@ mod tests {
                     .collect()
             })
             .collect();
-        let n_toks = [1usize, 3, 9, 2];
+        let n_toks = [1usize, 3, 9, 2, 20];
         // (matrix, input): gate/up pairs sharing an input, a K-quant alone,
         // then the same input read by types of different encodings.
-        let plans: [&[(usize, usize)]; 2] = [
+        let plans: [&[(usize, usize)]; 3] = [
             &[(0, 0), (1, 0), (0, 1), (1, 1), (2, 2), (3, 2), (4, 3)],
             &[(0, 0), (2, 0), (3, 1)],
+            // Q5_K experts: one token, a few (the few-row kernel) and 20
+            // (the wide kernel), beside Q4_K and Q6_K on the same input.
+            &[
+                (5, 0),
+                (5, 1),
+                (5, 2),
+                (2, 2),
+                (4, 2),
+                (5, 3),
+                (5, 4),
+                (2, 4),
+            ],
         ];
         for plan in plans {
             let inputs: Vec<Input> = xs

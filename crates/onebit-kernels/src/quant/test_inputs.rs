@@ -27,7 +27,7 @@ impl Rng {
 pub(crate) fn f16_fields(t: GgmlType) -> &'static [usize] {
     match t {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 | GgmlType::Q4K => &[0, 2],
+        GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
         _ => &[],
     }

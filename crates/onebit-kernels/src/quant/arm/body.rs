@@ -1,6 +1,8 @@
 //! The kernel bodies, written once over a level's integer dot product and
 //! instantiated by `neon.rs`, `dotprod.rs` and `i8mm.rs` with their
-//! `#[target_feature]` set.
+//! `#[target_feature]` set: the one-token kernels here, the few-row
+//! K-quant kernels in `rows.rs` ([`arm_rows!`], expanded into the same
+//! level module).
 //!
 //! Every function here is an `unsafe fn` with the level's target features:
 //! callers must run on a CPU with those features (the dispatcher checks them,
@@ -50,7 +52,8 @@ macro_rules! arm_kernels {
                 GgmlType::Q5_0 => gemm_b32::<2>,
                 GgmlType::Q8_0 => gemm_b32::<3>,
                 GgmlType::MXFP4 => gemm_b32::<4>,
-                GgmlType::Q4K => gemm_q4_k,
+                GgmlType::Q4K => gemm_q4_k::<4>,
+                GgmlType::Q5K => gemm_q4_k::<5>,
                 GgmlType::Q6K => gemm_q6_k,
                 GgmlType::F32 => gemm_f32,
                 _ => return None,
@@ -162,6 +165,10 @@ macro_rules! arm_kernels {
             out: *mut f32,
             os: usize,
         ) {
+            if ntok >= 2 {
+                gemm_b32_rows::<K>(ops, nrows, ntok, out, os);
+                return;
+            }
             drive!(tile_b32, K; ops, 0..nrows, ntok, out, os);
         }
 
@@ -251,16 +258,29 @@ macro_rules! arm_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q4_K · Q8_K, standard layout.
+        // Q4_K (K = 4), Q5_K (K = 5) · Q8_K, standard layout: one token
+        // here; two or more run the few-row kernels (`rows.rs`). Q5_K is Q4_K
+        // with the fifth bit of each code from its 32 qh bytes: bit s of
+        // qh[l] belongs to element l of sub-block s.
 
         #[target_feature(enable = $feat)]
-        unsafe fn gemm_q4_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
-            drive!(tile_q4_k; ops, 0..nrows, ntok, out, os);
+        unsafe fn gemm_q4_k<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
+            if ntok >= 2 {
+                gemm_kq_rows::<K>(ops, nrows, ntok, out, os);
+                return;
+            }
+            drive!(tile_q4_k, K; ops, 0..nrows, ntok, out, os);
         }
 
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn tile_q4_k<const T: usize>(
+        unsafe fn tile_q4_k<const K: u8, const T: usize>(
             ops: &Operands,
             r: usize,
             t0: usize,
@@ -274,9 +294,12 @@ macro_rules! arm_kernels {
             }
             let zero = vdupq_n_s32(0);
             let m4 = vdupq_n_u8(0x0F);
+            let x10 = vdupq_n_u8(0x10);
+            // Q5_K: the 176-byte block, codes after the 32 qh bytes at 16.
+            let (bb, qo) = if K == 5 { (176, 48) } else { (144, 16) };
             let mut acc = [0f32; T];
             for s in 0..ops.cols / 256 {
-                let bx = wp.add(s * 144);
+                let bx = wp.add(s * bb);
                 let packed = core::slice::from_raw_parts(bx.add(4), 12);
                 let (mut sc, mut mins) = ([0i32; 8], [0i32; 8]);
                 for sub in 0..8 {
@@ -286,13 +309,28 @@ macro_rules! arm_kernels {
                 }
                 // Sum over sub-blocks of scale x partial sums, per lane.
                 let mut isum = [zero; T];
+                let (qh0, qh1) = if K == 5 {
+                    (vld1q_u8(bx.add(16)), vld1q_u8(bx.add(32)))
+                } else {
+                    (vdupq_n_u8(0), vdupq_n_u8(0))
+                };
                 for c in 0..4 {
-                    let v0 = vld1q_u8(bx.add(16 + 32 * c));
-                    let v1 = vld1q_u8(bx.add(32 + 32 * c));
-                    let lo0 = vreinterpretq_s8_u8(vandq_u8(v0, m4));
-                    let lo1 = vreinterpretq_s8_u8(vandq_u8(v1, m4));
-                    let hi0 = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v0));
-                    let hi1 = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v1));
+                    let v0 = vld1q_u8(bx.add(qo + 32 * c));
+                    let v1 = vld1q_u8(bx.add(qo + 16 + 32 * c));
+                    let (mut lo0, mut lo1) = (vandq_u8(v0, m4), vandq_u8(v1, m4));
+                    let (mut hi0, mut hi1) = (vshrq_n_u8::<4>(v0), vshrq_n_u8::<4>(v1));
+                    if K == 5 {
+                        // 0x10 where bit 2c (2c + 1) of qh[l] is set.
+                        let fifth = |qh: uint8x16_t, bit: usize| {
+                            vandq_u8(vtstq_u8(qh, vdupq_n_u8(1 << bit)), x10)
+                        };
+                        lo0 = vorrq_u8(lo0, fifth(qh0, 2 * c));
+                        lo1 = vorrq_u8(lo1, fifth(qh1, 2 * c));
+                        hi0 = vorrq_u8(hi0, fifth(qh0, 2 * c + 1));
+                        hi1 = vorrq_u8(hi1, fifth(qh1, 2 * c + 1));
+                    }
+                    let (lo0, lo1) = (vreinterpretq_s8_u8(lo0), vreinterpretq_s8_u8(lo1));
+                    let (hi0, hi1) = (vreinterpretq_s8_u8(hi0), vreinterpretq_s8_u8(hi1));
                     for j in 0..T {
                         let y = ap[j].add(s * 292 + 4 + 64 * c) as *const i8;
                         let plo = dot(dot(zero, lo0, vld1q_s8(y)), lo1, vld1q_s8(y.add(16)));
@@ -325,10 +363,15 @@ macro_rules! arm_kernels {
         }
 
         // -------------------------------------------------------------------
-        // Q6_K · Q8_K, standard layout.
+        // Q6_K · Q8_K, standard layout: one token here; two or more run the
+        // few-row kernels (`rows.rs`).
 
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q6_k(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+            if ntok >= 2 {
+                gemm_kq_rows::<6>(ops, nrows, ntok, out, os);
+                return;
+            }
             drive!(tile_q6_k; ops, 0..nrows, ntok, out, os);
         }
 
@@ -439,5 +482,7 @@ macro_rules! arm_kernels {
                 *out.add((t0 + j) * os + r) = reduce8(&lanes);
             }
         }
+
+        arm_rows!($feat);
     };
 }

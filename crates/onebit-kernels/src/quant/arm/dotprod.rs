@@ -23,6 +23,8 @@ pub(super) fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     acc
 }
 
+arm_quad_by_dot!("neon,dotprod");
+
 arm_kernels!("neon,dotprod");
 
 /// This level's kernel for weight type `t`, if it has one.

@@ -5,7 +5,14 @@
 //! |---|---|---|
 //! | `neon` | base Advanced SIMD (every aarch64 CPU) | `smull`/`smull2` into i16, `sadalp` into i32 |
 //! | `dotprod` | FEAT_DotProd | one `sdot` |
-//! | `i8mm` | FEAT_I8MM | `smmla`: 2 rows x 2 tokens at once (prefill tiles); other shapes as `dotprod` |
+//! | `i8mm` | FEAT_I8MM | `smmla`: 2 rows x 2 tokens at once (tiles of 2 rows x 2 or 4 tokens from 2 tokens on, every quantized type); one token and edges as `dotprod` |
+//!
+//! Shapes: one token (decode) runs one weight row times the token
+//! (`body.rs`); two or more (a batched decode step, a speculative verify,
+//! prefill) run tiles of 2 rows x 4 tokens (`rows.rs`; the K-quants' `smmla`
+//! tiles in `i8mm.rs`) that decode each weight block once for the tile's
+//! tokens and load each activation vector once for both rows. Each row's
+//! result is the same bits whatever the tile.
 //!
 //! `sdot` and `smmla` are issued with inline assembly (their `core::arch`
 //! intrinsics are not stable in the Rust this crate builds with), inside
@@ -37,6 +44,8 @@ use super::Isa;
 
 pub(crate) mod act;
 #[macro_use]
+mod rows;
+#[macro_use]
 mod body;
 mod dotprod;
 mod i8mm;
@@ -65,7 +74,7 @@ pub struct Operands<'a> {
 pub type GemmFn = unsafe fn(&Operands, usize, usize, *mut f32, usize);
 
 /// The kernel for weight type `t` at level `isa`, if there is one (Q4_0,
-/// Q4_1, Q5_0, Q8_0, Q4_K, Q6_K and F32 at every aarch64 level).
+/// Q4_1, Q5_0, Q8_0, MXFP4, Q4_K, Q5_K, Q6_K and F32 at every aarch64 level).
 pub fn gemm_fn(isa: Isa, t: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Neon => neon::gemm_fn(t),

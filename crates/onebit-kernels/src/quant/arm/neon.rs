@@ -13,6 +13,8 @@ fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     vpadalq_s16(vpadalq_s16(acc, lo), hi)
 }
 
+arm_quad_by_dot!("neon");
+
 arm_kernels!("neon");
 
 /// This level's kernel for weight type `t`, if it has one.

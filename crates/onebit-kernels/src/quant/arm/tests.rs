@@ -95,11 +95,86 @@ fn blocks_of_32_equal_the_scalar_reference() {
 #[test]
 fn k_quants_equal_the_scalar_reference() {
     let levels = levels("K-quants");
-    for t in [GgmlType::Q4K, GgmlType::Q6K] {
+    for t in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
         for cols in [256, 512, 1024] {
             for (nrows, ntok) in SHAPES {
                 let seed = cols as u64 + nrows as u64 * 10 + ntok as u64;
                 check(&levels, t, cols, nrows, ntok, seed);
+            }
+        }
+    }
+}
+
+/// The few-row kernels (a batched decode step, a speculative verify: 2 to
+/// 16 tokens; `rows.rs`, and at i8mm the `smmla` tiles of 2 rows x 2 or 4
+/// tokens): every k in 1..=16 and a few above, every type, every level; 7
+/// rows (pairs and a lone row), columns that end in a partial group of 4
+/// blocks. Each output equals the scalar reference, and each token's row
+/// equals that token run alone (ntok = 1) at the same level.
+#[test]
+fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
+    let levels = levels("few rows");
+    let ks: Vec<usize> = (1..=16).chain([17, 23, 33]).collect();
+    let kmax = *ks.iter().max().unwrap();
+    let nrows = 7;
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::MXFP4,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+    ] {
+        let colss: &[usize] = match t {
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => &[512],
+            _ => &[224, 640],
+        };
+        for &cols in colss {
+            let mut rng = Rng(cols as u64 * 31 + t as u64);
+            let fmt = act_format(t);
+            let wrb = t.row_bytes(cols as u64).unwrap() as usize;
+            let arb = act_row_bytes(fmt, cols);
+            let w: Vec<u8> = (0..nrows)
+                .flat_map(|_| weights(&mut rng, t, cols, 0))
+                .collect();
+            let mut a = vec![0u8; kmax * arb];
+            for row in a.chunks_exact_mut(arb) {
+                quantize_act(fmt, &acts(&mut rng, cols, 0), row);
+            }
+            for &isa in &levels {
+                let run = |first: usize, ntok: usize| {
+                    let ops = Operands {
+                        w: &w,
+                        wrb,
+                        a: &a[first * arb..(first + ntok) * arb],
+                        arb,
+                        cols,
+                    };
+                    let mut got = vec![f32::NAN; ntok * nrows];
+                    // SAFETY: `got` has ntok * nrows elements, ostride nrows.
+                    unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
+                    got
+                };
+                let alone: Vec<Vec<f32>> = (0..kmax).map(|j| run(j, 1)).collect();
+                for &k in &ks {
+                    let got = run(0, k);
+                    for j in 0..k {
+                        for r in 0..nrows {
+                            let want = dot(
+                                t,
+                                &w[r * wrb..(r + 1) * wrb],
+                                &a[j * arb..(j + 1) * arb],
+                                cols,
+                            );
+                            let g = got[j * nrows + r];
+                            let what = format!("{isa:?} {t} cols {cols} k {k}: token {j} row {r}");
+                            assert!(same(g, want), "{what}: {g} vs scalar {want}");
+                            assert!(same(g, alone[j][r]), "{what}: {g} vs alone {}", alone[j][r]);
+                        }
+                    }
+                }
             }
         }
     }

@@ -172,7 +172,8 @@ macro_rules! simd_kernels {
                 GgmlType::Q5_0 => gemm_qx8::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
                 GgmlType::MXFP4 => gemm_q4::<3>,
-                GgmlType::Q4K => gemm_q4_kx8,
+                GgmlType::Q4K => gemm_q4_kx8::<4>,
+                GgmlType::Q5K => gemm_q4_kx8::<5>,
                 GgmlType::Q6K => gemm_q6_kx8,
                 GgmlType::F32 => gemm_f32,
                 _ => return None,
@@ -190,6 +191,7 @@ macro_rules! simd_kernels {
                 GgmlType::Q8_0 if Q8_BIAS => gemm_wide::<3>,
                 GgmlType::MXFP4 => gemm_wide::<5>,
                 GgmlType::Q4K => gemm_wide_kx8::<4>,
+                GgmlType::Q5K => gemm_wide_kx8::<5>,
                 GgmlType::Q6K => gemm_wide_kx8::<6>,
                 _ => return None,
             };

@@ -1,13 +1,16 @@
-//! The one-token K-quant kernels (Q4_K and Q6_K, standard rows and rows
-//! interleaved by 8), instantiated per level inside [`simd_kernels!`].
+//! The one-token and few-row K-quant kernels (Q4_K, Q5_K and Q6_K,
+//! standard rows and rows interleaved by 8), instantiated per level inside
+//! [`simd_kernels!`]. Q5_K is Q4_K's family (the same scales and mins, the
+//! fifth bit of each code from the 32 qh bytes): its kernels are Q4_K's with
+//! `K = 5`.
 //! Every output equals the scalar reference's bits: exact integer
 //! super-block sums, then its float formula per row, unfused.
 
 macro_rules! x86_k_quants {
     ($feat:literal) => {
         // -------------------------------------------------------------------
-        // Q4_K · Q8_K, standard layout: the rows past an interleaved
-        // matrix's last whole group of 8.
+        // Q4_K (K = 4), Q5_K (K = 5) · Q8_K, standard layout: the rows past
+        // an interleaved matrix's last whole group of 8.
 
         /// Q4_K's eight 6-bit scales (bytes 0..8) and mins (bytes 8..16)
         /// from the 12 packed bytes at `p`, as `k4_scale_min` decodes them:
@@ -42,7 +45,7 @@ macro_rules! x86_k_quants {
 
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn tile_q4_k<const R: usize, const T: usize>(
+        unsafe fn tile_q4_k<const R: usize, const T: usize, const K: u8>(
             ops: &Operands,
             r0: usize,
             t0: usize,
@@ -66,6 +69,8 @@ macro_rules! x86_k_quants {
                 bcast16_idx(6, 6),
                 bcast16_idx(7, 7),
             ];
+            // Q5_K: the 176-byte block, codes after the 32 qh bytes at 16.
+            let (bb, qo) = if K == 5 { (176, 48) } else { (144, 16) };
             let mut acc = [[0f32; T]; R];
             for s in 0..nsb {
                 let mut ya = [ap[0]; T];
@@ -76,21 +81,30 @@ macro_rules! x86_k_quants {
                     dy[j] = (ya[j] as *const f32).read_unaligned();
                     bs[j] = ld(ya[j].add(260));
                 }
-                // Per (row, token): the scaled code sums, then the mins
+                // Per (row, token): the scaled code sums (Q5_K's codes 0..31:
+                // `vpmaddubsw` pairs at most 2 x 31 x 128), then the mins
                 // times the activations' 16-element sums; exact integers,
                 // reduced four vectors at a time.
                 let mut sv = [[zero; T]; R];
                 let mut mv = [[zero; T]; R];
                 for i in 0..R {
-                    let bx = wp[i].add(s * 144);
-                    prefetch(bx.wrapping_add(PF_AHEAD), 144);
+                    let bx = wp[i].add(s * bb);
+                    prefetch(bx.wrapping_add(PF_AHEAD), bb);
                     let sm = k4_scales_mins(bx.add(4));
                     let mdup = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
                     let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+                    let qh = if K == 5 { ld(bx.add(16)) } else { zero };
                     for c in 0..4 {
-                        let v = ld(bx.add(16 + 32 * c));
-                        let lo = _mm256_and_si256(v, m4);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        let v = ld(bx.add(qo + 32 * c));
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if K == 5 {
+                            // Bit 2c of qh[l]: element l's fifth bit in
+                            // sub-block 2c; bit 2c + 1 in sub-block 2c + 1.
+                            let b = 1i8 << (2 * c);
+                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
+                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
+                        }
                         let slo = _mm256_shuffle_epi8(sc16, idx[2 * c]);
                         let shi = _mm256_shuffle_epi8(sc16, idx[2 * c + 1]);
                         for j in 0..T {
@@ -107,7 +121,7 @@ macro_rules! x86_k_quants {
                 let isum = hsum_all::<R>(&core::array::from_fn(|i| sv[i][0]));
                 let summ = hsum_all::<R>(&core::array::from_fn(|i| mv[i][0]));
                 for i in 0..R {
-                    let bx = wp[i].add(s * 144);
+                    let bx = wp[i].add(s * bb);
                     let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((bx as *const i32).read_unaligned()));
                     let dx = _mm_cvtss_f32(dm);
                     let dmx = _mm_cvtss_f32(_mm_shuffle_ps::<1>(dm, dm));
@@ -131,22 +145,30 @@ macro_rules! x86_k_quants {
         }
 
         // -------------------------------------------------------------------
-        // Q4_K · Q8_K, rows interleaved by 8 (`super::Q4K_X8`): each 32-bit
-        // lane is one row, so a row's sums stay in its lane and no
-        // horizontal reduction is needed; every activation word is
-        // broadcast to all lanes.
+        // Q4_K (K = 4), Q5_K (K = 5) · Q8_K, rows interleaved by 8
+        // (`super::Q4K_X8`, `super::Q5K_X8`): each 32-bit lane is one row,
+        // so a row's sums stay in its lane and no horizontal reduction is
+        // needed; every activation word is broadcast to all lanes. A tile
+        // of T tokens (one token, or a few: a batched decode step, a
+        // speculative verify) decodes each group once for all of them.
 
         /// Whole groups of 8 rows run [`tile_q4_kx8`]; the rows past the
         /// last whole group are standard and run [`tile_q4_k`].
         #[target_feature(enable = $feat)]
-        unsafe fn gemm_q4_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
+        unsafe fn gemm_q4_kx8<const K: u8>(
+            ops: &Operands,
+            nrows: usize,
+            ntok: usize,
+            out: *mut f32,
+            os: usize,
+        ) {
             let groups = nrows / 8;
             for g in 0..groups {
-                token_tiles!(ntok, |t, T| tile_q4_kx8::<T>(ops, g, t, out, os));
+                token_tiles!(ntok, |t, T| tile_q4_kx8::<T, K>(ops, g, t, out, os));
             }
             for r in groups * 8..nrows {
                 for t in 0..ntok {
-                    tile_q4_k::<1, 1>(ops, r, t, out, os);
+                    tile_q4_k::<1, 1, K>(ops, r, t, out, os);
                 }
             }
         }
@@ -161,9 +183,13 @@ macro_rules! x86_k_quants {
         /// true one, shifted back exactly) into i32; without, `vpmaddubsw`
         /// pairs (at most 2 x 15 x 128) added in i16 over a sub-block's 8
         /// vectors (at most 30,720), then `vpmaddwd` with the scale.
+        /// Q5_K (K = 5): the codes with their fifth bit (0..31; VNNI: the
+        /// high ones shifted down too); without VNNI pairs of at most 2 x
+        /// 31 x 128 added in i16 over 4 vectors (at most 31,744), then
+        /// `vpmaddwd` with the scale, twice per sub-block.
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn tile_q4_kx8<const T: usize>(
+        unsafe fn tile_q4_kx8<const T: usize, const K: u8>(
             ops: &Operands,
             g: usize,
             t0: usize,
@@ -294,10 +320,18 @@ macro_rules! x86_k_quants {
                 )
             };
             let pairs = [pair(0), pair(1), pair(2), pair(3)];
+            // Q5_K: qh word k (unit 3 + k) at 128 + 32k, codes 8 units on.
+            let (gb, qo) = if K == 5 {
+                (super::Q5K_X8, 384)
+            } else {
+                (super::Q4K_X8, 128)
+            };
+            // Without VNNI, vectors summed in i16 before `vpmaddwd`.
+            let run16 = if K == 5 { 4 } else { 8 };
             let mut acc = [_mm256_setzero_ps(); T];
             for s in 0..nsb {
-                let bx = gw.add(s * super::Q4K_X8);
-                prefetch(bx.wrapping_add(PF_AHEAD), super::Q4K_X8);
+                let bx = gw.add(s * gb);
+                prefetch(bx.wrapping_add(PF_AHEAD), gb);
                 let a = ld(bx.add(32));
                 let b = ld(bx.add(64));
                 let c = ld(bx.add(96));
@@ -330,16 +364,29 @@ macro_rules! x86_k_quants {
                 }
                 let mut isum = [zero; T];
                 for cc in 0..4 {
+                    // Sub-blocks 2cc (low nibbles) and 2cc + 1 (high).
+                    let (j0, j1) = (2 * cc, 2 * cc + 1);
+                    let sc = |j: usize| {
+                        let v = if j < 4 { sc_lo } else { sc_hi };
+                        _mm256_shuffle_epi8(v, picks[j % 4])
+                    };
+                    let (s0, s1) = (sc(j0), sc(j1));
                     let mut slo = [zero; T];
                     let mut shi = [zero; T];
                     for k in 0..8 {
-                        let v = ld(bx.add(128 + 256 * cc + 32 * k));
-                        let lo = _mm256_and_si256(v, m4);
-                        let hi = if VNNI {
+                        let v = ld(bx.add(qo + 256 * cc + 32 * k));
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = if VNNI && K == 4 {
                             _mm256_and_si256(v, mf0)
                         } else {
                             _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
                         };
+                        if K == 5 {
+                            let qh = ld(bx.add(128 + 32 * k));
+                            let b = 1i8 << (2 * cc);
+                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
+                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
+                        }
                         for t in 0..T {
                             let y = ya[t].add(4 + 64 * cc + 4 * k);
                             let ylo = _mm256_set1_epi32((y as *const i32).read_unaligned());
@@ -352,22 +399,24 @@ macro_rules! x86_k_quants {
                                 shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, yhi));
                             }
                         }
+                        if !VNNI && (k + 1) % run16 == 0 {
+                            for t in 0..T {
+                                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(slo[t], s0));
+                                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(shi[t], s1));
+                                slo[t] = zero;
+                                shi[t] = zero;
+                            }
+                        }
                     }
-                    // Sub-blocks 2cc (low nibbles) and 2cc + 1 (high).
-                    let (j0, j1) = (2 * cc, 2 * cc + 1);
-                    let sc = |j: usize| {
-                        let v = if j < 4 { sc_lo } else { sc_hi };
-                        _mm256_shuffle_epi8(v, picks[j % 4])
-                    };
-                    let (s0, s1) = (sc(j0), sc(j1));
-                    for t in 0..T {
-                        if VNNI {
-                            let hi = _mm256_srai_epi32::<4>(shi[t]);
+                    if VNNI {
+                        for t in 0..T {
+                            let hi = if K == 4 {
+                                _mm256_srai_epi32::<4>(shi[t])
+                            } else {
+                                shi[t]
+                            };
                             isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(slo[t], s0));
                             isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(hi, s1));
-                        } else {
-                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(slo[t], s0));
-                            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(shi[t], s1));
                         }
                     }
                 }

@@ -50,14 +50,14 @@
 //!
 //! # Interleaved layout (Q4_0, K-quants)
 //!
-//! Q4_0, Q5_0, Q4_K and Q6_K matrices are repacked by groups of 8 rows
-//! ([`Q4_0_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q6K_X8`]): per block (super-block), each
+//! Q4_0, Q5_0, Q4_K, Q5_K and Q6_K matrices are repacked by groups of 8 rows
+//! ([`Q4_0_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q5K_X8`], [`Q6K_X8`]): per block (super-block), each
 //! row's block cut in 4-byte units, unit u of the 8 rows side by side, so a
 //! 256-bit vector holds one row per 32-bit lane. A row's integer sums then stay in its lane (no horizontal
 //! reduction), each activation word is broadcast to all lanes, and the
 //! scales apply lane-wise; the float formula runs per lane in the scalar
 //! reference's order. One token (decode) streams each group once; the wide
-//! prefill kernels of Q4_K / Q6_K expand each group once per call into
+//! prefill kernels of Q4_K / Q5_K / Q6_K expand each group once per call into
 //! unsigned codes and decoded scales, still one row per lane, and run tiles
 //! of 1 or 2 groups times several tokens over them; those of Q4_0 / Q5_0
 //! gather a row's blocks back into standard blocks as they expand them. Rows
@@ -140,13 +140,13 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
 }
 
 /// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
-/// the SIMD kernels (Q4_0, Q5_0, Q4_K, Q6_K; see [`Q4_0_X8`], [`Q5_0_X8`],
-/// [`Q4K_X8`], [`Q6K_X8`]). Q4_0 and Q5_0 also [`packs`]: their rows past
-/// the last whole group are packed per row.
+/// the SIMD kernels (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K; see [`Q4_0_X8`],
+/// [`Q5_0_X8`], [`Q4K_X8`], [`Q5K_X8`], [`Q6K_X8`]). Q4_0 and Q5_0 also
+/// [`packs`]: their rows past the last whole group are packed per row.
 pub fn interleaves(t: GgmlType) -> bool {
     matches!(
         t,
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4K | GgmlType::Q6K
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
     )
 }
 
@@ -210,6 +210,15 @@ pub const ROW_GROUP: usize = 8;
 /// the span of rows 8 * (r / 8)..8 * (r / 8) + 8.
 pub const Q4K_X8: usize = 8 * 144;
 
+/// Bytes of one interleaved Q5_K super-block group: [`Q4K_X8`]'s layout
+/// over the 176-byte block, whose 32 fifth-bit bytes (qh) come before the
+/// codes: d[8] at 0, dmin[8] at 16, unit u (u < 43) of row r at 32 + 32u +
+/// 4r, unit u being bytes 4 + 4u..8 + 4u of row r's block (units 0..3 the
+/// scales, 3..11 qh, so unit 3 + k holds qh bytes 4k..4k + 4, whose bit s
+/// is the fifth bit of sub-block s's elements 4k..4k + 4; units 11..43 the
+/// codes, code vector (c, k) = unit 11 + 8c + k as Q4_K's).
+pub const Q5K_X8: usize = 8 * 176;
+
 /// Bytes of one interleaved Q6_K super-block group: d[8] as f16 at 0, then
 /// unit u (u < 52) of row r at 16 + 32u + 4r, where unit u is bytes
 /// 4u..4u + 4 of row r's 210-byte block: units 0..32 the low-bit bytes
@@ -217,7 +226,8 @@ pub const Q4K_X8: usize = 8 * 144;
 /// [`Q4K_X8`], rows past the last whole group stay standard.
 pub const Q6K_X8: usize = 8 * 210;
 
-/// Where byte `b` of row `r`'s Q4_K block lands in an interleaved group.
+/// Where byte `b` of row `r`'s Q4_K (or Q5_K) block lands in an
+/// interleaved group.
 fn q4k_x8_at(b: usize, r: usize) -> usize {
     match b {
         0..=1 => 2 * r + b,
@@ -271,10 +281,10 @@ fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
             .chain((2..22).step_by(4).map(|b| (b, 4)))
             .collect();
         (runs, q5_0_x8_at)
-    } else if t == GgmlType::Q4K {
+    } else if t == GgmlType::Q4K || t == GgmlType::Q5K {
         let runs = [(0, 2), (2, 2)]
             .into_iter()
-            .chain((4..144).step_by(4).map(|b| (b, 4)))
+            .chain((4..t.block_bytes()).step_by(4).map(|b| (b, 4)))
             .collect();
         (runs, q4k_x8_at)
     } else {
@@ -579,13 +589,13 @@ pub unsafe fn gemm(
 /// expansion costs nothing in memory and is amortized over the tokens.
 pub const WIDE_GROUP: usize = 320;
 
-/// Bytes of one expanded Q4_K/Q6_K super-block in the wide K-quant kernels:
-/// the 256 codes as 8 code vectors (lane l of vector k = elements 4k..4k+4
-/// of the l-th run of 32; unsigned, Q4_K 0..15, Q6_K 0..63) at 0; i32 scales
-/// per lane at 256 (Q6_K: the runs' first halves; their second halves at
-/// 288); at 320 sixteen i16 that multiply the activations' 16-element sums
-/// (Q4_K: each run's min, twice; Q6_K: 32 x each sub-block's scale); d at
-/// 352 and Q4_K's dmin at 356 as f32.
+/// Bytes of one expanded Q4_K/Q5_K/Q6_K super-block in the wide K-quant
+/// kernels: the 256 codes as 8 code vectors (lane l of vector k = elements
+/// 4k..4k+4 of the l-th run of 32; unsigned, Q4_K 0..15, Q5_K 0..31, Q6_K
+/// 0..63) at 0; i32 scales per lane at 256 (Q6_K: the runs' first halves;
+/// their second halves at 288); at 320 sixteen i16 that multiply the
+/// activations' 16-element sums (Q4_K, Q5_K: each run's min, twice; Q6_K:
+/// 32 x each sub-block's scale); d at 352 and the dmin at 356 as f32.
 pub const WIDE_KW: usize = 384;
 
 /// Bytes of one Q8_K activation block in the wide layout: codes as in

@@ -160,7 +160,7 @@ fn blocks_of_32_equal_the_scalar_reference() {
 #[test]
 fn k_quants_equal_the_scalar_reference() {
     say_levels("k_quants_equal_the_scalar_reference");
-    for t in [GgmlType::Q4K, GgmlType::Q6K] {
+    for t in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
         for cols in [256, 512, 1024, 2048] {
             // 8-row groups (Q4_K's interleaved layout) with and without a
             // tail of standard rows, one token and several.
@@ -199,13 +199,14 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
         GgmlType::Q4_0,
         GgmlType::Q5_0,
         GgmlType::Q4K,
+        GgmlType::Q5K,
         GgmlType::Q6K,
         GgmlType::Q8_0,
         GgmlType::Q4_1,
         GgmlType::MXFP4,
     ] {
         let colss: &[usize] = match t {
-            GgmlType::Q4K | GgmlType::Q6K => &[512],
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => &[512],
             _ => &[224, 640],
         };
         for &cols in colss {
@@ -283,10 +284,11 @@ fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
         GgmlType::Q4_1,
         GgmlType::MXFP4,
         GgmlType::Q4K,
+        GgmlType::Q5K,
         GgmlType::Q6K,
     ] {
         let ws = match t {
-            GgmlType::Q4K | GgmlType::Q6K => cols / 256 * WIDE_KW,
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => cols / 256 * WIDE_KW,
             _ => cols / 256 * WIDE_GROUP,
         };
         let arb = wide_act_row_bytes(act_format(t), cols);
@@ -299,12 +301,12 @@ fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
         );
         // Two and a bit row blocks, two and a bit token blocks, odd edges.
         check(t, cols, 2 * rb + 5, 2 * tb + 3, 77);
-        if matches!(t, GgmlType::Q4K | GgmlType::Q6K) {
+        if matches!(t, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
             // The interleaved K-quant kernels block whole groups of 8 rows
             // (a multiple of their tile's groups: 2 with VNNI, else 1):
             // two blocks, then three groups (with VNNI a 2-group tile and a
             // 1-group edge), then 5 standard rows.
-            let gx = if t == GgmlType::Q4K {
+            let gx = if t != GgmlType::Q6K {
                 super::body::WIDE_KX8
             } else {
                 super::body::WIDE_Q6X8
@@ -328,6 +330,7 @@ fn extreme_codes_and_activations_stay_exact() {
         GgmlType::Q8_0,
         GgmlType::MXFP4,
         GgmlType::Q4K,
+        GgmlType::Q5K,
         GgmlType::Q6K,
     ] {
         let cols = 512;
@@ -428,6 +431,8 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
         (GgmlType::Q4K, 13, 512),
         (GgmlType::Q4K, 16, 256),
         (GgmlType::Q4K, 3, 256),
+        (GgmlType::Q5K, 8, 256),
+        (GgmlType::Q5K, 21, 512),
         (GgmlType::Q6K, 8, 256),
         (GgmlType::Q6K, 21, 512),
     ] {
@@ -484,6 +489,24 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
                 packed[32 + 128 + 20..32 + 128 + 24],
                 w[5 * wrb + 20..5 * wrb + 24]
             );
+        }
+        if nrows >= 8 && t == GgmlType::Q5K {
+            // Q5K_X8: row 5's dmin at 16 + 10, its qh bytes 4..8 (block
+            // bytes 20..24, unit 4) at 32 + 32 * 4 + 4 * 5, its first code
+            // bytes (block bytes 48..52, unit 11) at 32 + 32 * 11 + 4 * 5;
+            // the next super-block's group 8 * 176 bytes on.
+            assert_eq!(packed[26..28], w[5 * wrb + 2..5 * wrb + 4]);
+            assert_eq!(
+                packed[32 + 128 + 20..32 + 128 + 24],
+                w[5 * wrb + 20..5 * wrb + 24]
+            );
+            assert_eq!(
+                packed[32 + 352 + 20..32 + 352 + 24],
+                w[5 * wrb + 48..5 * wrb + 52]
+            );
+            if cols >= 512 {
+                assert_eq!(packed[Q5K_X8..Q5K_X8 + 2], w[176..178]);
+            }
         }
         let mut back = vec![0u8; wrb];
         for r in 0..nrows {

@@ -74,7 +74,7 @@ macro_rules! x86_wide {
         }
 
         /// [`expand_k_row`] of row `r` of `nrows` interleaved K-quant rows
-        /// (`super::Q4K_X8`, `super::Q6K_X8`): each super-block of a row in
+        /// (`super::Q4K_X8`, `super::Q5K_X8`, `super::Q6K_X8`): each super-block of a row in
         /// a whole group is gathered back into a standard block first; the
         /// rows past the last whole group are standard already.
         #[target_feature(enable = $feat)]
@@ -92,6 +92,8 @@ macro_rules! x86_wide {
             }
             let (bb, units, d_at, unit0) = if K == 4 {
                 (144, 35, [0, 16], 32)
+            } else if K == 5 {
+                (176, 43, [0, 16], 32)
             } else {
                 (210, 52, [0, 0], 16)
             };
@@ -104,7 +106,7 @@ macro_rules! x86_wide {
             };
             for s in 0..ops.cols / 256 {
                 let g = grp.add(s * 8 * bb);
-                if K == 4 {
+                if K == 4 || K == 5 {
                     cp(g.add(d_at[0] + 2 * i), bp, 2);
                     cp(g.add(d_at[1] + 2 * i), bp.add(2), 2);
                     for u in 0..units {

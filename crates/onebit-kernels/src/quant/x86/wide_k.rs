@@ -1,4 +1,4 @@
-//! The wide (prefill) K-quant kernels (Q4_K, Q6_K): standard rows in the
+//! The wide (prefill) K-quant kernels (Q4_K, Q5_K, Q6_K): standard rows in the
 //! `super::WIDE_KW` layout and interleaved groups of 8 rows expanded once
 //! per call, instantiated per level inside [`simd_kernels!`]. Every output
 //! equals the scalar reference's bits whatever tile or cache block it
@@ -7,7 +7,7 @@
 macro_rules! x86_wide_k {
     ($feat:literal) => {
         // -------------------------------------------------------------------
-        // Wide K-quant kernels (Q4_K: K = 4, Q6_K: K = 6), see
+        // Wide K-quant kernels (Q4_K: K = 4, Q5_K: K = 5, Q6_K: K = 6), see
         // `super::WIDE_KW` and `super::WIDE_KA`. Lane l of a code vector is
         // the l-th run of 32 elements of the super-block, so an integer lane
         // sum belongs to one scale (Q6_K: the first four code vectors to one
@@ -24,7 +24,8 @@ macro_rules! x86_wide_k {
             }
         }
 
-        /// Expands one Q4_K or Q6_K row into `super::WIDE_KW` bytes per super-block.
+        /// Expands one Q4_K, Q5_K or Q6_K row into `super::WIDE_KW` bytes per
+        /// super-block (Q5_K: Q4_K's, each code with its fifth bit).
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn expand_k_row<const K: u8>(src: *const u8, cols: usize, dst: *mut u8) {
@@ -43,18 +44,27 @@ macro_rules! x86_wide_k {
                         (d.add(at + 2 * l) as *mut i16).write_unaligned(*x);
                     }
                 };
-                if K == 4 {
-                    let bx = src.add(s * 144);
+                if K == 4 || K == 5 {
+                    let (bb, qo) = if K == 5 { (176, 48) } else { (144, 16) };
+                    let bx = src.add(s * bb);
+                    let qh = if K == 5 {
+                        ld(bx.add(16))
+                    } else {
+                        _mm256_setzero_si256()
+                    };
                     for c in 0..4 {
-                        let v = ld(bx.add(16 + 32 * c));
-                        _mm256_storeu_si256(
-                            rp.add(64 * c) as *mut __m256i,
-                            _mm256_and_si256(v, m4),
-                        );
-                        _mm256_storeu_si256(
-                            rp.add(64 * c + 32) as *mut __m256i,
-                            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-                        );
+                        let v = ld(bx.add(qo + 32 * c));
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if K == 5 {
+                            // Bit 2c (2c + 1) of qh[l]: the fifth bit of
+                            // element l of sub-block 2c (2c + 1).
+                            let b = 1i8 << (2 * c);
+                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
+                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
+                        }
+                        _mm256_storeu_si256(rp.add(64 * c) as *mut __m256i, lo);
+                        _mm256_storeu_si256(rp.add(64 * c + 32) as *mut __m256i, hi);
                     }
                     let packed = core::slice::from_raw_parts(bx.add(4), 12);
                     let (mut sc, mut mins) = ([0i32; 8], [0i16; 16]);
@@ -162,24 +172,29 @@ macro_rules! x86_wide_k {
             for s in 0..nsb {
                 let (wo, ao) = (s * super::WIDE_KW, s * super::WIDE_KA);
                 let mut tot = [[zero; T]; R];
-                // Q4_K: one phase of 8 code vectors; Q6_K: two of 4, each
-                // with its own sub-block scales.
-                let phases: &[(usize, usize)] = if K == 4 {
+                // Q4_K, Q5_K: one phase of 8 code vectors; Q6_K: two of 4,
+                // each with its own sub-block scales.
+                let phases: &[(usize, usize)] = if K != 6 {
                     &[(0, 256)]
                 } else {
                     &[(0, 256), (4, 288)]
                 };
-                let nk = if K == 4 { 8 } else { 4 };
+                let nk = if K != 6 { 8 } else { 4 };
                 for &(k0, sc_at) in phases {
                     if !VNNI {
                         // Without VNNI: `vpmaddubsw` pair sums added in i16
                         // (Q4_K: all 8 code vectors, |sum| <= 8 * 2 * 15 *
-                        // 127 = 30,480; Q6_K: 2 at a time, <= 2 * 2 * 63 *
+                        // 127 = 30,480; Q5_K: 4 at a time, <= 4 * 2 * 31 *
+                        // 127 = 31,496; Q6_K: 2 at a time, <= 2 * 2 * 63 *
                         // 127 = 32,004), then one `vpmaddwd` by the lane's
                         // scale (as i16 in both halves of the lane): the
                         // same exact integer as the VNNI path's sums times
                         // the scale, in fewer instructions.
-                        let step = if K == 4 { 8 } else { 2 };
+                        let step = match K {
+                            4 => 8,
+                            5 => 4,
+                            _ => 2,
+                        };
                         let dup = _mm256_setr_epi8(
                             0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5,
                             4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
@@ -260,7 +275,7 @@ macro_rules! x86_wide_k {
                         for j in 0..T {
                             let n = i * T + j;
                             let c = _mm256_madd_epi16(m16, bs[j]);
-                            if K == 4 {
+                            if K != 6 {
                                 ti[n] = tot[i][j];
                                 cr[n] = c;
                             } else {
@@ -276,7 +291,7 @@ macro_rules! x86_wide_k {
                         let isum = _mm256_cvtepi32_ps(hsum8(&ti, at));
                         let dyv = _mm256_loadu_ps(dya.as_ptr().add(at));
                         let d = _mm256_mul_ps(_mm256_loadu_ps(dxa.as_ptr().add(at)), dyv);
-                        let term = if K == 4 {
+                        let term = if K != 6 {
                             let summ = _mm256_cvtepi32_ps(hsum8(&cr, at));
                             let dmin = _mm256_mul_ps(_mm256_loadu_ps(dma.as_ptr().add(at)), dyv);
                             _mm256_sub_ps(_mm256_mul_ps(d, isum), _mm256_mul_ps(dmin, summ))
@@ -287,14 +302,14 @@ macro_rules! x86_wide_k {
                     }
                 } else {
                     for i in 0..R {
-                        // Q4_K: mins x pair sums; Q6_K: 32 * scales x sums.
+                        // Q4_K, Q5_K: mins x pair sums; Q6_K: 32 * scales x sums.
                         let m16 = ld(wp[i].add(wo + 320));
                         let mut corr = [zero; T];
                         for j in 0..T {
                             corr[j] = _mm256_madd_epi16(m16, bs[j]);
                         }
                         let dx = (wp[i].add(wo + 352) as *const f32).read_unaligned();
-                        if K == 4 {
+                        if K != 6 {
                             let isum = hsums::<T>(&tot[i]);
                             let summ = hsums::<T>(&corr);
                             let dmx = (wp[i].add(wo + 356) as *const f32).read_unaligned();
@@ -335,8 +350,8 @@ macro_rules! x86_wide_k {
         }
 
         // -------------------------------------------------------------------
-        // Wide Q4_K and Q6_K on the interleaved groups of 8 rows
-        // (`super::Q4K_X8`, `super::Q6K_X8`):
+        // Wide Q4_K, Q5_K and Q6_K on the interleaved groups of 8 rows
+        // (`super::Q4K_X8`, `super::Q5K_X8`, `super::Q6K_X8`):
         // each 32-bit lane is one row, as in the one-token kernel, so a
         // row's sums never need a horizontal reduction; the groups are
         // expanded once per call into unsigned codes and decoded scales
@@ -366,7 +381,7 @@ macro_rules! x86_wide_k {
             let nsb = ops.cols / 256;
             let groups = nrows / 8;
             let gs = nsb
-                * if K == 4 {
+                * if K != 6 {
                     super::body::WIDE_KX8
                 } else {
                     super::body::WIDE_Q6X8
@@ -381,8 +396,8 @@ macro_rules! x86_wide_k {
                     let g_end = (g_blk + gb).min(groups);
                     for g in g_blk..g_end {
                         let dst = bp.add((g - g_blk) * gs);
-                        if K == 4 {
-                            expand_q4_kx8(ops, g, dst);
+                        if K != 6 {
+                            expand_q4_kx8::<K>(ops, g, dst);
                         } else {
                             expand_q6_kx8(ops, g, dst);
                         }
@@ -444,23 +459,31 @@ macro_rules! x86_wide_k {
         /// at 2816 and 2848.
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn expand_q4_kx8(ops: &Operands, g: usize, dst: *mut u8) {
+        unsafe fn expand_q4_kx8<const K: u8>(ops: &Operands, g: usize, dst: *mut u8) {
             let grp = ops.w.as_ptr().add(g * 8 * ops.wrb);
             let m4 = _mm256_set1_epi8(0x0F);
             for s in 0..ops.cols / 256 {
-                let gp = grp.add(s * super::Q4K_X8);
+                let gp = grp.add(s * if K == 5 { super::Q5K_X8 } else { super::Q4K_X8 });
                 let d = dst.add(s * super::body::WIDE_KX8);
                 let st = |at: usize, v: __m256i| _mm256_storeu_si256(d.add(at) as *mut __m256i, v);
                 for c in 0..4 {
                     for k in 0..8 {
-                        // Unit 3 + 8c + k: code bytes 32c + 4k.. of each row,
-                        // low nibbles sub-block 2c, high nibbles 2c + 1.
-                        let v = ld(gp.add(32 + 32 * (3 + 8 * c + k)));
-                        st(32 * (16 * c + k), _mm256_and_si256(v, m4));
-                        st(
-                            32 * (16 * c + 8 + k),
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                        );
+                        // Unit 3 + 8c + k (Q5_K: 11 + 8c + k): code bytes
+                        // 32c + 4k.. of each row, low nibbles sub-block 2c,
+                        // high nibbles 2c + 1; Q5_K's fifth bits 2c and
+                        // 2c + 1 of qh bytes 4k.. (unit 3 + k).
+                        let u0 = if K == 5 { 11 } else { 3 };
+                        let v = ld(gp.add(32 + 32 * (u0 + 8 * c + k)));
+                        let mut lo = _mm256_and_si256(v, m4);
+                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                        if K == 5 {
+                            let qh = ld(gp.add(32 + 32 * (3 + k)));
+                            let b = 1i8 << (2 * c);
+                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
+                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
+                        }
+                        st(32 * (16 * c + k), lo);
+                        st(32 * (16 * c + 8 + k), hi);
                     }
                 }
                 let mut sc = [[0i32; 8]; 8];
@@ -509,13 +532,14 @@ macro_rules! x86_wide_k {
         /// wide Q8_K rows from token `t0`. Per super-block and row (lane):
         /// per sub-block the code sum (VNNI: `vpdpbusd` into i32; else
         /// `vpmaddubsw` pairs added in i16, at most 8 x 2 x 15 x 128 =
-        /// 30,720) times its scale, and the mins times the activations'
+        /// 30,720; Q5_K's codes 0..31 four vectors at a time, at most 4 x 2
+        /// x 31 x 128 = 31,744) times its scale, and the mins times the activations'
         /// 16-element sums, exact integers as the scalar reference; then its
         /// float formula lane by lane, unfused.
         #[target_feature(enable = $feat)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn tile_wide_q4_kx8<const G: usize, const T: usize>(
+        unsafe fn tile_wide_q4_kx8<const G: usize, const T: usize, const K: u8>(
             w: *const u8,
             gs: usize,
             ops: &Operands,
@@ -533,9 +557,16 @@ macro_rules! x86_wide_k {
             for s in 0..nsb {
                 let (wo, ao) = (s * super::body::WIDE_KX8, s * super::WIDE_KA);
                 let mut isum = [[zero; T]; G];
-                for b in 0..8 {
+                // The code vectors summed before the scale: all 8, or
+                // (without VNNI, Q5_K) 4 at a time.
+                let kruns: &[(usize, usize)] = if !VNNI && K == 5 {
+                    &[(0, 4), (4, 8)]
+                } else {
+                    &[(0, 8)]
+                };
+                for (b, &(k0, k1)) in (0..8).flat_map(|b| kruns.iter().map(move |r| (b, r))) {
                     let mut acc = [[zero; T]; G];
-                    for k in 0..8 {
+                    for k in k0..k1 {
                         let mut wv = [zero; G];
                         for g in 0..G {
                             wv[g] = ld(wg[g].add(wo + 32 * (8 * b + k)));
@@ -781,7 +812,7 @@ macro_rules! x86_wide_k {
             }
         }
 
-        /// [`tile_wide_q4_kx8`] (K = 4) or [`tile_wide_q6_kx8`] (K = 6).
+        /// [`tile_wide_q4_kx8`] (K = 4, 5) or [`tile_wide_q6_kx8`] (K = 6).
         #[target_feature(enable = $feat)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
@@ -795,8 +826,8 @@ macro_rules! x86_wide_k {
             out: *mut f32,
             os: usize,
         ) {
-            if K == 4 {
-                tile_wide_q4_kx8::<G, T>(w, gs, ops, nsb, r0, t0, out, os);
+            if K != 6 {
+                tile_wide_q4_kx8::<G, T, K>(w, gs, ops, nsb, r0, t0, out, os);
             } else {
                 tile_wide_q6_kx8::<G, T>(w, gs, ops, nsb, r0, t0, out, os);
             }
