@@ -192,23 +192,33 @@ fn reduce<E: Elems>(acc: __m256, q: &[f32], k: E, at: usize) -> f32 {
     crate::quant::scalar::reduce8(&lanes)
 }
 
-/// `block_scalar` for the G query heads in `q`, K and V read through
-/// `k` and `v`: the same operations in the same order per head. A K row
-/// pair gives 2G independent accumulator chains; each V load serves all
-/// G heads.
+/// `block_scalar` for the G query vectors in `q`, vector g over the
+/// positions `ranges[g]`, K and V read through `k` and `v`: the same
+/// operations in the same order per vector. The scores run over the union
+/// of the ranges (a position outside a vector's range gets a score that
+/// nothing reads); the weights and sums of each vector over its own range;
+/// the weighted sums of values over the union, a vector's accumulators
+/// left untouched at the positions outside its range. So every K and V
+/// load serves all G vectors (heads of one KV head, of one row or of
+/// several rows of a sequence), and each vector's partial is the bits it
+/// has alone. `ahead` is how many elements of the K and V rows the passes
+/// ask the cache for, per position, [`AHEAD`] positions on (0: none).
+///
+/// # Safety
+/// AVX2, FMA and F16C are available, and AVX-512 F/BW/VL when `wide`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn block<E: Elems, const G: usize>(
+pub unsafe fn block<E: Elems, const G: usize>(
     shape: AttnShape,
     kvh: usize,
     q: &[f32],
+    ranges: &[(usize, usize)],
     k: E,
     v: E,
-    from: usize,
-    to: usize,
     scale: f32,
     softcap: Option<f32>,
     wide: bool,
+    ahead: (usize, usize),
     scores: &mut Vec<f32>,
     part: &mut [f32],
 ) {
@@ -216,7 +226,12 @@ pub fn block<E: Elems, const G: usize>(
     let krow = shape.n_head_kv * dk;
     let vrow = shape.n_head_kv * dv;
     let ph = PART_HEAD + dv;
-    assert!(kvh < shape.n_head_kv && from < to, "attention block: span");
+    assert!(
+        kvh < shape.n_head_kv && ranges.len() == G && ranges.iter().all(|&(f, t)| f < t),
+        "attention block: spans"
+    );
+    let from = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let to = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     assert!(
         q.len() == G * dk && part.len() == G * ph,
         "attention block: q/part shape"
@@ -226,15 +241,15 @@ pub fn block<E: Elems, const G: usize>(
         "attention block: cache rows"
     );
     let len = to - from;
+    // Vector g's positions, counted from `from`.
+    let lo: [usize; G] = core::array::from_fn(|g| ranges[g].0 - from);
+    let hi: [usize; G] = core::array::from_fn(|g| ranges[g].1 - from);
+    let masked = lo.iter().zip(&hi).any(|(&l, &h)| l != 0 || h != len);
     let dk8 = dk / 8 * 8;
     scores.clear();
     scores.resize(G * len, 0.0);
     let k_at = |p: usize| p * krow + kvh * dk;
 
-    // What the passes ask the cache for ahead of each row: the whole
-    // cache row for the first KV head (the next KV heads of the block,
-    // read next, find their part there), else the head's part.
-    let (ahead, ahead_v) = if kvh == 0 { (krow, vrow) } else { (dk, dv) };
     // Scores: four positions at a time (at the AVX-512 level too: eight
     // at a time on 512-bit registers measured slower on Zen 4), then the
     // rest two at a time.
@@ -244,7 +259,7 @@ pub fn block<E: Elems, const G: usize>(
         // within `k` (checked above); dk is a multiple of 8, and k_at(p)
         // is for q8_0 (its head dims are multiples of 32); AVX2, FMA and
         // F16C are enabled here.
-        i = unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead, scores) };
+        i = unsafe { scores4::<E, G>(k, q, k_at(from), krow, dk, len, scale, ahead.0, scores) };
         if let Some(cap) = softcap {
             for g in 0..G {
                 for s in &mut scores[g * len..g * len + i] {
@@ -286,88 +301,212 @@ pub fn block<E: Elems, const G: usize>(
     }
     for g in 0..G {
         weights(
-            &mut scores[g * len..(g + 1) * len],
+            &mut scores[g * len + lo[g]..g * len + hi[g]],
             &mut part[g * ph..g * ph + 2],
         );
     }
 
-    // Weighted sums of values, 16 then 8 columns of all G heads at a
-    // time, then the remaining columns one by one.
-    let sp = scores.as_ptr();
-    let v_at = |p: usize, c: usize| p * vrow + kvh * dv + c;
-    let mut c = 0;
-    if wide {
-        // SAFETY: `wide` is set only when AVX-512 F/BW/VL was detected;
-        // the cache rows were checked above.
-        c = unsafe {
-            values512::<E, G>(
-                v,
-                &scores[..G * len],
-                len,
-                v_at(from, 0),
-                vrow,
-                dv,
-                ahead_v,
-                part,
-            )
-        };
+    // Weighted sums of values.
+    let vs = Vals {
+        v,
+        scores: &scores[..G * len],
+        len,
+        v0: from * vrow + kvh * dv,
+        vrow,
+        dv,
+        ahead: ahead.1,
+        lo,
+        hi,
+    };
+    // SAFETY: the cache rows were checked above (every row v0 + i * vrow
+    // + dv, i < len, is within `v`); v0 and vrow are multiples of 32 for
+    // q8_0 (its head dims are); `wide` only with AVX-512 F/BW/VL (the
+    // caller's contract); AVX2, FMA and F16C are enabled here.
+    unsafe {
+        match (masked, wide) {
+            (false, true) => vs.run::<false, true>(part),
+            (false, false) => vs.run::<false, false>(part),
+            (true, true) => vs.run::<true, true>(part),
+            (true, false) => vs.run::<true, false>(part),
+        }
     }
-    while c + 16 <= dv {
-        let mut acc = [[_mm256_setzero_ps(); 2]; G];
-        for i in 0..len {
-            let at = v_at(from + i, c);
-            if c == 0 {
-                v.prefetch(at + AHEAD * vrow, ahead_v);
-            }
-            // SAFETY: at + 16 <= (from + i) * vrow + kvh * dv + dv <= to
-            // * vrow <= v.len(); at is a multiple of 8 for q8_0 (head
-            // dims multiples of 32); g * len + i < G * len = scores.len().
-            unsafe {
-                let v0 = v.load8(at);
-                let v1 = v.load8(at + 8);
-                for (g, acc) in acc.iter_mut().enumerate() {
-                    let w = _mm256_set1_ps(*sp.add(g * len + i));
-                    acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
-                }
-            }
-        }
-        for (g, acc) in acc.iter().enumerate() {
-            let o = g * ph + PART_HEAD + c;
-            // SAFETY: o + 16 <= g * ph + ph <= G * ph = part.len().
-            unsafe {
-                _mm256_storeu_ps(part.as_mut_ptr().add(o), acc[0]);
-                _mm256_storeu_ps(part.as_mut_ptr().add(o + 8), acc[1]);
-            }
-        }
-        c += 16;
+}
+
+/// The weighted-sum pass of [`block`]: G vectors' weights ([G][len], a
+/// vector's weights at positions lo[g]..hi[g]) times the V rows from
+/// element `v0` on, `vrow` apart.
+struct Vals<'a, E, const G: usize> {
+    v: E,
+    scores: &'a [f32],
+    len: usize,
+    v0: usize,
+    vrow: usize,
+    dv: usize,
+    ahead: usize,
+    lo: [usize; G],
+    hi: [usize; G],
+}
+
+impl<E: Elems, const G: usize> Vals<'_, E, G> {
+    /// Whether vector g weighs position i (always, unless MASKED).
+    #[inline(always)]
+    fn on<const MASKED: bool>(&self, g: usize, i: usize) -> bool {
+        !MASKED || (self.lo[g] <= i && i < self.hi[g])
     }
-    if c + 8 <= dv {
-        let mut acc = [_mm256_setzero_ps(); G];
-        for i in 0..len {
-            // SAFETY: as above, for columns c..c + 8 <= dv.
-            unsafe {
-                let v0 = v.load8(v_at(from + i, c));
-                for (g, acc) in acc.iter_mut().enumerate() {
-                    let w = _mm256_set1_ps(*sp.add(g * len + i));
-                    *acc = _mm256_fmadd_ps(w, v0, *acc);
-                }
-            }
+
+    /// Every column of `part` ([G][2 + dv]): on 512-bit registers when
+    /// WIDE (64, then 16 columns of all G vectors at a time), then 16 and
+    /// 8 columns on 256-bit ones, then one by one. Each element is its own
+    /// chain of fused multiply-adds in position order from zero over the
+    /// vector's positions.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available, and AVX-512 F/BW/VL when WIDE;
+    /// every row v0 + i * vrow + dv, i < len, is within `v`; for q8_0, v0
+    /// and vrow are multiples of 32; scores.len() == G * len.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn run<const MASKED: bool, const WIDE: bool>(&self, part: &mut [f32]) {
+        let mut c = 0;
+        if WIDE {
+            // SAFETY: the caller's contract.
+            c = unsafe { self.values512::<MASKED>(part) };
         }
-        for (g, acc) in acc.iter().enumerate() {
-            // SAFETY: g * ph + 2 + c + 8 <= G * ph = part.len().
-            unsafe { _mm256_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
-        }
-        c += 8;
-    }
-    for c in c..dv {
-        for g in 0..G {
-            let mut acc = 0f32;
+        let (v, len, dv, vrow) = (self.v, self.len, self.dv, self.vrow);
+        let ph = PART_HEAD + dv;
+        let sp = self.scores.as_ptr();
+        while c + 16 <= dv {
+            let mut acc = [[_mm256_setzero_ps(); 2]; G];
             for i in 0..len {
-                acc = scores[g * len + i].mul_add(v.get(v_at(from + i, c)), acc);
+                let at = self.v0 + i * vrow + c;
+                if c == 0 {
+                    v.prefetch(at + AHEAD * vrow, self.ahead);
+                }
+                // SAFETY: at + 16 <= v0 + i * vrow + dv, within `v`; at is
+                // a multiple of 8 for q8_0; g * len + i < G * len =
+                // scores.len().
+                unsafe {
+                    let v0 = v.load8(at);
+                    let v1 = v.load8(at + 8);
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        if self.on::<MASKED>(g, i) {
+                            let w = _mm256_set1_ps(*sp.add(g * len + i));
+                            acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
+                            acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
+                        }
+                    }
+                }
             }
-            part[g * ph + PART_HEAD + c] = acc;
+            for (g, acc) in acc.iter().enumerate() {
+                let o = g * ph + PART_HEAD + c;
+                // SAFETY: o + 16 <= g * ph + ph <= G * ph = part.len().
+                unsafe {
+                    _mm256_storeu_ps(part.as_mut_ptr().add(o), acc[0]);
+                    _mm256_storeu_ps(part.as_mut_ptr().add(o + 8), acc[1]);
+                }
+            }
+            c += 16;
         }
+        if c + 8 <= dv {
+            let mut acc = [_mm256_setzero_ps(); G];
+            for i in 0..len {
+                // SAFETY: as above, for columns c..c + 8 <= dv.
+                unsafe {
+                    let v0 = v.load8(self.v0 + i * vrow + c);
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        if self.on::<MASKED>(g, i) {
+                            let w = _mm256_set1_ps(*sp.add(g * len + i));
+                            *acc = _mm256_fmadd_ps(w, v0, *acc);
+                        }
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                // SAFETY: g * ph + 2 + c + 8 <= G * ph = part.len().
+                unsafe { _mm256_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
+            }
+            c += 8;
+        }
+        for c in c..dv {
+            for g in 0..G {
+                let mut acc = 0f32;
+                for i in self.lo[g]..self.hi[g] {
+                    acc = self.scores[g * len + i].mul_add(v.get(self.v0 + i * vrow + c), acc);
+                }
+                part[g * ph + PART_HEAD + c] = acc;
+            }
+        }
+    }
+
+    /// The 512-bit columns of [`Vals::run`]: 64, then 16 columns of all G
+    /// vectors at a time; returns the first column left for the narrower
+    /// loops. The cache is asked for `ahead` elements from column 0 of the
+    /// position [`AHEAD`] on.
+    ///
+    /// # Safety
+    /// As [`Vals::run`] with WIDE.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn values512<const MASKED: bool>(&self, part: &mut [f32]) -> usize {
+        let (v, len, dv, vrow) = (self.v, self.len, self.dv, self.vrow);
+        let ph = PART_HEAD + dv;
+        let sp = self.scores.as_ptr();
+        let mut c = 0;
+        while c + 64 <= dv {
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            for i in 0..len {
+                let at = self.v0 + i * vrow + c;
+                if c == 0 {
+                    v.prefetch(at + AHEAD * vrow, self.ahead);
+                }
+                // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
+                // caller's contract); at is a multiple of 16 for q8_0; g *
+                // len + i < G * len = scores.len().
+                unsafe {
+                    let x = [
+                        v.load16(at),
+                        v.load16(at + 16),
+                        v.load16(at + 32),
+                        v.load16(at + 48),
+                    ];
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        if self.on::<MASKED>(g, i) {
+                            let w = _mm512_set1_ps(*sp.add(g * len + i));
+                            for (a, x) in acc.iter_mut().zip(x) {
+                                *a = _mm512_fmadd_ps(w, x, *a);
+                            }
+                        }
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                let o = g * ph + PART_HEAD + c;
+                for (n, a) in acc.iter().enumerate() {
+                    // SAFETY: o + 16 n + 16 <= g * ph + ph <= part.len().
+                    unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(o + 16 * n), *a) };
+                }
+            }
+            c += 64;
+        }
+        while c + 16 <= dv {
+            let mut acc = [_mm512_setzero_ps(); G];
+            for i in 0..len {
+                // SAFETY: as above, for columns c..c + 16 <= dv.
+                unsafe {
+                    let x = v.load16(self.v0 + i * vrow + c);
+                    for (g, acc) in acc.iter_mut().enumerate() {
+                        if self.on::<MASKED>(g, i) {
+                            let w = _mm512_set1_ps(*sp.add(g * len + i));
+                            *acc = _mm512_fmadd_ps(w, x, *acc);
+                        }
+                    }
+                }
+            }
+            for (g, acc) in acc.iter().enumerate() {
+                // SAFETY: g * ph + 2 + c + 16 <= G * ph = part.len().
+                unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
+            }
+            c += 16;
+        }
+        c
     }
 }
 
@@ -461,83 +600,3 @@ unsafe fn scores4<E: Elems, const G: usize>(
 /// How many positions ahead the passes ask the cache for K and V rows
 /// (16 to 128 measured alike at depth 4096).
 const AHEAD: usize = 32;
-
-/// The weighted sums of values of `block` on 512-bit registers: 64, then
-/// 16 columns of all G heads at a time, each element the same fused
-/// multiply-adds in the same position order; returns the first column
-/// left for the narrower loops. `v0` is the first position's column 0,
-/// `vrow` the cache row width; the cache is asked for `ahead` elements
-/// from column 0 of the position [`AHEAD`] on.
-///
-/// # Safety
-/// AVX-512 F is available; every row v0 + i * vrow + dv, i < len, is
-/// within `v`; for q8_0, v0 and vrow are multiples of 32.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn values512<E: Elems, const G: usize>(
-    v: E,
-    scores: &[f32],
-    len: usize,
-    v0: usize,
-    vrow: usize,
-    dv: usize,
-    ahead: usize,
-    part: &mut [f32],
-) -> usize {
-    let ph = PART_HEAD + dv;
-    let sp = scores.as_ptr();
-    let mut c = 0;
-    while c + 64 <= dv {
-        let mut acc = [[_mm512_setzero_ps(); 4]; G];
-        for i in 0..len {
-            let at = v0 + i * vrow + c;
-            if c == 0 {
-                v.prefetch(at + AHEAD * vrow, ahead);
-            }
-            // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
-            // caller's contract); at is a multiple of 16 for q8_0; g *
-            // len + i < G * len = scores.len().
-            unsafe {
-                let x = [
-                    v.load16(at),
-                    v.load16(at + 16),
-                    v.load16(at + 32),
-                    v.load16(at + 48),
-                ];
-                for (g, acc) in acc.iter_mut().enumerate() {
-                    let w = _mm512_set1_ps(*sp.add(g * len + i));
-                    for (a, x) in acc.iter_mut().zip(x) {
-                        *a = _mm512_fmadd_ps(w, x, *a);
-                    }
-                }
-            }
-        }
-        for (g, acc) in acc.iter().enumerate() {
-            let o = g * ph + PART_HEAD + c;
-            for (n, a) in acc.iter().enumerate() {
-                // SAFETY: o + 16 n + 16 <= g * ph + ph <= part.len().
-                unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(o + 16 * n), *a) };
-            }
-        }
-        c += 64;
-    }
-    while c + 16 <= dv {
-        let mut acc = [_mm512_setzero_ps(); G];
-        for i in 0..len {
-            // SAFETY: as above, for columns c..c + 16 <= dv.
-            unsafe {
-                let x = v.load16(v0 + i * vrow + c);
-                for (g, acc) in acc.iter_mut().enumerate() {
-                    let w = _mm512_set1_ps(*sp.add(g * len + i));
-                    *acc = _mm512_fmadd_ps(w, x, *acc);
-                }
-            }
-        }
-        for (g, acc) in acc.iter().enumerate() {
-            // SAFETY: g * ph + 2 + c + 16 <= G * ph = part.len().
-            unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
-        }
-        c += 16;
-    }
-    c
-}
