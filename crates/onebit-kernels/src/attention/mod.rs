@@ -527,6 +527,19 @@ impl Call<'_> {
     }
 }
 
+/// When `threads` threads end the `works` (largest first), each dealt to
+/// the least loaded thread, with `even` (an even share of all the work, the
+/// rest spread evenly) as a floor.
+fn makespan(works: impl Iterator<Item = usize>, threads: usize, even: usize) -> usize {
+    let mut load = vec![0usize; threads];
+    for w in works {
+        if let Some(min) = load.iter_mut().min() {
+            *min += w;
+        }
+    }
+    load.into_iter().max().unwrap_or(0).max(even)
+}
+
 /// How a call's work is cut: its units, the items over them, the chunks of
 /// items the threads claim, and the length of the split units' partials.
 struct Plan {
@@ -566,14 +579,33 @@ fn plan(spans: &[&[(usize, usize)]], nkv: usize, group: usize, ph: usize, thread
             }
         }
     }
-    // A unit more than half a thread's share is spread over the threads.
+    // A unit goes whole to one thread, which folds its blocks as it goes
+    // (no partials stored), unless that loads the threads unevenly: then the
+    // largest units, one at a time, have their blocks spread over the
+    // threads (partials stored, folded afterwards), until the whole ones,
+    // dealt largest first to the least loaded thread, end within a quarter
+    // of an even share.
     let total: usize = units.iter().map(|u| u.work).sum();
+    let even = total.div_ceil(threads);
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(units[i].work));
+    let mut n_spread = 0;
+    while threads > 1
+        && n_spread < order.len()
+        && 4 * makespan(
+            order[n_spread..].iter().map(|&i| units[i].work),
+            threads,
+            even,
+        ) > 5 * even
+    {
+        n_spread += 1;
+    }
+    order[..n_spread].sort_unstable();
     let mut parts_len = 0;
-    for u in &mut units {
-        if threads > 1 && u.work * 2 * threads > total {
-            u.split = Some(parts_len);
-            parts_len += u.rows * group * u.blocks.len() * ph;
-        }
+    for &i in &order[..n_spread] {
+        let u = &mut units[i];
+        u.split = Some(parts_len);
+        parts_len += u.rows * group * u.blocks.len() * ph;
     }
 
     // Whole units first, the largest first; then the split units' blocks,
@@ -597,30 +629,30 @@ fn plan(spans: &[&[(usize, usize)]], nkv: usize, group: usize, ph: usize, thread
     let per_block = (2 * threads).div_ceil(split_blocks.max(1));
     let mut first = 0;
     while first < units.len() {
-        // The units of one (sequence, row group): the KV heads.
-        let last = first + nkv;
-        let us = &units[first..last];
-        if us[0].split.is_some() {
-            for b in us[0].blocks.clone() {
-                for (i, u) in us.iter().enumerate() {
-                    let nvec = u.rows * group;
-                    let step = nvec.div_ceil(per_block);
-                    let step = if step > TILE {
-                        step.next_multiple_of(TILE)
-                    } else {
-                        step
-                    };
-                    for j in (0..nvec).step_by(step) {
-                        items.push(Item::Block {
-                            unit: first + i,
-                            b,
-                            vecs: j..(j + step).min(nvec),
-                        });
-                    }
+        // The units of one (sequence, row group): its KV heads.
+        let us = &units[first..first + nkv];
+        let split = || us.iter().enumerate().filter(|(_, u)| u.split.is_some());
+        let start = split().map(|(_, u)| u.blocks.start).min().unwrap_or(0);
+        let end = split().map(|(_, u)| u.blocks.end).max().unwrap_or(0);
+        for b in start..end {
+            for (i, u) in split().filter(|(_, u)| u.blocks.contains(&b)) {
+                let nvec = u.rows * group;
+                let step = nvec.div_ceil(per_block);
+                let step = if step > TILE {
+                    step.next_multiple_of(TILE)
+                } else {
+                    step
+                };
+                for j in (0..nvec).step_by(step) {
+                    items.push(Item::Block {
+                        unit: first + i,
+                        b,
+                        vecs: j..(j + step).min(nvec),
+                    });
                 }
             }
         }
-        first = last;
+        first += nkv;
     }
     // Chunks: a whole unit each; split blocks several to a chunk (about
     // four chunks per thread).

@@ -542,12 +542,13 @@ fn a_batched_steps_rows_each_equal_the_row_alone_at_every_level() {
 /// The plan reads each cache block once per step for a sequence's rows (up
 /// to a row group) and all query heads of a KV head: every (sequence, row
 /// group, KV head, block) that some row reaches is in exactly one item,
-/// with all its vectors, for a verify step (one sequence: its blocks spread
-/// over the threads), one with a sliding window, a batched decode step
-/// (many sequences: a unit per item) and a step of three row groups (three
-/// reads). Only when the blocks are fewer than twice the threads (a short
-/// context) are a block's vectors cut over several items, in whole tiles,
-/// each vector in one.
+/// with all its vectors, for a verify step (as many KV heads as threads:
+/// a unit each, whole; more threads: its blocks spread over them), one with
+/// a sliding window, a batched decode step (many sequences: a unit per
+/// item) and a step of three row groups (three reads). Only when the
+/// blocks are fewer than twice the threads (a short context) are a
+/// block's vectors cut over several items, in whole tiles, each vector in
+/// one.
 #[test]
 fn the_plan_reads_each_block_once_per_kv_head_and_row_group() {
     use std::collections::HashMap;
@@ -558,18 +559,21 @@ fn the_plan_reads_each_block_once_per_kv_head_and_row_group() {
         (0..8).map(|i| step_spans(500 + 97 * i, 1, None)).collect();
     let long = step_spans(300, 40, None);
     let short = step_spans(100, 3, None);
-    // (spans, threads, whether a block's vectors may be cut)
-    type Case<'a> = (Vec<&'a [(usize, usize)]>, usize, bool);
-    let cases: [Case; 6] = [
-        (vec![&verify[..]], 2, false),
-        (vec![&windowed[..]], 3, false),
-        (decode.iter().map(|d| &d[..]).collect(), 2, false),
-        (vec![&long[..]], 3, false),
-        (vec![&windowed[..]], 4, true),
-        (vec![&short[..]], 2, true),
+    // (spans, threads, whether units are spread over the threads, whether
+    // a block's vectors may be cut)
+    type Case<'a> = (Vec<&'a [(usize, usize)]>, usize, bool, bool);
+    let cases: [Case; 7] = [
+        (vec![&verify[..]], 2, false, false),
+        (vec![&verify[..]], 4, true, false),
+        (vec![&windowed[..]], 3, true, false),
+        (decode.iter().map(|d| &d[..]).collect(), 2, false, false),
+        (vec![&long[..]], 3, false, false),
+        (vec![&windowed[..]], 4, true, true),
+        (vec![&short[..]], 3, true, true),
     ];
-    for (spans, threads, cut) in cases {
+    for (spans, threads, spread, cut) in cases {
         let p = plan(&spans, nkv, group, ph, threads);
+        assert_eq!(p.parts_len > 0, spread, "{spans:?} on {threads} threads");
         // Every item is in one chunk.
         let chunked: usize = p.chunks.iter().map(|c| c.len()).sum();
         assert_eq!(chunked, p.items.len());
