@@ -26,8 +26,9 @@
 //! for all of them. The work is cut into units (a sequence's rows, up to
 //! [`ROW_GROUP`] at a time, with the query heads of one KV head); a unit
 //! walks its blocks and, per block, runs its query vectors (row x head) in
-//! tiles of [`TILE`] through one kernel call, every K and V load serving
-//! the whole tile, each vector over its own part of the block.
+//! tiles of [`TILE`] ([`TILE_WIDE`] at the AVX-512 level) through one
+//! kernel call, every K and V load serving the whole tile, each vector over
+//! its own part of the block.
 //!
 //! The AVX2 path computes the same fused operations in the same order as
 //! the scalar reference, so the two give the same bits. The scores run four
@@ -40,8 +41,11 @@
 //! multiply-adds in position order, so the bits are the same. (Scores eight
 //! positions at a time on 512-bit registers, two positions per register,
 //! measured a fifth slower than the four 256-bit ones on Zen 4, so both
-//! levels run the latter.) Both passes ask the cache for the rows 32
-//! positions ahead.
+//! levels run the latter.) A tile of five to eight vectors, AVX-512 only,
+//! holds two vectors per 512-bit register in the scores (each K load
+//! widened into both halves, the halves then reduced as before) and runs
+//! the weighted sums 32 columns at a time. Both passes ask the cache for
+//! the rows 32 positions ahead.
 //!
 //! Attention sinks (gpt-oss's `attn_sinks`: one learned logit per query
 //! head in its softmax's denominator, weighing no value) join each head's
@@ -80,8 +84,13 @@ const PART_HEAD: usize = 2;
 
 /// Query vectors (heads of one KV head, of one row or several) that one
 /// kernel call runs together, every K and V load serving all of them (their
-/// accumulators fill the registers).
+/// accumulators fill the registers): four on AVX2's sixteen registers...
 const TILE: usize = 4;
+
+/// ...and eight at the AVX-512 level (thirty-two registers; the scores two
+/// vectors to a 512-bit register), so a KV head's six or seven query heads
+/// (Qwen2.5's) share each load in a decode step.
+const TILE_WIDE: usize = 8;
 
 /// Rows of one sequence that read the cache together (a verify step's rows,
 /// or a part of a prefill's).
@@ -132,9 +141,10 @@ pub fn level() -> Isa {
     }
 }
 
-/// One block for the 1..=[`TILE`] query vectors in `q` ([n][dk]), vector g
-/// over the positions `ranges[g]` (not empty, within one block), on the
-/// chosen path; writes `part` ([n][2 + dv]).
+/// One block for the 1..=[`TILE`] query vectors in `q` ([n][dk]) (up to
+/// [`TILE_WIDE`] when `wide`), vector g over the positions `ranges[g]` (not
+/// empty, within one block), on the chosen path; writes `part` ([n][2 +
+/// dv]).
 #[allow(clippy::too_many_arguments)]
 fn run_tile(
     simd: bool,
@@ -175,6 +185,18 @@ fn run_tile(
             // SAFETY (each call): the caller guarantees the features.
             unsafe {
                 match ranges.len() {
+                    8 => block::<E, 8>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
+                    ),
+                    7 => block::<E, 7>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
+                    ),
+                    6 => block::<E, 6>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
+                    ),
+                    5 => block::<E, 5>(
+                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
+                    ),
                     4 => block::<E, 4>(
                         a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
                     ),
@@ -340,9 +362,9 @@ enum Item {
 /// Per-participant buffers.
 struct Bufs {
     scores: Vec<f32>,
-    /// A tile's queries, [TILE][dk].
+    /// A tile's queries, [tile][dk].
     qt: Vec<f32>,
-    /// A tile's partials, [TILE][2 + dv].
+    /// A tile's partials, [tile][2 + dv].
     part: Vec<f32>,
     /// A whole unit's running partials, [vector][2 + dv].
     run: Vec<f32>,
@@ -353,6 +375,8 @@ struct Bufs {
 /// What every item of one call reads.
 struct Call<'a> {
     shape: AttnShape,
+    /// Query vectors per kernel call.
+    tile: usize,
     group: usize,
     ph: usize,
     simd: bool,
@@ -408,8 +432,8 @@ impl Call<'_> {
         }));
         let q = self.qs[u.seq];
         let (k, v) = self.kv[u.seq];
-        for (n, tile) in active.chunks(TILE).enumerate() {
-            let mut ranges = [(0, 0); TILE];
+        for (n, tile) in active.chunks(self.tile).enumerate() {
+            let mut ranges = [(0, 0); TILE_WIDE];
             for (i, &j) in tile.iter().enumerate() {
                 ranges[i] = in_block(self.span(u, j), b);
                 let at = self.at(u, j) * dk;
@@ -746,6 +770,7 @@ fn attend_seqs_at(
     let mut parts = vec![0f32; parts_len];
     let call = Call {
         shape,
+        tile: if wide { TILE_WIDE } else { TILE },
         group,
         ph,
         simd,
@@ -777,8 +802,8 @@ fn attend_seqs_at(
     pool.for_each_chunk(chunks.len(), |c| {
         let mut bufs = Bufs {
             scores: Vec::new(),
-            qt: vec![0f32; TILE * dk],
-            part: vec![0f32; TILE * ph],
+            qt: vec![0f32; TILE_WIDE * dk],
+            part: vec![0f32; TILE_WIDE * ph],
             run: Vec::new(),
             active: Vec::new(),
         };

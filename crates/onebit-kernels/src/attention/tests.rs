@@ -250,7 +250,8 @@ fn levels() -> Vec<Isa> {
 }
 
 /// The AVX2 and AVX-512 block kernels and the scalar reference give the
-/// same bits, for every type and tile of one to four query vectors, over
+/// same bits, for every type and tile of one to four query vectors (to
+/// eight at the AVX-512 level: two to a 512-bit register), over
 /// parts of a block whose lengths take the four-position score tiles with
 /// and without a remainder: all vectors over the same positions, and each
 /// over its own (a verify step's last block, where the earlier rows stop
@@ -278,8 +279,13 @@ fn simd_tile_equals_scalar_reference() {
                 }
                 let s = shape(nh, nkv, dk, dv);
                 let (kc, vc) = (cache(ty, N_POS, nkv * dk, 0), cache(ty, N_POS, nkv * dv, 5));
-                let q: Vec<f32> = (0..TILE * dk).map(|i| val(i + 11)).collect();
-                for n in 1..=TILE {
+                let q: Vec<f32> = (0..TILE_WIDE * dk).map(|i| val(i + 11)).collect();
+                let tile = if level == Isa::Avx512 {
+                    TILE_WIDE
+                } else {
+                    TILE
+                };
+                for n in 1..=tile {
                     let tiles: [Vec<(usize, usize)>; 6] = [
                         vec![(0, BLOCK); n],
                         vec![(3, 4); n],
