@@ -388,6 +388,33 @@ MUTANTS += [
 ]
 
 
+# Attention kernels (their tests: every level against the scalar reference,
+# each row of a step against the row alone); run: scripts/mutants.py attention:
+ATTN_X86 = "crates/onebit-kernels/src/attention/x86.rs"
+ATTN_MOD = "crates/onebit-kernels/src/attention/mod.rs"
+ATTN_TESTS = ["-p", "onebit-kernels", "--lib", "attention::"]
+MUTANTS += [
+    ("attention: the last vector of a tile stops one position short (causal mask off by one)", ATTN_X86,
+     "let hi: [usize; G] = core::array::from_fn(|g| ranges[g].1 - from);",
+     "let hi: [usize; G] = core::array::from_fn(|g| ranges[g].1 - from - (g + 1 == G && ranges[g].1 - ranges[g].0 > 1) as usize);",
+     ATTN_TESTS),
+    ("attention: a vector weighs the V row just past its range", ATTN_X86,
+     "!MASKED || (self.lo[g] <= i && i < self.hi[g])", "!MASKED || (self.lo[g] <= i && i <= self.hi[g])", ATTN_TESTS),
+    ("attention: a vector's softmax max and sum over its neighbour's range", ATTN_X86,
+     "&mut scores[g * len + lo[g]..g * len + hi[g]],",
+     "&mut scores[g * len + lo[g.saturating_sub(1)]..g * len + hi[g.saturating_sub(1)]],", ATTN_TESTS),
+    ("attention: a row's running state started from its neighbour's first block", ATTN_MOD,
+     "if b == blocks_of(self.span(u, j)).start {", "if b == blocks_of(self.span(u, j.saturating_sub(1))).start {",
+     ATTN_TESTS),
+    ("attention: the odd vector of a 512-bit pair scored as the even one", ATTN_X86,
+     "for (g, [a, b, c, d]) in [(2 * m, lo), (2 * m + 1, hi)] {",
+     "for (g, [a, b, c, d]) in [(2 * m, lo), (2 * m + 1, lo)] {", ATTN_TESTS),
+    ("attention: a split unit's fold starts from the next vector's partial", ATTN_MOD,
+     "run.copy_from_slice(&parts[at..at + ph]);",
+     "run.copy_from_slice(&parts[at + ph..at + 2 * ph]);", ATTN_TESTS),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0

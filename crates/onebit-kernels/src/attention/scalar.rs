@@ -53,17 +53,17 @@ pub(super) fn weights(scores: &mut [f32], part: &mut [f32]) {
 }
 
 /// Scalar reference of one block: the query heads in `q` ([G][dk]), all
-/// reading KV head `kvh`, over positions `from..to` (not empty); writes
-/// `part` ([G][2 + dv]).
+/// reading KV head `kvh`, query vector g over the positions `ranges[g]` (not
+/// empty); writes `part` ([G][2 + dv]). Each vector's partial is computed
+/// on its own: the same bits whatever the other vectors and their ranges.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn block_scalar(
     shape: AttnShape,
     kvh: usize,
     q: &[f32],
+    ranges: &[(usize, usize)],
     k: KvView,
     v: KvView,
-    from: usize,
-    to: usize,
     scale: f32,
     softcap: Option<f32>,
     scores: &mut Vec<f32>,
@@ -72,14 +72,15 @@ pub(super) fn block_scalar(
     let (dk, dv) = (shape.head_dim_k, shape.head_dim_v);
     let krow = shape.n_head_kv * dk;
     let vrow = shape.n_head_kv * dv;
-    let len = to - from;
-    scores.clear();
-    scores.resize(len + dk.max(dv), 0.0);
-    let (sc, row) = scores.split_at_mut(len);
-    for (qg, pg) in q
+    for ((qg, pg), &(from, to)) in q
         .chunks_exact(dk)
         .zip(part.chunks_exact_mut(PART_HEAD + dv))
+        .zip(ranges)
     {
+        let len = to - from;
+        scores.clear();
+        scores.resize(len + dk.max(dv), 0.0);
+        let (sc, row) = scores.split_at_mut(len);
         for (i, s) in sc.iter_mut().enumerate() {
             let at = (from + i) * krow + kvh * dk;
             for (c, x) in row[..dk].iter_mut().enumerate() {

@@ -240,11 +240,25 @@ fn blocked_softmax_matches_a_float64_reference() {
     }
 }
 
+/// The levels this CPU runs attention at, scalar first.
+fn levels() -> Vec<Isa> {
+    Isa::all()
+        .iter()
+        .copied()
+        .filter(|l| l.supported() && *l <= level())
+        .collect()
+}
+
 /// The AVX2 and AVX-512 block kernels and the scalar reference give the
-/// same bits, for every type and head group, over spans whose lengths
-/// take the four-position score tiles with and without a remainder.
+/// same bits, for every type and tile of one to four query vectors (to
+/// eight at the AVX-512 level: two to a 512-bit register), over
+/// parts of a block whose lengths take the four-position score tiles with
+/// and without a remainder: all vectors over the same positions, and each
+/// over its own (a verify step's last block, where the earlier rows stop
+/// short; a sliding window's first, where the later rows start late; and
+/// ranges that overlap only in part).
 #[test]
-fn simd_block_equals_scalar_reference() {
+fn simd_tile_equals_scalar_reference() {
     #[cfg(target_arch = "x86_64")]
     {
         if !Isa::Avx2.supported() {
@@ -265,16 +279,29 @@ fn simd_block_equals_scalar_reference() {
                 }
                 let s = shape(nh, nkv, dk, dv);
                 let (kc, vc) = (cache(ty, N_POS, nkv * dk, 0), cache(ty, N_POS, nkv * dv, 5));
-                let q: Vec<f32> = (0..nh * dk).map(|i| val(i + 11)).collect();
-                for (h, g) in head_groups(s, nkv - 1, MAX_GROUP) {
-                    for (from, to) in [(0, BLOCK), (3, 4), (7, 7 + BLOCK - 1)] {
+                let q: Vec<f32> = (0..TILE_WIDE * dk).map(|i| val(i + 11)).collect();
+                let tile = if level == Isa::Avx512 {
+                    TILE_WIDE
+                } else {
+                    TILE
+                };
+                for n in 1..=tile {
+                    let tiles: [Vec<(usize, usize)>; 6] = [
+                        vec![(0, BLOCK); n],
+                        vec![(3, 4); n],
+                        vec![(7, 7 + BLOCK - 1); n],
+                        (0..n).map(|g| (BLOCK, BLOCK + 9 - n + g)).collect(),
+                        (0..n).map(|g| (2 * BLOCK - 50 + g, 2 * BLOCK)).collect(),
+                        (0..n).map(|g| (5 * g, 40 + 13 * (g % 3))).collect(),
+                    ];
+                    for ranges in &tiles {
                         for cap in [None, Some(5.0)] {
-                            let qs = &q[h * dk..(h + g) * dk];
-                            let mut a = vec![0f32; g * (dv + PART_HEAD)];
+                            let qs = &q[..n * dk];
+                            let mut a = vec![0f32; n * (dv + PART_HEAD)];
                             let mut b = a.clone();
                             let (k, v) = (kc.view(), vc.view());
-                            let args = (s, nkv - 1, qs, k, v, from, to, 0.3, cap);
-                            run_block(
+                            let args = (s, nkv - 1, qs, &ranges[..], k, v, 0.3, cap);
+                            run_tile(
                                 true,
                                 level == Isa::Avx512,
                                 args.0,
@@ -285,7 +312,7 @@ fn simd_block_equals_scalar_reference() {
                                 args.5,
                                 args.6,
                                 args.7,
-                                args.8,
+                                (dk, dv),
                                 &mut Vec::new(),
                                 &mut a,
                             );
@@ -298,13 +325,12 @@ fn simd_block_equals_scalar_reference() {
                                 args.5,
                                 args.6,
                                 args.7,
-                                args.8,
                                 &mut Vec::new(),
                                 &mut b,
                             );
                             assert!(
                                 a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                                "{level:?} {ty} {s:?} heads {h}+{g} span {from}..{to} cap {cap:?}"
+                                "{level:?} {ty} {s:?} ranges {ranges:?} cap {cap:?}"
                             );
                         }
                     }
@@ -315,6 +341,293 @@ fn simd_block_equals_scalar_reference() {
     }
     #[cfg(not(target_arch = "x86_64"))]
     eprintln!("attention levels: ran scalar; no SIMD attention on this architecture");
+}
+
+/// One row over `span` alone, at the scalar level on one thread.
+#[allow(clippy::too_many_arguments)]
+fn alone(
+    s: AttnShape,
+    q: &[f32],
+    span: (usize, usize),
+    k: KvView,
+    v: KvView,
+    scale: f32,
+    cap: Option<f32>,
+    sinks: Option<&[f32]>,
+) -> Vec<f32> {
+    let mut out = vec![0f32; s.n_head * s.head_dim_v];
+    let spans = [span];
+    let mut seq = [SeqAttn {
+        q,
+        spans: &spans,
+        k,
+        v,
+        out: &mut out,
+    }];
+    attend_seqs_at(Isa::Scalar, &Pool::new(1), s, &mut seq, scale, cap, sinks);
+    out
+}
+
+/// The spans of a step's `rows` new rows at positions p0.. (causal among
+/// themselves), with a sliding window of `window` positions or none.
+fn step_spans(p0: usize, rows: usize, window: Option<usize>) -> Vec<(usize, usize)> {
+    (0..rows)
+        .map(|i| {
+            let p = p0 + i;
+            (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1)
+        })
+        .collect()
+}
+
+/// A verify step: k = 1..=16 (and 17, 20, 33: more than one row group)
+/// new rows of one sequence, causal among themselves, at depths whose rows
+/// cross a block boundary and the four-position score tiles, with and
+/// without a sliding window, sinks and a soft-cap, on 1 and 3 threads, at
+/// every level: each row is the bits of that row attended alone at the
+/// scalar level. Query groups of 6 (Qwen2.5-1.5B's), 4, 1 and 7 heads; head
+/// sizes not a multiple of 8.
+#[test]
+fn a_verify_steps_rows_each_equal_the_row_alone_at_every_level() {
+    let shapes = [
+        (12, 2, 64, 64),
+        (4, 1, 32, 40),
+        (3, 3, 16, 8),
+        (14, 2, 20, 13),
+    ];
+    let levels = levels();
+    for (nh, nkv, dk, dv) in shapes {
+        let s = shape(nh, nkv, dk, dv);
+        let sinks: Vec<f32> = (0..nh).map(|h| val(h + 3) * 4.0).collect();
+        for ty in KvType::ALL {
+            if ty.check_head_dim(dk).is_err() || ty.check_head_dim(dv).is_err() {
+                continue;
+            }
+            // Depths: within block 0, across the first block boundary,
+            // across the second.
+            for p0 in [5usize, 2 * BLOCK - 6, BLOCK - 3] {
+                let max_rows = 33;
+                let (kc, vc) = (
+                    cache(ty, p0 + max_rows, nkv * dk, 1),
+                    cache(ty, p0 + max_rows, nkv * dv, 7),
+                );
+                let (k, v) = (kc.view(), vc.view());
+                for rows in (1..=16).chain([17, 20, 33]) {
+                    let q: Vec<f32> = (0..rows * nh * dk).map(|i| val(3 * i + rows)).collect();
+                    // No window; one that starts inside the rows' first
+                    // block; one shorter than the step.
+                    for (window, sk, cap) in [
+                        (None, None, None),
+                        (Some(100), Some(&sinks[..]), Some(5.0)),
+                        (Some(7), None, None),
+                    ] {
+                        let spans = step_spans(p0, rows, window);
+                        let want: Vec<Vec<f32>> = spans
+                            .iter()
+                            .enumerate()
+                            .map(|(r, &sp)| {
+                                let qr = &q[r * nh * dk..(r + 1) * nh * dk];
+                                alone(s, qr, sp, k, v, 0.3, cap, sk)
+                            })
+                            .collect();
+                        for &isa in &levels {
+                            for threads in [1, 3] {
+                                let mut out = vec![0f32; rows * nh * dv];
+                                let mut seq = [SeqAttn {
+                                    q: &q,
+                                    spans: &spans,
+                                    k,
+                                    v,
+                                    out: &mut out,
+                                }];
+                                let pool = Pool::new(threads);
+                                attend_seqs_at(isa, &pool, s, &mut seq, 0.3, cap, sk);
+                                for (r, w) in want.iter().enumerate() {
+                                    let got = &out[r * nh * dv..(r + 1) * nh * dv];
+                                    assert!(
+                                        w.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                        "{isa:?} {ty} {s:?} p0 {p0} rows {rows} row {r} \
+                                         window {window:?} threads {threads}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("attention verify rows: ran {levels:?}");
+}
+
+/// A batched step: one row each of six sequences over their own caches
+/// (depths inside one block, across several, one empty span), and a
+/// sequence's three verify rows, in one call: each row is the bits of
+/// that row alone, at every level and on 1, 2 and 3 threads.
+#[test]
+fn a_batched_steps_rows_each_equal_the_row_alone_at_every_level() {
+    let (nh, nkv, dk, dv) = (12, 2, 64, 64);
+    let s = shape(nh, nkv, dk, dv);
+    let levels = levels();
+    for ty in KvType::ALL {
+        // (depth before the step, rows, window)
+        let seqs = [
+            (0, 1, None),
+            (40, 1, None),
+            (3 * BLOCK + 17, 1, None),
+            (BLOCK - 1, 1, Some(50)),
+            (700, 1, Some(300)),
+            (2 * BLOCK - 2, 3, None),
+        ];
+        let caches: Vec<(KvRows, KvRows)> = seqs
+            .iter()
+            .enumerate()
+            .map(|(i, &(d, rows, _))| {
+                (
+                    cache(ty, d + rows, nkv * dk, 100 * i),
+                    cache(ty, d + rows, nkv * dv, 100 * i + 9),
+                )
+            })
+            .collect();
+        let mut spans: Vec<Vec<(usize, usize)>> = seqs
+            .iter()
+            .map(|&(d, rows, w)| step_spans(d, rows, w))
+            .collect();
+        // A row that sees nothing gets zeros.
+        spans[1][0] = (40, 40);
+        let qs: Vec<Vec<f32>> = seqs
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, rows, _))| (0..rows * nh * dk).map(|j| val(j * 5 + i)).collect())
+            .collect();
+        let want: Vec<Vec<f32>> = (0..seqs.len())
+            .flat_map(|i| {
+                let (k, v) = (caches[i].0.view(), caches[i].1.view());
+                let (q, spans) = (&qs[i], &spans[i]);
+                (0..spans.len())
+                    .map(move |r| {
+                        let qr = &q[r * nh * dk..(r + 1) * nh * dk];
+                        alone(s, qr, spans[r], k, v, 0.125, None, None)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(want[1].iter().all(|&x| x == 0.0));
+        for &isa in &levels {
+            for threads in [1, 2, 3] {
+                let mut outs: Vec<Vec<f32>> = seqs
+                    .iter()
+                    .map(|&(_, rows, _)| vec![f32::NAN; rows * nh * dv])
+                    .collect();
+                let mut batch: Vec<SeqAttn> = outs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, out)| SeqAttn {
+                        q: &qs[i],
+                        spans: &spans[i],
+                        k: caches[i].0.view(),
+                        v: caches[i].1.view(),
+                        out,
+                    })
+                    .collect();
+                attend_seqs_at(isa, &Pool::new(threads), s, &mut batch, 0.125, None, None);
+                let got: Vec<&[f32]> = outs.iter().flat_map(|o| o.chunks_exact(nh * dv)).collect();
+                for (r, (w, g)) in want.iter().zip(&got).enumerate() {
+                    assert!(
+                        w.iter()
+                            .zip(g.iter())
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?} {ty} row {r} threads {threads}"
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("attention batched rows: ran {levels:?}");
+}
+
+/// The plan reads each cache block once per step for a sequence's rows (up
+/// to a row group) and all query heads of a KV head: every (sequence, row
+/// group, KV head, block) that some row reaches is in exactly one item,
+/// with all its vectors, for a verify step (as many KV heads as threads:
+/// a unit each, whole; more threads: its blocks spread over them), one with
+/// a sliding window, a batched decode step (many sequences: a unit per
+/// item) and a step of three row groups (three reads). Only when the
+/// blocks are fewer than twice the threads (a short context) are a
+/// block's vectors cut over several items, in whole tiles, each vector in
+/// one.
+#[test]
+fn the_plan_reads_each_block_once_per_kv_head_and_row_group() {
+    use std::collections::HashMap;
+    let (nkv, group, ph) = (2, 6, 2 + 64);
+    let verify = step_spans(1000, 8, None);
+    let windowed = step_spans(1000, 5, Some(300));
+    let decode: Vec<Vec<(usize, usize)>> =
+        (0..8).map(|i| step_spans(500 + 97 * i, 1, None)).collect();
+    let long = step_spans(300, 40, None);
+    let short = step_spans(100, 3, None);
+    // (spans, threads, whether units are spread over the threads, whether
+    // a block's vectors may be cut)
+    type Case<'a> = (Vec<&'a [(usize, usize)]>, usize, bool, bool);
+    let cases: [Case; 7] = [
+        (vec![&verify[..]], 2, false, false),
+        (vec![&verify[..]], 4, true, false),
+        (vec![&windowed[..]], 3, true, false),
+        (decode.iter().map(|d| &d[..]).collect(), 2, false, false),
+        (vec![&long[..]], 3, false, false),
+        (vec![&windowed[..]], 4, true, true),
+        (vec![&short[..]], 3, true, true),
+    ];
+    for (spans, threads, spread, cut) in cases {
+        let p = plan(&spans, nkv, group, ph, threads);
+        assert_eq!(p.parts_len > 0, spread, "{spans:?} on {threads} threads");
+        // Every item is in one chunk.
+        let chunked: usize = p.chunks.iter().map(|c| c.len()).sum();
+        assert_eq!(chunked, p.items.len());
+        // Items reading each (sequence, row group, KV head, block), and
+        // each vector's count there.
+        // (sequence, row group, KV head, block) -> (items, per vector)
+        type Reads = HashMap<(usize, usize, usize, usize), (usize, Vec<usize>)>;
+        let mut reads = Reads::new();
+        for item in &p.items {
+            let (u, bs, vecs) = match item {
+                Item::Whole(u) => {
+                    let u = &p.units[*u];
+                    (u, u.blocks.clone(), 0..u.rows * group)
+                }
+                Item::Block { unit, b, vecs } => (&p.units[*unit], *b..*b + 1, vecs.clone()),
+            };
+            if vecs.len() < u.rows * group {
+                assert!(cut, "{spans:?}: a block's vectors cut over items");
+                let nvec = u.rows * group;
+                let tiles = vecs.start % TILE == 0 && (vecs.len() % TILE == 0 || vecs.end == nvec);
+                assert!(vecs.len() <= TILE || tiles, "{vecs:?}");
+            }
+            for b in bs {
+                let e = reads
+                    .entry((u.seq, u.row0, u.kvh, b))
+                    .or_insert((0, vec![0; u.rows * group]));
+                e.0 += 1;
+                vecs.clone().for_each(|j| e.1[j] += 1);
+            }
+        }
+        let mut want = 0;
+        for (si, sp) in spans.iter().enumerate() {
+            for row0 in (0..sp.len()).step_by(ROW_GROUP) {
+                let rows = &sp[row0..(row0 + ROW_GROUP).min(sp.len())];
+                let lo = rows.iter().map(|r| r.0 / BLOCK).min().unwrap();
+                let hi = rows.iter().map(|r| (r.1 - 1) / BLOCK).max().unwrap();
+                for kvh in 0..nkv {
+                    for b in lo..=hi {
+                        let (n, per_vec) = &reads[&(si, row0, kvh, b)];
+                        assert!(cut || *n == 1, "{spans:?}: block {b} read {n} times");
+                        assert!(per_vec.iter().all(|&c| c == 1), "{spans:?}: {per_vec:?}");
+                        want += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(reads.len(), want);
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! KV heads and head sizes are those of the layer's kind; a layer without a
 //! V projection takes V from its raw K projection (`Semantics::v_from_k`).
 
-use onebit_kernels::attention::{attend_rows_sinks, AttnShape};
+use onebit_kernels::attention::{attend_seqs, AttnShape, SeqAttn};
 use onebit_kernels::ops::rmsnorm_inplace;
 use onebit_kernels::rope::Rope;
 use onebit_kernels::{matmul, matmul_many, Pool};
@@ -169,6 +169,9 @@ impl TokenMixer for AttnWeights {
         let ctx = sized(ctx, n * width);
         // The source layer's slot in the same pass of the stack.
         let src = at.slot - at.layer + sem.kv_source.value[at.layer];
+        // Each sequence's cache extended by its rows, and what each row
+        // sees.
+        let mut all_spans = Vec::with_capacity(seqs.len());
         for seg in seqs.iter_mut() {
             let LayerState::Attention(cache) = &mut seg.state.layers[src] else {
                 unreachable!("attention layers hold KV caches (SeqState::new)")
@@ -199,19 +202,33 @@ impl TokenMixer for AttnWeights {
                     }
                 })
                 .collect();
-            attend_rows_sinks(
-                run.pool,
-                shape,
-                &q[seg.rows.start * qw..seg.rows.end * qw],
-                &spans,
-                cache.k.view(),
-                cache.v.view(),
-                scale,
-                cap,
-                aw.sinks.as_deref(),
-                &mut ctx[seg.rows.start * width..seg.rows.end * width],
-            );
+            all_spans.push(spans);
         }
+        // Every sequence in one call: a sequence's rows (a verify step's)
+        // read each cache block once, and the sequences of a batched step
+        // share one parallel pass. The stacked rows are the sequences' in
+        // order, one after another.
+        let mut rest = &mut ctx[..];
+        let mut batch = Vec::with_capacity(seqs.len());
+        let mut row = 0;
+        for (seg, spans) in seqs.iter().zip(&all_spans) {
+            let LayerState::Attention(cache) = &seg.state.layers[src] else {
+                unreachable!("attention layers hold KV caches (SeqState::new)")
+            };
+            assert_eq!(seg.rows.start, row, "sequences' rows stacked in order");
+            row = seg.rows.end;
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut(seg.rows.len() * width);
+            rest = tail;
+            batch.push(SeqAttn {
+                q: &q[seg.rows.start * qw..seg.rows.end * qw],
+                spans,
+                k: cache.k.view(),
+                v: cache.v.view(),
+                out,
+            });
+        }
+        attend_seqs(run.pool, shape, &mut batch, scale, cap, aw.sinks.as_deref());
+        drop(batch);
         if let Some(g) = gate {
             ctx.iter_mut().zip(&g).for_each(|(c, g)| *c *= sigmoid(*g));
         }
