@@ -811,7 +811,7 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
 
 /// Imports that the layout cannot hold are refused by name: experts that
 /// are not MXFP4 (the f32 fixture), --keep-q8, a forced tile form other
-/// than the half tile.
+/// than the half tile, a GGUF rule HF's config.json keys cannot restate.
 #[test]
 fn gpt_oss_import_refusals_name_the_tensor_or_option() {
     let fx = Fixture::new("gpt-oss");
@@ -840,6 +840,16 @@ fn gpt_oss_import_refusals_name_the_tensor_or_option() {
     );
     eprintln!("refused: {e}");
     assert!(e.contains("--tiles") && e.contains("half tile"), "{e}");
+    // A GGUF whose semantics HF's keys cannot restate: a sliding-layer base.
+    let tmp = TempDir::new("pack-oss-swa-base");
+    let mut w = GgufWriter::from_gguf(&Gguf::open(&q).unwrap());
+    w.kv(
+        "gpt-oss.rope.freq_base_swa",
+        onebit_formats::gguf::Value::F32(10000.0),
+    );
+    let e = import_err(&tmp.file("swa.gguf", &w.to_bytes()), Default::default());
+    eprintln!("refused: {e}");
+    assert!(e.contains("cannot restate its sliding layers' RoPE"), "{e}");
 }
 
 /// `verify` names what a damaged pack breaks: a bias kept in an expert tile
@@ -850,7 +860,8 @@ fn gpt_oss_verify_names_a_moved_bias_a_dirty_pad_and_a_router_copy() {
     let fx = Fixture::new("gpt-oss");
     let gguf = fx.dir.join("MXFP4_MOE.gguf");
     let s = sizes(&fx);
-    let cases: [(&str, Box<dyn Fn(&mut StOut)>, &str); 3] = [
+    type Damage = Box<dyn Fn(&mut StOut)>;
+    let cases: [(&str, Damage, &str); 3] = [
         (
             "model.layers.1.ffn_gate_up_down_exps.weight",
             // Expert 0, up (group 1), tile row 0, first tile: bias of row 3.

@@ -1055,8 +1055,8 @@ fn verify(pack: &Pack) -> Result<Vec<LayoutCheck>> {
                 parts.push(tiles);
             }
             let mut want = Vec::new();
-            for e in 0..geo.n_expert {
-                want.extend(merge([&parts[0][e], &parts[1][e], &parts[2][e]], chunk));
+            for ((gate, up), down) in parts[0].iter().zip(&parts[1]).zip(&parts[2]) {
+                want.extend(merge([gate, up, down], chunk));
             }
             experts.compare(&t.name, &stored, &want, "of an MXFP4 tile");
             continue;

@@ -104,22 +104,28 @@ pub const TOKENIZER_CONFIG: &str = "tokenizer_config.json";
 pub const GENERATION_CONFIG: &str = "generation_config.json";
 pub const CHAT_TEMPLATE: &str = "chat_template.jinja";
 
+/// An [`OwnLayout`]'s reader: the pack's tensors, loader-ready, and the
+/// names it does not use, from the weights, the family's name table, the
+/// text config and config.json's path.
+pub type OwnRead =
+    fn(&SafeTensors, &[names::Row], &Json, &Path) -> Result<(Vec<PackTensor>, Vec<String>)>;
+/// An [`OwnLayout`]'s importer, as [`import::import`] calls it.
+pub type OwnImport = fn(
+    &onebit_formats::gguf::Gguf,
+    &'static Family,
+    &crate::families::ImportRules,
+    import::ImportOptions,
+    &mut dyn FnMut(usize, usize, &str),
+) -> Result<import::Imported>;
+
 /// A pack layout a family's own module reads, writes and verifies whole
 /// (for converters whose output the name table and [`layout::PackLayout`]'s
 /// per-tensor ops cannot describe: merged tensors, grouped tiles).
 pub struct OwnLayout {
     /// Where the layout is read (the converter's files).
     pub source: &'static str,
-    /// The pack's tensors, loader-ready, and the names it does not use.
-    pub read:
-        fn(&SafeTensors, &[names::Row], &Json, &Path) -> Result<(Vec<PackTensor>, Vec<String>)>,
-    pub import: fn(
-        &onebit_formats::gguf::Gguf,
-        &'static Family,
-        &crate::families::ImportRules,
-        import::ImportOptions,
-        &mut dyn FnMut(usize, usize, &str),
-    ) -> Result<import::Imported>,
+    pub read: OwnRead,
+    pub import: OwnImport,
     /// Checks of the layout's own invariants, for `inspect --verify`.
     pub verify: fn(&Pack) -> Result<Vec<verify::LayoutCheck>>,
 }

@@ -230,8 +230,20 @@ pub fn verify(pack: &Pack) -> Result<Report> {
             rows.decode(r, &mut v)?;
             finite_rows += v.iter().all(|x| x.is_finite()) as usize;
         }
+        // Tensors read out of one stored tensor (gpt-oss's merged experts)
+        // are told apart by the GGUF name they are read as.
+        let shared = pack
+            .tensors
+            .iter()
+            .filter(|u| u.pack_name == t.pack_name)
+            .count()
+            > 1;
         matrices.push(MatrixCheck {
-            pack_name: t.pack_name.clone(),
+            pack_name: if shared {
+                format!("{} as {}", t.pack_name, t.gguf_name)
+            } else {
+                t.pack_name.clone()
+            },
             form: t.form,
             rows: rows.n,
             finite_rows,
