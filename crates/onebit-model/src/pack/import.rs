@@ -50,7 +50,8 @@ pub struct ImportOptions {
 pub enum Tiles {
     /// What FastFlowLM writes: quarter tiles for every Q4 matrix of a model
     /// whose hidden size is off the 256-column grid (its Gemma3-270M pack,
-    /// K = 640), full tiles otherwise.
+    /// K = 640), full tiles otherwise; half tiles for gpt-oss (its own
+    /// layout, `super::gpt_oss`).
     #[default]
     Auto,
     /// One form for every Q4 matrix (for testing the readers).
