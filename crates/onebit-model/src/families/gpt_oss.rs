@@ -204,12 +204,8 @@ pub fn semantics(d: &Decls) -> Result<Semantics> {
         None => "limit 7".to_string(),
         Some(l) if l == SWIGLU_LIMIT_VALUE => format!("limit 7, as {} states", d.src(SWIGLU_LIMIT)),
         Some(l) => {
-            return Err(d.err(
-                SWIGLU_LIMIT,
-                format!(
-                "{l}, but {SOURCE}'s swiglu_oai clamps at {SWIGLU_LIMIT_VALUE} (llama-graph.cpp)"
-            ),
-            ))
+            let why = format!("{l}, but {SOURCE}'s swiglu_oai clamps at {SWIGLU_LIMIT_VALUE}");
+            return Err(d.err(SWIGLU_LIMIT, format!("{why} (llama-graph.cpp)")));
         }
     };
     s.activation = Sourced::new(
