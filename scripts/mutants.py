@@ -285,6 +285,57 @@ MUTANTS += [
 ]
 
 
+# gpt-oss packs (FastFlowLM's q4nx/models/gpt_oss.py layout, its HF config
+# keys, the tile codecs); run: scripts/mutants.py "gpt-oss pack".
+OSS_PACK = "crates/onebit-model/src/pack/gpt_oss.rs"
+OSS_FAM = "crates/onebit-model/src/families/gpt_oss.rs"
+OSS_TESTS = ["-p", "onebit-model", "--test", "pack_gpt_oss"]
+MXFP4_TILE = "crates/onebit-formats/src/q4nx/mxfp4.rs"
+MUTANTS += [
+    ("gpt-oss pack: q/k/v/o tile rows grouped by 2, not 4", OSS_PACK,
+     "Grouping { group: 4, pad: 16 }", "Grouping { group: 2, pad: 16 }", OSS_TESTS),
+    ("gpt-oss pack: q/k/v/o tile rows padded to 4, not 16", OSS_PACK,
+     "Grouping { group: 4, pad: 16 }", "Grouping { group: 4, pad: 4 }", OSS_TESTS),
+    ("gpt-oss pack: lm_head tile rows not grouped by 2", OSS_PACK,
+     "Grouping { group: 2, pad: 2 }", "Grouping { group: 1, pad: 2 }", OSS_TESTS),
+    ("gpt-oss pack: experts neither padded to 4 tile rows nor grouped", OSS_PACK,
+     "Grouping { group: 4, pad: 4 }", "Grouping { group: 1, pad: 1 }", OSS_TESTS),
+    ("gpt-oss pack: up's row groups before gate's", OSS_PACK,
+     "out.extend_from_slice(g);\n        out.extend_from_slice(u);", "out.extend_from_slice(u);\n        out.extend_from_slice(g);", OSS_TESTS),
+    ("gpt-oss pack: expert biases at byte 192, not 128", OSS_PACK,
+     "pub const BIAS_AT: usize = ROWS * COLS / 32;", "pub const BIAS_AT: usize = 192;", OSS_TESTS),
+    ("gpt-oss pack: expert biases not kept in the tiles", OSS_PACK,
+     "t[BIAS_AT + 2 * r..][..2].copy_from_slice(&bias[rb * ROWS + r].to_le_bytes());", "let _ = (&t, r, &bias);", OSS_TESTS),
+    ("gpt-oss pack: router tiles row-major, not column-major", OSS_PACK,
+     "(t * ROUTER_COLS + c) * ROUTER_TILE_ROWS + r", "(t * ROUTER_TILE_ROWS + r) * ROUTER_COLS + c", OSS_TESTS),
+    ("gpt-oss pack: router copy not padded to 128 columns", OSS_PACK,
+     "let hp = h.div_ceil(COLS) * COLS;\n            let mut prefill", "let hp = h;\n            let mut prefill", OSS_TESTS),
+    ("gpt-oss pack: Q4_1 sources re-quantized, not repacked", OSS_PACK,
+     "dt @ (GgmlType::Q4_0 | GgmlType::Q4_1) =>", "dt @ GgmlType::Q4_0 =>", OSS_TESTS),
+    ("gpt-oss pack: config.json not checked to restate the GGUF", OSS_PACK,
+     "restated(g, family, &sem, &config)?;", "let _ = restated;", OSS_TESTS),
+    ("gpt-oss pack: float tensors' shapes not checked against config.json", OSS_PACK,
+     "geo.plain_shape(&g) {", "geo.plain_shape(&g).filter(|_| false) {", OSS_TESTS),
+    ("gpt-oss pack: verify reads the kept biases from the bias tensor", OSS_PACK,
+     "&tile[BIAS_AT..BIAS_AT + 2 * ROWS],", "&le(&bias[e * n + rb * ROWS..][..ROWS]),", OSS_TESTS),
+    ("gpt-oss pack: intermediate_size not read as the experts' width", OSS_FAM,
+     "d.usize_opt(EXPERT_FF)? {", "d.usize_opt(EXPERT_FF)?.filter(|_| false) {", OSS_TESTS),
+    ("gpt-oss pack: layer_types ignored", OSS_FAM,
+     "match (d.get(k::LAYER_TYPES), d.get(key))", "match (d.get(k::LAYER_TYPES).filter(|_| false), d.get(key))", OSS_TESTS),
+    ("gpt-oss pack: swiglu_limit not checked", OSS_FAM,
+     "match d.f64_opt(SWIGLU_LIMIT)? {", "match d.f64_opt(SWIGLU_LIMIT)?.filter(|_| false) {", OSS_TESTS),
+    ("gpt-oss pack: rope_scaling.attention_factor accepted", OSS_FAM,
+     "d.f64_opt(YARN_ATTENTION_FACTOR)? {", "d.f64_opt(YARN_ATTENTION_FACTOR)?.filter(|_| false) {", OSS_TESTS),
+    ("gpt-oss pack: rope_scaling.beta_fast not checked", OSS_FAM,
+     'let fast = hard_coded(d, YARN_BETA_FAST_KEY, YARN_BETA_FAST, "beta_fast")?;', "let fast = String::new();", OSS_TESTS),
+    ("gpt-oss pack: MXFP4 codes in column order, not the Q4 tile's half order", MXFP4_TILE,
+     "MX_CODES_AT + (r / 16) * 1024 + c * 8 + (r % 16) / 2,", "MX_CODES_AT + c * 16 + r / 2,", FMT_LIB),
+    ("gpt-oss pack: MXFP4 exponents at r*4 + g, not g*32 + r", MXFP4_TILE,
+     "tile[g * MX_ROWS + r] = blk[0];", "tile[r * 4 + g] = blk[0];", FMT_LIB),
+    ("gpt-oss pack: half-tile codes in column order", Q4NX,
+     "TileForm::Half => (r / 16) * 1024 + c * 8 + (r % 16) / 2,", "TileForm::Half => c * 16 + r / 2,", FMT_LIB),
+]
+
 # EmbeddingGemma (gemma-embedding): its rules against llama.cpp's pooled
 # embeddings (crates/onebit/tests/serve_embedding_gemma.rs).
 GEMB = "crates/onebit-model/src/families/gemma_embedding.rs"

@@ -156,6 +156,12 @@ fn fixtures_of_every_converter_family_import_and_match_their_gguf() {
         let tmp = TempDir::new(&format!("pack-fx-{fam}"));
         let arch = fx.meta["arch"].as_str().expect("meta.json names the arch");
         let family = onebit_model::families::by_arch(arch).unwrap();
+        if onebit_model::pack::own_layout(family).is_some() {
+            // A family whose pack layout is its own module's (gpt-oss:
+            // MXFP4 experts only, so not from an f32 GGUF): its own tests
+            // (tests/pack_gpt_oss.rs).
+            continue;
+        }
         let laid_out = onebit_model::pack::layout::of(family).is_some();
         if load::open(&gguf).unwrap().sem.moe.is_some() && !laid_out {
             // Packs with experts are refused by name (gemma4-moe), except

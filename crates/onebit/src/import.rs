@@ -27,8 +27,9 @@ pub struct ImportArgs {
     pub keep_q8: bool,
     /// The Q4 tile form: auto writes what FastFlowLM writes (16 x 128
     /// quarter tiles when the hidden size is off the 256-column grid, full
-    /// 32 x 256 tiles otherwise); quarter, full and chunk4608 (the symmetric
-    /// 4,608-byte chunk, Q4_0 only) force one form.
+    /// 32 x 256 tiles otherwise; for gpt-oss its 32 x 128 half tiles);
+    /// quarter, full and chunk4608 (the symmetric 4,608-byte chunk, Q4_0
+    /// only) force one form (gpt-oss refuses them).
     #[arg(long, value_enum, default_value_t = TilesArg::Auto)]
     pub tiles: TilesArg,
 }

@@ -645,6 +645,13 @@ fn verify_pack(p: &onebit_model::pack::Pack) -> Result<()> {
             m.rows
         );
     }
+    for c in &r.layout {
+        match &c.failure {
+            None if c.values == 0 => println!("[verify] layout: {}", c.what),
+            None => println!("[verify] layout: {}: {} bytes agree", c.what, c.values),
+            Some(f) => println!("[verify] layout: {}: FAILS: {f}", c.what),
+        }
+    }
     let failures = r.failures();
     if !failures.is_empty() {
         bail!(
@@ -654,12 +661,17 @@ fn verify_pack(p: &onebit_model::pack::Pack) -> Result<()> {
         );
     }
     println!(
-        "[verify] ok: {} matrices, every row finite{}",
+        "[verify] ok: {} matrices, every row finite{}{}",
         r.matrices.len(),
         if matches!(r.tie, Tie::Checked { .. }) {
             ", the output matrix reads as the embedding"
         } else {
             ""
+        },
+        if r.layout.is_empty() {
+            ""
+        } else {
+            ", the layout's checks pass"
         }
     );
     Ok(())

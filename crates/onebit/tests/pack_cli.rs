@@ -5,7 +5,8 @@
 //! (576, 640) are off the 256 grid, so `--tiles auto` writes quarter tiles;
 //! Gemma 3 is also imported with `--tiles full` (the same top-1), checked by
 //! `inspect --verify` (the tie test), and a copy with one tensor's quarter
-//! tiles declared as full tiles is named by it.
+//! tiles declared as full tiles is named by it. The gpt-oss fixture's pack
+//! goes through `import` and `inspect --verify` (its layout's checks).
 
 use std::path::Path;
 use std::process::Command;
@@ -221,4 +222,44 @@ fn gemma_tile_forms(gguf: &Path, pack: &Path, quarter_top1: f64, tmp: &TempDir) 
         last.starts_with("error: ") && last.contains(name) && last.contains("fails verification"),
         "{last}"
     );
+}
+
+/// The gpt-oss fixture through the command line: `import` says what it
+/// re-quantized, `inspect --verify` prints the layout's checks (the biases
+/// kept in the expert tiles, the laid-out bytes, the router copy) and
+/// passes; a pack with one kept bias changed fails, naming the tensor.
+#[test]
+fn gpt_oss_fixture_imports_and_verifies_through_the_cli() {
+    let fx = onebit_testdata::Fixture::new("gpt-oss");
+    let tmp = TempDir::new("pack-cli-oss");
+    let pack = tmp.path().join("pack");
+    let log = import(&fx.dir.join("MXFP4_MOE.gguf"), &pack, &[]);
+    assert!(log.contains("Q8_0 matrices re-quantized to Q4_1"), "{log}");
+    let p = pack.to_str().unwrap();
+    let (out, _) = ok(&["inspect", "--model", p, "--verify"]);
+    for want in [
+        "U8 MXFP4 tiles (32 x 128, 2,560 bytes): 12 tensors",
+        "I8 Q4 half tiles (32 x 128), asymmetric: 17 tensors",
+        "[verify] layout: expert biases kept in the MXFP4 tiles",
+        "[verify] layout: router:",
+        "the layout's checks pass",
+    ] {
+        assert!(out.contains(want), "no `{want}` in:\n{out}");
+    }
+    // One bias byte of layer 0's first expert tile changed.
+    let q4nx = pack.join("model.q4nx");
+    let st = onebit_formats::safetensors::SafeTensors::open(&q4nx).unwrap();
+    let name = "model.layers.0.ffn_gate_up_down_exps.weight";
+    let at = st.tensor(name).unwrap().start + 128;
+    drop(st);
+    let mut b = std::fs::read(&q4nx).unwrap();
+    b[at] ^= 0x01;
+    std::fs::write(&q4nx, b).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_onebit"))
+        .args(["inspect", "--model", p, "--verify"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a changed bias passed verify");
+    assert!(err.contains(name) && err.contains("expert biases"), "{err}");
 }

@@ -1,4 +1,4 @@
-//! The three Q4 tile forms against tiles written here, byte by byte, from
+//! The four Q4 tile forms against tiles written here, byte by byte, from
 //! the layout in `docs/q4nx-format.md` (not by the encoder under test):
 //! every reader (whole tensor, one row, the repacking into ggml blocks)
 //! gives the values the arithmetic of the layout gives, in both kinds, with
@@ -119,6 +119,27 @@ fn full_tile(b: &Block) -> Vec<u8> {
     t
 }
 
+/// 2,560 bytes (the converter's `_pack_q4nx` with 32-row, 128-column
+/// blocks and `keep_block_in_2D`): d at 2*(g*32 + r), m at 256 + 2*(g*32 + r),
+/// code of (r, c) in byte 512 + (r/16)*1024 + c*8 + (r%16)/2.
+fn half_tile(b: &Block) -> Vec<u8> {
+    assert_eq!((b.rows, b.cols), (32, 128));
+    let mut t = vec![0u8; 2560];
+    for g in 0..4 {
+        for r in 0..32 {
+            put16(&mut t, 2 * (g * 32 + r), b.d[g * 32 + r]);
+            put16(&mut t, 256 + 2 * (g * 32 + r), b.m[g * 32 + r]);
+        }
+    }
+    for r in 0..32 {
+        for c in 0..128 {
+            let at = 512 + (r / 16) * 1024 + c * 8 + (r % 16) / 2;
+            put_nibble(&mut t, at, r, b.q[r * 128 + c]);
+        }
+    }
+    t
+}
+
 /// 1,280 bytes: d at 2*(g*16 + r), m at 128 + 2*(g*16 + r), code of (r, c)
 /// in byte 256 + c*8 + r/2.
 fn quarter_tile(b: &Block) -> Vec<u8> {
@@ -159,6 +180,7 @@ fn chunk(b: &Block) -> Vec<u8> {
 fn write_tile(form: TileForm, b: &Block) -> Vec<u8> {
     match form {
         TileForm::Full => full_tile(b),
+        TileForm::Half => half_tile(b),
         TileForm::Quarter => quarter_tile(b),
         TileForm::Chunk4608 => chunk(b),
     }
@@ -277,6 +299,10 @@ fn the_declared_row_width_names_the_form_and_nothing_else_does() {
     let s = Q4Shape::of(TileForm::Chunk4608, 64, 640).unwrap();
     assert_eq!(s.stored_shape(), vec![2, 3, 4608]);
     assert_eq!(Q4Shape::new(64, 640).unwrap().stored_shape(), vec![6, 5120]);
+    // The half tile (gpt-oss packs only, so no width names it): [N/32, Kp/128, 2560].
+    let s = Q4Shape::of(TileForm::Half, 64, 2880).unwrap();
+    assert_eq!(s.stored_shape(), vec![2, 23, 2560]);
+    assert_eq!(s.bytes(), 64 * 2944 * 5 / 8);
     // Quarter tiles take 16-row matrices; the others 32.
     assert!(Q4Shape::of(TileForm::Quarter, 48, 128).is_ok());
     let e = Q4Shape::of(TileForm::Chunk4608, 48, 256).unwrap_err().0;
@@ -459,6 +485,6 @@ fn a_matrix_written_in_any_form_reads_back_to_the_same_weights() {
             }
             forms += 1;
         }
-        assert_eq!(forms, if dtype == GgmlType::Q4_0 { 3 } else { 2 });
+        assert_eq!(forms, if dtype == GgmlType::Q4_0 { 4 } else { 3 });
     }
 }

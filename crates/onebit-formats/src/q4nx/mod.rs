@@ -1,9 +1,10 @@
 //! FastFlowLM's tiled weight encodings (`model.q4nx`), described in
-//! `docs/q4nx-format.md`: the Q4 matrix in three tile forms (the 5,120-byte
-//! full tile, the 1,280-byte quarter tile, the 4,608-byte symmetric chunk),
-//! each in its asymmetric (Q4_1) or symmetric (Q4_0) kind, the Q8 tile
-//! (32 x 128 in 5,120 bytes) and the wide Q8 tile of the MoE packs (32 x 256
-//! in 8,704 bytes, `q8w`).
+//! `docs/q4nx-format.md`: the Q4 matrix in four tile forms (the 5,120-byte
+//! full tile, the 2,560-byte half tile of the gpt-oss pack, the 1,280-byte
+//! quarter tile, the 4,608-byte symmetric chunk), each in its asymmetric
+//! (Q4_1) or symmetric (Q4_0) kind, the Q8 tile (32 x 128 in 5,120 bytes),
+//! the wide Q8 tile of the MoE packs (32 x 256 in 8,704 bytes, `q8w`) and
+//! the gpt-oss pack's MXFP4 tile (32 x 128 in 2,560 bytes, `mxfp4`).
 //!
 //! The forms ([`TileForm`]), each a block of `rows` x `cols` weights in
 //! quantization groups of 32 columns, blocks in row-major order:
@@ -11,6 +12,7 @@
 //! | form | block | scales d (bf16) | minimums m (bf16) | code byte of (row r, column c) |
 //! |---|---|---|---|---|
 //! | full, 5,120 B | 32 x 256 | 0..512, at g*32 + r | 512..1024, at g*32 + r | 1024 + (r/16)*2048 + c*8 + (r%16)/2 |
+//! | half, 2,560 B | 32 x 128 | 0..256, at g*32 + r | 256..512, at g*32 + r | 512 + (r/16)*1024 + c*8 + (r%16)/2 |
 //! | quarter, 1,280 B | 16 x 128 | 0..128, at g*16 + r | 128..256, at g*16 + r | 256 + c*8 + r/2 |
 //! | chunk, 4,608 B | 32 x 256 | 0..512, at g*32 + r | none (symmetric only) | 512 + c*16 + r/2 |
 //!
@@ -18,7 +20,10 @@
 //! nibble, an odd row in the high nibble. The quarter and chunk forms are
 //! written by FastFlowLM's own packs (Gemma3-270M, K = 640 off the 256
 //! grid; Hy-MT2's projections); the declared row width of the tensor
-//! (5,120 / 1,280 / 4,608 bytes) names the form.
+//! (5,120 / 1,280 / 4,608 bytes) names the form. The half tile is the full
+//! tile's layout on FastFlowLM's `col_block_size` 128, the converter's
+//! setting for gpt-oss only (`configs/gpt-oss.json`): only that family's
+//! layout reads it (a dense pack's 2,560-byte rows are refused).
 //!
 //! Nothing in the container names a Q4 tensor's kind. The rule: a tile is
 //! symmetric on its own evidence only when all its minimums are zero (+0 or
@@ -30,10 +35,12 @@
 //! ggml blocks) takes the kind from the whole tensor; only [`decode_tile`]
 //! on a lone tile uses that tile's evidence.
 
+mod mxfp4;
 mod q8;
 mod q8w;
 mod quant;
 
+pub use mxfp4::*;
 pub use q8::*;
 pub use q8w::*;
 pub use quant::*;
@@ -44,6 +51,8 @@ use crate::dtype::GgmlType;
 
 /// Bytes of one full Q4 tile (and one Q8 tile).
 pub const TILE_BYTES: usize = 5120;
+/// Bytes of the half tile (32 x 128 weights, gpt-oss packs).
+pub const HALF_TILE_BYTES: usize = 2560;
 /// Bytes of FastFlowLM's quarter tile (16 x 128 weights).
 pub const QUARTER_TILE_BYTES: usize = 1280;
 /// Bytes of FastFlowLM's symmetric chunk (32 x 256 weights, no minimums).
@@ -67,6 +76,9 @@ type Result<T> = std::result::Result<T, CodecError>;
 pub enum TileForm {
     /// 32 x 256 weights in 5,120 bytes (FastFlowLM's converter).
     Full,
+    /// 32 x 128 weights in 2,560 bytes (the converter with
+    /// `col_block_size` 128: its gpt-oss pack).
+    Half,
     /// 16 x 128 weights in 1,280 bytes.
     Quarter,
     /// 32 x 256 weights in 4,608 bytes, symmetric only.
@@ -74,15 +86,24 @@ pub enum TileForm {
 }
 
 impl TileForm {
-    pub const ALL: [TileForm; 3] = [TileForm::Full, TileForm::Quarter, TileForm::Chunk4608];
+    pub const ALL: [TileForm; 4] = [
+        TileForm::Full,
+        TileForm::Half,
+        TileForm::Quarter,
+        TileForm::Chunk4608,
+    ];
+    /// The forms a pack of a dense family may hold, named by row width; the
+    /// half tile is read only where the gpt-oss layout places it.
+    pub const DENSE: [TileForm; 3] = [TileForm::Full, TileForm::Quarter, TileForm::Chunk4608];
 
-    /// The form a tensor's declared row width names.
+    /// The form of [`TileForm::DENSE`] a tensor's declared row width names.
     pub fn from_row_bytes(bytes: usize) -> Option<TileForm> {
-        TileForm::ALL.into_iter().find(|f| f.bytes() == bytes)
+        TileForm::DENSE.into_iter().find(|f| f.bytes() == bytes)
     }
     pub fn bytes(self) -> usize {
         match self {
             TileForm::Full => TILE_BYTES,
+            TileForm::Half => HALF_TILE_BYTES,
             TileForm::Quarter => QUARTER_TILE_BYTES,
             TileForm::Chunk4608 => SYM_CHUNK_BYTES,
         }
@@ -95,7 +116,7 @@ impl TileForm {
     }
     pub fn cols(self) -> usize {
         match self {
-            TileForm::Quarter => 128,
+            TileForm::Quarter | TileForm::Half => 128,
             _ => COLS,
         }
     }
@@ -123,6 +144,7 @@ impl TileForm {
     fn code_pos(self, r: usize, c: usize) -> (usize, bool) {
         let at = match self {
             TileForm::Full => (r / 16) * 2048 + c * 8 + (r % 16) / 2,
+            TileForm::Half => (r / 16) * 1024 + c * 8 + (r % 16) / 2,
             TileForm::Quarter => c * 8 + r / 2,
             TileForm::Chunk4608 => c * 16 + r / 2,
         };
@@ -139,6 +161,7 @@ impl TileForm {
     pub fn name(self) -> &'static str {
         match self {
             TileForm::Full => "full tile (32 x 256, 5,120 bytes)",
+            TileForm::Half => "half tile (32 x 128, 2,560 bytes)",
             TileForm::Quarter => "quarter tile (16 x 128, 1,280 bytes)",
             TileForm::Chunk4608 => "symmetric chunk (32 x 256, 4,608 bytes)",
         }

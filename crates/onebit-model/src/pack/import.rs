@@ -51,7 +51,8 @@ pub struct ImportOptions {
 pub enum Tiles {
     /// What FastFlowLM writes: quarter tiles for every Q4 matrix of a model
     /// whose hidden size is off the 256-column grid (its Gemma3-270M pack,
-    /// K = 640), full tiles otherwise.
+    /// K = 640), full tiles otherwise; half tiles for gpt-oss (its own
+    /// layout, `super::gpt_oss`).
     #[default]
     Auto,
     /// One form for every Q4 matrix (for testing the readers).
@@ -145,6 +146,9 @@ pub fn import(
     };
     let family = families::by_arch(&arch).ok_or_else(refuse)?;
     let rules = family.import.as_ref().ok_or_else(refuse)?;
+    if let Some(own) = super::own_layout(family) {
+        return (own.import)(g, family, rules, opts, progress);
+    }
     if let Some(pl) = layout::of(family) {
         return import_laid_out(g, family, rules, pl, opts, progress);
     }
@@ -748,7 +752,7 @@ fn import_laid_out(
 /// Tiles of a matrix made band by band (`rows` rows each, one tile row):
 /// each band's values decoded to f32 and handed to `tile`; tiles are in
 /// row-major block order, so the bands' tiles concatenate.
-fn banded(
+pub(super) fn banded(
     t: &Plain,
     rows: usize,
     tile: impl Fn(&[f32]) -> std::result::Result<Vec<u8>, String>,
@@ -776,7 +780,7 @@ fn banded(
 /// the family's table maps to no name is refused; one its config.json
 /// restates is left out, with a note), plus lm_head from the embedding when
 /// the GGUF ties its output.
-fn plan_names(
+pub(super) fn plan_names(
     g: &Gguf,
     family: &crate::families::Family,
     rows: &[names::Row],

@@ -12,8 +12,13 @@
 //! tiles become Q4_1 blocks, symmetric ones Q4_0, Q8 tiles Q8_0 (bf16 scales
 //! become f16, exact at or above 2^-17). BF16/F16/F32 tensors are used in place
 //! (memory-mapped). The kernels never read tiles.
+//!
+//! A family whose converter lays its pack out in its own way has an
+//! [`OwnLayout`] ([`own_layout`]): its module reads, imports and verifies
+//! the whole pack (gpt-oss: `gpt_oss`).
 
 pub mod config;
+pub mod gpt_oss;
 pub mod import;
 pub mod layout;
 pub mod names;
@@ -44,6 +49,8 @@ pub enum Form {
     Q8,
     /// The MoE packs' wide Q8 tiles (32 x 256, 8,704 bytes).
     Q8w,
+    /// gpt-oss's MXFP4 expert tiles (32 x 128, 2,560 bytes).
+    Mx,
 }
 
 impl std::fmt::Display for Form {
@@ -51,10 +58,12 @@ impl std::fmt::Display for Form {
         match self {
             Form::Plain(d) => write!(f, "{d}"),
             Form::Q4(TileForm::Full, k) => write!(f, "I8 Q4 tiles, {k}"),
+            Form::Q4(TileForm::Half, k) => write!(f, "I8 Q4 half tiles (32 x 128), {k}"),
             Form::Q4(TileForm::Quarter, k) => write!(f, "I8 Q4 quarter tiles (16 x 128), {k}"),
             Form::Q4(TileForm::Chunk4608, k) => write!(f, "I8 Q4 4,608-byte chunks, {k}"),
             Form::Q8 => write!(f, "I8 Q8 tiles"),
             Form::Q8w => write!(f, "I8 wide Q8 tiles (32 x 256, 8,704 bytes)"),
+            Form::Mx => write!(f, "U8 MXFP4 tiles (32 x 128, 2,560 bytes)"),
         }
     }
 }
@@ -94,6 +103,40 @@ pub const TOKENIZER: &str = "tokenizer.json";
 pub const TOKENIZER_CONFIG: &str = "tokenizer_config.json";
 pub const GENERATION_CONFIG: &str = "generation_config.json";
 pub const CHAT_TEMPLATE: &str = "chat_template.jinja";
+
+/// An [`OwnLayout`]'s reader: the pack's tensors, loader-ready, and the
+/// names it does not use, from the weights, the family's name table, the
+/// text config and config.json's path.
+pub type OwnRead =
+    fn(&SafeTensors, &[names::Row], &Json, &Path) -> Result<(Vec<PackTensor>, Vec<String>)>;
+/// An [`OwnLayout`]'s importer, as [`import::import`] calls it.
+pub type OwnImport = fn(
+    &onebit_formats::gguf::Gguf,
+    &'static Family,
+    &crate::families::ImportRules,
+    import::ImportOptions,
+    &mut dyn FnMut(usize, usize, &str),
+) -> Result<import::Imported>;
+
+/// A pack layout a family's own module reads, writes and verifies whole
+/// (for converters whose output the name table and [`layout::PackLayout`]'s
+/// per-tensor ops cannot describe: merged tensors, grouped tiles).
+pub struct OwnLayout {
+    /// Where the layout is read (the converter's files).
+    pub source: &'static str,
+    pub read: OwnRead,
+    pub import: OwnImport,
+    /// Checks of the layout's own invariants, for `inspect --verify`.
+    pub verify: fn(&Pack) -> Result<Vec<verify::LayoutCheck>>,
+}
+
+/// The families whose packs have an [`OwnLayout`].
+pub fn own_layout(family: &Family) -> Option<&'static OwnLayout> {
+    match family.arch {
+        "gpt-oss" => Some(&gpt_oss::LAYOUT),
+        _ => None,
+    }
+}
 
 fn read_json(path: &Path, required: bool) -> Result<Option<Json>> {
     let text = match std::fs::read_to_string(path) {
@@ -153,6 +196,20 @@ impl Pack {
         let generation_config = read_json(&dir.join(GENERATION_CONFIG), false)?;
         let weights_path = dir.join(WEIGHTS);
         let st = SafeTensors::open(&weights_path)?;
+        if let Some(own) = own_layout(family) {
+            let (tensors, unmapped) = (own.read)(&st, &rows, &text, &config_path)?;
+            return Ok(Pack::assemble(
+                dir,
+                weights_path,
+                config,
+                text,
+                tokenizer_config,
+                generation_config,
+                family,
+                tensors,
+                unmapped,
+            ));
+        }
 
         let hidden = text
             .get("hidden_size")
@@ -226,12 +283,37 @@ impl Pack {
                 tensors.push(read_tensor(&st, t, g, hint, k_cols, false)?);
             }
         }
+        Ok(Pack::assemble(
+            dir,
+            weights_path,
+            config,
+            text,
+            tokenizer_config,
+            generation_config,
+            family,
+            tensors,
+            unmapped,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        dir: &Path,
+        weights_path: PathBuf,
+        config: Json,
+        text: Json,
+        tokenizer_config: Option<Json>,
+        generation_config: Option<Json>,
+        family: &'static Family,
+        tensors: Vec<PackTensor>,
+        unmapped: Vec<String>,
+    ) -> Pack {
         let index = tensors
             .iter()
             .enumerate()
             .map(|(i, t)| (t.gguf_name.clone(), i))
             .collect();
-        Ok(Pack {
+        Pack {
             dir: dir.to_path_buf(),
             weights_path,
             config,
@@ -242,7 +324,7 @@ impl Pack {
             tensors,
             index,
             unmapped,
-        })
+        }
     }
 
     pub fn dir(&self) -> &Path {

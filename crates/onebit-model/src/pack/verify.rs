@@ -11,6 +11,10 @@
 //!   f16, so a scale beyond f16's range reads as infinite). Scales read from
 //!   code bytes, as a wrong form reads them, leave nearly every row
 //!   non-finite; a right reading leaves none.
+//! - for a family with its own layout ([`super::OwnLayout`]), that
+//!   layout's checks of what the converter writes twice or pads (gpt-oss:
+//!   the biases kept inside the expert tiles against the bias tensors, the
+//!   router's tiles against its row-major copy, every padding byte zero).
 
 use onebit_formats::blocks;
 use serde_json::Value as Json;
@@ -49,9 +53,22 @@ pub enum Tie {
     NotChecked(String),
 }
 
+/// One check of a pack layout's own invariants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayoutCheck {
+    /// What was compared, naming the tensors.
+    pub what: String,
+    /// How many values (bytes, biases, ...) were compared.
+    pub values: usize,
+    /// None: passed; else what differs, naming the first place.
+    pub failure: Option<String>,
+}
+
 pub struct Report {
     pub matrices: Vec<MatrixCheck>,
     pub tie: Tie,
+    /// The family layout's checks ([`super::OwnLayout::verify`]).
+    pub layout: Vec<LayoutCheck>,
 }
 
 impl Report {
@@ -84,12 +101,17 @@ impl Report {
                 ));
             }
         }
+        for c in &self.layout {
+            if let Some(f) = &c.failure {
+                out.push(format!("{}: {f}", c.what));
+            }
+        }
         out
     }
 }
 
 fn tiled(t: &PackTensor) -> bool {
-    matches!(t.form, Form::Q4(..) | Form::Q8 | Form::Q8w)
+    matches!(t.form, Form::Q4(..) | Form::Q8 | Form::Q8w | Form::Mx)
 }
 
 /// A tensor's rows decoded to f32 as the kernels see them.
@@ -197,7 +219,7 @@ fn tie_test(pack: &Pack) -> Result<Tie> {
     })
 }
 
-/// Runs both checks over an open pack.
+/// Runs the checks over an open pack.
 pub fn verify(pack: &Pack) -> Result<Report> {
     let mut matrices = Vec::new();
     for t in pack.tensors.iter().filter(|t| tiled(t)) {
@@ -208,15 +230,32 @@ pub fn verify(pack: &Pack) -> Result<Report> {
             rows.decode(r, &mut v)?;
             finite_rows += v.iter().all(|x| x.is_finite()) as usize;
         }
+        // Tensors read out of one stored tensor (gpt-oss's merged experts)
+        // are told apart by the GGUF name they are read as.
+        let shared = pack
+            .tensors
+            .iter()
+            .filter(|u| u.pack_name == t.pack_name)
+            .count()
+            > 1;
         matrices.push(MatrixCheck {
-            pack_name: t.pack_name.clone(),
+            pack_name: if shared {
+                format!("{} as {}", t.pack_name, t.gguf_name)
+            } else {
+                t.pack_name.clone()
+            },
             form: t.form,
             rows: rows.n,
             finite_rows,
         });
     }
+    let layout = match super::own_layout(pack.family) {
+        Some(own) => (own.verify)(pack)?,
+        None => Vec::new(),
+    };
     Ok(Report {
         matrices,
         tie: tie_test(pack)?,
+        layout,
     })
 }
