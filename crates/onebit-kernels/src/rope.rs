@@ -49,7 +49,7 @@ pub fn imrope_axes(sections: [usize; 4], n_pairs: usize) -> Option<Vec<u8>> {
                     1
                 } else if s % 3 == 2 && s < 3 * sections[2] {
                     2
-                } else if s % 3 == 0 && s < 3 * sections[0] {
+                } else if s.is_multiple_of(3) && s < 3 * sections[0] {
                     0
                 } else {
                     3
