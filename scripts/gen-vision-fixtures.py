@@ -79,6 +79,15 @@ def text_spec_qwen3vl(hp):
     return keys + vocab(hp["n_vocab"], ("<|vision_start|>", "<|vision_end|>")), tensors
 
 
+def text_spec_qwen35(hp):
+    """gen-fixtures.py's qwen35 (gated delta-net and gated attention layers, IMROPE on the
+    attention layers: llama.cpp's QWEN35 rope type), the Qwen-VL image markers in the
+    vocabulary: the text side of Qwen3.5's vision checkpoints (no deepstack)."""
+    keys, tensors = gf.spec_qwen35(hp)
+    keys = [k for k in keys if k[0] != "tokenizer.ggml.model"]
+    return keys + vocab(hp["n_vocab"], ("<|vision_start|>", "<|vision_end|>")), tensors
+
+
 # ---------------------------------------------------------------- towers
 
 
@@ -257,6 +266,10 @@ QWEN3VL_TEXT_HP = dict(gf.BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n
                        rope_base=10000.0, rope_sections=[4, 2, 2, 0], n_deepstack=2, bos=None, tied=False,
                        n_ctx_train=4096)
 
+# gen-fixtures.py's qwen35 model, the RoPE base 100 so that the h and w pairs (1 and 2 of
+# the 4 rotated, sections [1, 1, 1, 0]: t h w t) turn measurably across the image's grid.
+QWEN35_TEXT_HP = dict(gf.FAMILIES["qwen35"]["hp"], rope_base=100.0, rope_sections=[1, 1, 1, 0], n_ctx_train=4096)
+
 TOWERS = {
     "gemma3-vision": dict(
         text_seed=1101, tower_seed=1102, image_seed=1103, text_hp=TEXT_HP, spec=spec_gemma3_tower,
@@ -308,6 +321,20 @@ TOWERS = {
                "attention": "causal (mtmd_decode_use_non_causal is false for qwen3vl); the M-RoPE KQ mask "
                             "(same t position: masked when the key's (y, x) is after the query's) is causal "
                             "in row order"}),
+    "qwen35-vision": dict(
+        text_seed=1301, tower_seed=1302, image_seed=1303, text_hp=QWEN35_TEXT_HP, text_spec=text_spec_qwen35,
+        text_arch="qwen35", spec=spec_qwen3vl_tower, reference=reference_qwen3vl_tower,
+        # qwen3vl-vision's tower without deepstack (Qwen3.5's mmproj has none), the same image size.
+        vp=dict(n_embd=32, n_ff=64, n_layer=3, n_head=2, image_size=32, patch_size=4, eps=1e-6,
+                mean=[0.48, 0.5, 0.52], std=[0.26, 0.27, 0.28], deepstack=[], width=48, height=32),
+        prompt="hi<__media__>what is this ok", f16=False, prompt2="hi<__media__>ok<__media__>what is this",
+        model={"projector": "qwen3vl_merger (tools/mtmd/models/qwen3vl.cpp), no deepstack",
+               "merger": "post_ln per patch, 4 side by side, mm.0, GELU, mm.2; rows = the merger's output",
+               "text": "gen-fixtures.py's qwen35 (8 layers LLLFLLLF: gated delta-net, gated attention), RoPE "
+                       "base 100, IMROPE sections [1, 1, 1, 0] over the 4 rotated pairs (t h w t); text at "
+                       "(p, p, p, 0), image token i at (p0, p0 + i / nx, p0 + i % nx, 0), nx = 6, ny = 4, the "
+                       "text after it at p0 + 6 (mtmd MTMD_POS_TYPE_MROPE); the delta-net layers take the "
+                       "image rows in order"}),
 }
 
 

@@ -17,6 +17,10 @@
 //! - batch == sequential: one call, chunk by chunk (each image whole), and
 //!   beside another sequence give the same bits.
 //!
+//! And Qwen3.5's vision checkpoints on `qwen35-vision/`: the qwen35 text
+//! family (IMROPE attention layers, delta-net layers) with a tower without
+//! deepstack, against mtmd the same way.
+//!
 //! The pixels are the fixture's 8-bit image normalized here, by the test's
 //! own arithmetic: `(v / 255 - mean) / std` per channel, CHW.
 
@@ -28,19 +32,37 @@ use onebit_model::vision::{ImageEmbeddings, ResizeFilter, VisionTower};
 use onebit_model::{load, Embeds, ExecConfig, Logits, Model, SeqInput};
 use onebit_testdata::read_f32;
 
+/// Qwen3-VL: the qwen3vl text family, a tower with two deepstack layers.
+const QWEN3VL: &str = "qwen3vl-vision";
+/// Qwen3.5's vision checkpoints: the qwen35 text family (delta-net and
+/// gated attention layers), a tower without deepstack.
+const QWEN35: &str = "qwen35-vision";
+
+fn dir_of(fx: &str) -> PathBuf {
+    onebit_testdata::fixture(fx)
+}
+
 fn dir() -> PathBuf {
-    onebit_testdata::fixture("qwen3vl-vision")
+    dir_of(QWEN3VL)
 }
 
 fn meta() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir().join("meta.json")).unwrap()).unwrap()
+    meta_of(QWEN3VL)
+}
+
+fn meta_of(fx: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir_of(fx).join("meta.json")).unwrap()).unwrap()
 }
 
 fn tower() -> VisionTower {
-    VisionTower::open(dir().join("mmproj.gguf")).unwrap()
+    tower_of(QWEN3VL)
 }
 
-/// The image's width and height (meta.json).
+fn tower_of(fx: &str) -> VisionTower {
+    VisionTower::open(dir_of(fx).join("mmproj.gguf")).unwrap()
+}
+
+/// The image's width and height (meta.json; both fixtures' are the same).
 fn image_size() -> (usize, usize) {
     let m = meta();
     let w = m["image"]["width"].as_u64().unwrap() as usize;
@@ -50,9 +72,13 @@ fn image_size() -> (usize, usize) {
 
 /// A fixture image (`image.rgb`, `image2.rgb`) as the encoder's input.
 fn pixels(t: &VisionTower, file: &str) -> Vec<f32> {
+    pixels_of(QWEN3VL, t, file)
+}
+
+fn pixels_of(fx: &str, t: &VisionTower, file: &str) -> Vec<f32> {
     let p = t.preprocess();
     let (w, h) = image_size();
-    let rgb = std::fs::read(dir().join(file)).unwrap();
+    let rgb = std::fs::read(dir_of(fx).join(file)).unwrap();
     assert_eq!(rgb.len(), w * h * 3);
     let mut out = vec![0f32; 3 * w * h];
     for c in 0..3 {
@@ -64,8 +90,12 @@ fn pixels(t: &VisionTower, file: &str) -> Vec<f32> {
 }
 
 fn encode(t: &VisionTower, file: &str) -> ImageEmbeddings {
+    encode_of(QWEN3VL, t, file)
+}
+
+fn encode_of(fx: &str, t: &VisionTower, file: &str) -> ImageEmbeddings {
     let (w, h) = image_size();
-    t.encode_sized(&Pool::new(2), &pixels(t, file), w as u32, h as u32)
+    t.encode_sized(&Pool::new(2), &pixels_of(fx, t, file), w as u32, h as u32)
         .unwrap()
 }
 
@@ -76,7 +106,11 @@ enum Chunk {
 
 /// mtmd's chunks of a run (`llamacpp`: one image, `llamacpp2`: two).
 fn chunks(run: &str) -> Vec<Chunk> {
-    let file = dir().join(format!("{run}.chunks.json"));
+    chunks_of(QWEN3VL, run)
+}
+
+fn chunks_of(fx: &str, run: &str) -> Vec<Chunk> {
+    let file = dir_of(fx).join(format!("{run}.chunks.json"));
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     assert_eq!(v["non_causal"], false, "mtmd decoded the image causally");
@@ -105,8 +139,12 @@ fn chunks(run: &str) -> Vec<Chunk> {
 /// which rows are text, and the position mtmd's next token would take
 /// (its n_past after the last chunk).
 fn prompt(run: &str) -> (Vec<u32>, Vec<usize>, Vec<usize>, usize) {
+    prompt_of(QWEN3VL, run)
+}
+
+fn prompt_of(fx: &str, run: &str) -> (Vec<u32>, Vec<usize>, Vec<usize>, usize) {
     let (mut ids, mut at, mut text, mut n_past) = (Vec::new(), Vec::new(), Vec::new(), 0);
-    for c in chunks(run) {
+    for c in chunks_of(fx, run) {
         match c {
             Chunk::Text(t) => {
                 text.extend(ids.len()..ids.len() + t.len());
@@ -126,13 +164,17 @@ fn prompt(run: &str) -> (Vec<u32>, Vec<usize>, Vec<usize>, usize) {
 /// The text model as llama.cpp ran it: f32 weights and activations, F32 KV,
 /// a 128-token context.
 fn text_model() -> Model {
+    text_model_of(QWEN3VL)
+}
+
+fn text_model_of(fx: &str) -> Model {
     let exec = ExecConfig {
         threads: 2,
         precision: Precision::Float,
         max_context: 128,
         kv_type: KvType::F32,
     };
-    load::load(&dir().join("text.gguf"), &exec).unwrap().0
+    load::load(&dir_of(fx).join("text.gguf"), &exec).unwrap().0
 }
 
 fn max_abs(x: &[f32]) -> f32 {
@@ -163,7 +205,17 @@ fn text_logits(
     rows: &[&[f32]],
     grid: Option<(usize, usize)>,
 ) -> Vec<f32> {
-    let (ids, at, text, _) = prompt(run);
+    text_logits_of(QWEN3VL, model, run, rows, grid)
+}
+
+fn text_logits_of(
+    fx: &str,
+    model: &Model,
+    run: &str,
+    rows: &[&[f32]],
+    grid: Option<(usize, usize)>,
+) -> Vec<f32> {
+    let (ids, at, text, _) = prompt_of(fx, run);
     assert_eq!(at.len(), rows.len());
     let spans: Vec<Embeds> = at
         .iter()
@@ -187,8 +239,12 @@ fn text_logits(
 
 /// llama.cpp's rows of `run`, one slice per image.
 fn llamacpp_rows(model: &Model, run: &str) -> Vec<Vec<f32>> {
-    let all = read_f32(dir().join(format!("{run}.embd.bin")));
-    let n: usize = chunks(run)
+    llamacpp_rows_of(QWEN3VL, model, run)
+}
+
+fn llamacpp_rows_of(fx: &str, model: &Model, run: &str) -> Vec<Vec<f32>> {
+    let all = read_f32(dir_of(fx).join(format!("{run}.embd.bin")));
+    let n: usize = chunks_of(fx, run)
         .iter()
         .map(|c| match c {
             Chunk::Image { n_tokens, .. } => *n_tokens,
@@ -197,7 +253,7 @@ fn llamacpp_rows(model: &Model, run: &str) -> Vec<Vec<f32>> {
         .sum();
     let width = model.sem.input_width();
     assert_eq!(all.len(), n * width);
-    let per = all.len() / prompt(run).1.len();
+    let per = all.len() / prompt_of(fx, run).1.len();
     all.chunks(per).map(<[f32]>::to_vec).collect()
 }
 
@@ -486,4 +542,65 @@ fn rows_that_do_not_fit_are_refused() {
     })
     .unwrap();
     assert!(err.contains("grid of"), "{err}");
+}
+
+#[test]
+fn qwen35_vision_checkpoints_match_llamacpp() {
+    // Qwen3.5's text side takes the same tower's rows (no deepstack): its
+    // attention layers place them by IMROPE, its delta-net layers take them
+    // in order.
+    let model = text_model_of(QWEN35);
+    assert_eq!(model.sem.family, "qwen35");
+    assert_eq!(model.sem.rope_full.value.sections, Some([1, 1, 1, 0]));
+    assert_eq!(model.sem.input_width(), model.sem.dims.n_embd);
+    let t = tower_of(QWEN35);
+    t.check_text_model(&model.sem).unwrap();
+    // The qwen3vl tower (two deepstack features) does not fit it.
+    let err = tower()
+        .check_text_model(&model.sem)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("adds 0"), "{err}");
+    let np = read_f32(dir_of(QWEN35).join("numpy.embd.bin"));
+    let e = encode_of(QWEN35, &t, "image.rgb");
+    let m = max_abs(&np);
+    let d = max_diff(&e.rows, &np);
+    println!("qwen35 tower vs numpy float64: max |diff| {d:e} (M {m})");
+    assert!(d <= 1e-6 * m, "vs numpy: {d} > 1e-6 x {m}");
+    for (run, files) in [
+        ("llamacpp", &["image.rgb"][..]),
+        ("llamacpp2", &["image.rgb", "image2.rgb"][..]),
+    ] {
+        let reference = read_f32(dir_of(QWEN35).join(format!("{run}.logits.bin")));
+        let m = max_abs(&reference);
+        let ll = llamacpp_rows_of(QWEN35, &model, run);
+        let ll: Vec<&[f32]> = ll.iter().map(Vec::as_slice).collect();
+        let at = |rows: &[&[f32]], grid| text_logits_of(QWEN35, &model, run, rows, grid);
+        let d = max_diff(&at(&ll, e.grid), &reference);
+        println!("qwen35 {run}, llama.cpp's rows: max |diff| {d:e} (M {m})");
+        assert!(d <= 1e-4 * m, "{run}: {d} > 1e-4 x {m}");
+        let ours: Vec<ImageEmbeddings> = files.iter().map(|f| encode_of(QWEN35, &t, f)).collect();
+        let rows: Vec<&[f32]> = ours.iter().map(|e| &e.rows[..]).collect();
+        let ours_logits = at(&rows, e.grid);
+        let d = max_diff(&ours_logits, &reference);
+        println!("qwen35 {run}, our rows: max |diff| {d:e}");
+        // llama.cpp's rows are 4.9e-4 x M from the exact (float64 NumPy)
+        // tower (its GELU table), and the delta-net layers carry that to
+        // the logits: the NumPy rows land as far from llama.cpp as ours,
+        // while ours are within 1e-4 x M of the NumPy rows' logits.
+        if run == "llamacpp" {
+            let dn = max_diff(&at(&[&np[..]], e.grid), &ours_logits);
+            println!("qwen35 {run}, our rows vs numpy's rows: max |diff| {dn:e}");
+            assert!(dn <= 1e-4 * m, "{run}: {dn} > 1e-4 x {m}");
+        }
+        assert!(d <= 1e-2 * m, "{run}: {d} > 1e-2 x {m}");
+        // The grid matters here too.
+        let d = max_diff(&at(&ll, None), &reference);
+        println!("qwen35 {run}, image rows at text positions: max |diff| {d:e}");
+        assert!(
+            d > 1e-2 * m,
+            "{run}: grid positions indistinguishable ({d})"
+        );
+    }
 }
