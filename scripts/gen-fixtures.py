@@ -173,6 +173,42 @@ def spec_qwen3(hp):
     return qk_norm_spec("qwen3", hp)
 
 
+def imrope_keys(arch, hp):
+    """Qwen3-VL's own keys (src/models/qwen3vl.cpp, qwen3vlmoe.cpp): the IMROPE sections
+    (required) and the deepstack count."""
+    return [(f"{arch}.rope.dimension_sections", hp["rope_sections"], gguf.GGUFValueType.ARRAY),
+            (f"{arch}.n_deepstack_layers", hp["n_deepstack"], gguf.GGUFValueType.UINT32)]
+
+
+def imrope_text_inv(hp, inv):
+    """The inverse frequencies a text position turns each pair by under IMROPE: ggml's
+    ggml_mrope_cache_init (is_imrope) gives pair i of sector s = i % sum(sections) the h axis
+    if s % 3 == 1 and s < 3 sections[1], w if s % 3 == 2 and s < 3 sections[2], t if
+    s % 3 == 0 and s < 3 sections[0], else e; a text token is (p, p, p, 0), so an e pair
+    does not turn."""
+    sec = hp.get("rope_sections")
+    if not sec:
+        return inv
+    total = sum(sec)
+    on_e = [not ((i % total) % 3 == 1 and i % total < 3 * sec[1] or (i % total) % 3 == 2 and i % total < 3 * sec[2]
+                 or (i % total) % 3 == 0 and i % total < 3 * sec[0]) for i in range(len(inv))]
+    return np.where(on_e, 0.0, inv)
+
+
+def spec_qwen3vl(hp):
+    """The qwen3 body as llama.cpp's qwen3vl arch (src/models/qwen3vl.cpp): IMROPE over the
+    whole head, deepstack count (text rows carry no features)."""
+    keys, t = qk_norm_spec("qwen3vl", hp)
+    return keys + imrope_keys("qwen3vl", hp), t
+
+
+def spec_qwen3vlmoe(hp):
+    """qwen3moe's routed body as llama.cpp's qwen3vlmoe arch (src/models/qwen3vlmoe.cpp):
+    IMROPE, deepstack count."""
+    keys, t = spec_qwen3moe(hp, "qwen3vlmoe")
+    return keys + imrope_keys("qwen3vlmoe", hp), t
+
+
 def spec_hunyuan_dense(hp):
     """q/k RMSNorm after RoPE; the NTK alpha pre-folded into rope.freq_base."""
     return qk_norm_spec("hunyuan-dense", hp)
@@ -442,11 +478,11 @@ def routing_code(hp):
             "out_rows": keep[:, None], "down_rows": keep[None, :, None], "norm": (keep, one), "router": router}
 
 
-def spec_qwen3moe(hp):
+def spec_qwen3moe(hp, arch="qwen3moe"):
     """The qwen3 body (q/k RMSNorm before NEOX RoPE) with routed experts in every layer
     (src/models/qwen3moe.cpp): ffn_gate_inp, stacked ffn_{gate,up,down}_exps; the routing
     code of routing_code()."""
-    arch, u32 = "qwen3moe", gguf.GGUFValueType.UINT32
+    u32 = gguf.GGUFValueType.UINT32
     e, ne, ff, nh, hd = hp["n_embd"], hp["n_expert"], hp["n_ff_exp"], hp["n_head"], hp["head_dim"]
     rc = routing_code(hp)
     keys = common_keys(arch, hp, head_dim_keys(arch, hp)) + [
@@ -609,7 +645,7 @@ def reference_qwen3moe(path, hp, toks):
     k_used, n = hp["n_expert_used"], len(toks)
     x = T["token_embd.weight"][toks]
     pos = np.arange(n)
-    inv = hp["rope_base"] ** (-np.arange(0, hd, 2) / hd)
+    inv = imrope_text_inv(hp, hp["rope_base"] ** (-np.arange(0, hd, 2) / hd))
     ang = pos[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
@@ -1137,6 +1173,30 @@ FAMILIES = {
                       "(SOFTMAX_WEIGHT, no renormalization); f = sum_e w_e (ffn_down_exps[e] a + b_down[e]), "
                       "a = swiglu_oai(ffn_gate_exps[e] h + b_gate[e], ffn_up_exps[e] h + b_up[e]): x = min(g, 7), "
                       "y = clamp(u, -7, 7), a = x sigmoid(1.702 x) (y + 1)",
+               "tied_embeddings": False}),
+    "qwen3vl": dict(
+        spec=spec_qwen3vl, arch="qwen3vl", seed=1018, quant="Q4_0",
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=4, eps=1e-6,
+                rope_base=10000.0, rope_sections=[4, 2, 2, 0], n_deepstack=2, tied=False, bos=None),
+        model={"layer_kinds": ["full_attention"] * 4,
+               "rope": {"type": "IMROPE (ggml_rope_multi, pairs x[i], x[i + n_rot/2])", "n_rot": 32,
+                        "freq_base": 10000.0, "sections": [4, 2, 2, 0],
+                        "text_positions": "(p, p, p, 0): the 16 pairs are sectors i % 8, t h w t h w t e; "
+                                          "pairs 7 and 15 turn by the fourth component, 0 for text"},
+               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
+               "deepstack": "n_deepstack_layers 2: text rows carry no features (llama.cpp pads them with 0)",
+               "tied_embeddings": False, "ffn": "SiLU-gated"}),
+    "qwen3vlmoe": dict(
+        spec=spec_qwen3vlmoe, arch="qwen3vlmoe", seed=1019, quant="Q4_0", check=router_check(reference_qwen3moe),
+        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=4, n_expert=8,
+                n_expert_used=2, n_ff_exp=32, router_gain=4.0, code_scale=2.0, eps=1e-6, rope_base=10000.0,
+                rope_sections=[4, 2, 2, 0], n_deepstack=1, tied=False, bos=None),
+        model={"layer_kinds": ["full_attention"] * 4,
+               "rope": {"type": "IMROPE, as qwen3vl's", "n_rot": 32, "freq_base": 10000.0, "sections": [4, 2, 2, 0]},
+               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
+               "ffn": "qwen3moe's: p = softmax(ffn_gate_inp h) over all 8 experts; the 2 largest, weights "
+                      "renormalized; no shared expert",
+               "deepstack": "n_deepstack_layers 1 (no effect on text)",
                "tied_embeddings": False}),
     "nanbeige": dict(
         spec=spec_nanbeige, arch="nanbeige", seed=1009, quant="Q8_0",

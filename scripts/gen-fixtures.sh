@@ -7,6 +7,7 @@
 #   scripts/gen-fixtures.sh FAMILY OUT_DIR --compare DIR    ... and compare it with DIR
 #   FAMILY: a key of the FAMILIES table in gen-fixtures.py (llama, qwen2, qwen3,
 #   gemma3, lfm2, hunyuan-dense, phi3, qwen35, nanbeige, gemma4, gemma4-nople, gemma4-moe, gemma4-a4b, qwen3moe, qwen3moe-q5k, lfm2moe, qwen35moe, gpt-oss,
+#   qwen3vl, qwen3vlmoe,
 #   gemma-embedding)
 #
 # Pins its Python packages (gguf-py as vendored in that llama.cpp, NumPy for

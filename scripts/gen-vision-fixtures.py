@@ -71,12 +71,20 @@ def text_spec(hp):
 
 
 def text_spec_qwen3vl(hp):
-    """gen-fixtures.py's qwen3 body as llama.cpp's qwen3vl arch (src/models/qwen3vl.cpp):
-    IMROPE sections and the deepstack count, the Qwen-VL image markers in the vocabulary."""
-    keys, tensors = gf.qk_norm_spec("qwen3vl", hp)
-    keys = [k for k in keys if k[0] != "tokenizer.ggml.model"] + [
-        ("qwen3vl.rope.dimension_sections", hp["rope_sections"], ARR),
-        ("qwen3vl.n_deepstack_layers", hp["n_deepstack"], U32)]
+    """gen-fixtures.py's qwen3vl (the qwen3 body as llama.cpp's qwen3vl arch,
+    src/models/qwen3vl.cpp: IMROPE sections and the deepstack count), the Qwen-VL image
+    markers in the vocabulary."""
+    keys, tensors = gf.spec_qwen3vl(hp)
+    keys = [k for k in keys if k[0] != "tokenizer.ggml.model"]
+    return keys + vocab(hp["n_vocab"], ("<|vision_start|>", "<|vision_end|>")), tensors
+
+
+def text_spec_qwen35(hp):
+    """gen-fixtures.py's qwen35 (gated delta-net and gated attention layers, IMROPE on the
+    attention layers: llama.cpp's QWEN35 rope type), the Qwen-VL image markers in the
+    vocabulary: the text side of Qwen3.5's vision checkpoints (no deepstack)."""
+    keys, tensors = gf.spec_qwen35(hp)
+    keys = [k for k in keys if k[0] != "tokenizer.ggml.model"]
     return keys + vocab(hp["n_vocab"], ("<|vision_start|>", "<|vision_end|>")), tensors
 
 
@@ -255,8 +263,12 @@ TEXT_HP = dict(gf.BASE, n_embd=64, n_head=2, n_head_kv=1, head_dim=32, n_ff=128,
                rope_linear_factor=8.0, bos=2, n_ctx_train=4096)
 
 QWEN3VL_TEXT_HP = dict(gf.BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=4, eps=1e-6,
-                       rope_base=5000000.0, rope_sections=[3, 3, 2, 0], n_deepstack=1, bos=None, tied=False,
+                       rope_base=10000.0, rope_sections=[4, 2, 2, 0], n_deepstack=2, bos=None, tied=False,
                        n_ctx_train=4096)
+
+# gen-fixtures.py's qwen35 model, the RoPE base 100 so that the h and w pairs (1 and 2 of
+# the 4 rotated, sections [1, 1, 1, 0]: t h w t) turn measurably across the image's grid.
+QWEN35_TEXT_HP = dict(gf.FAMILIES["qwen35"]["hp"], rope_base=100.0, rope_sections=[1, 1, 1, 0], n_ctx_train=4096)
 
 TOWERS = {
     "gemma3-vision": dict(
@@ -284,20 +296,45 @@ TOWERS = {
     "qwen3vl-vision": dict(
         text_seed=1201, tower_seed=1202, image_seed=1203, text_hp=QWEN3VL_TEXT_HP, text_spec=text_spec_qwen3vl,
         text_arch="qwen3vl", spec=spec_qwen3vl_tower, reference=reference_qwen3vl_tower,
-        # A rectangular image (32 wide, 16 high: 8 x 4 patches of 4 px, 8 tokens, llama.cpp's
-        # minimum) against a learned 8 x 8 position grid, so the grid is resized; 3 blocks,
-        # a deepstack merger after block 1.
+        # A rectangular image (48 wide, 32 high: 12 x 8 patches of 4 px, 6 x 4 tokens) against
+        # a learned 8 x 8 position grid, so the grid is resized; 3 blocks, deepstack mergers
+        # after blocks 0 and 2 (the text model adds them after its layers 0 and 1).
         vp=dict(n_embd=32, n_ff=64, n_layer=3, n_head=2, image_size=32, patch_size=4, eps=1e-6,
-                mean=[0.48, 0.5, 0.52], std=[0.26, 0.27, 0.28], deepstack=[1], width=32, height=16),
-        prompt="hi<__media__>what is this ok", f16=False, two_images=False,
+                mean=[0.48, 0.5, 0.52], std=[0.26, 0.27, 0.28], deepstack=[0, 2], width=48, height=32),
+        prompt="hi<__media__>what is this ok", f16=False,
+        # Two images, two chunks: the second image's positions and the text after it follow
+        # from the first image's n_pos (max(nx, ny) = 6), not its 24 rows.
+        prompt2="hi<__media__>ok<__media__>what is this",
         model={"projector": "qwen3vl_merger (tools/mtmd/models/qwen3vl.cpp)",
                "patch_embedding": "two p x p kernels (the temporal pair) summed, + bias; patches in 2 x 2 merge-block order",
                "position_embedding": "the 8 x 8 learned grid resized to 8 x 4 (bilinear, aligned corners)",
                "blocks": "pre-LN, fused qkv with bias, 2-D rotary (rows on the first quarter of pairs, columns on "
                          "the second, base 10000), GELU(tanh) MLP with biases",
-               "deepstack": "after block 1: 4 patches side by side, LayerNorm, fc1, GELU, fc2",
-               "merger": "post_ln per patch, 4 side by side, mm.0, GELU, mm.2; rows = [merger | deepstack]",
-               "text": "not compared yet (onebit has no qwen3vl text side): the logits are recorded for later"}),
+               "deepstack": "after blocks 0 and 2: 4 patches side by side, LayerNorm, fc1, GELU, fc2",
+               "merger": "post_ln per patch, 4 side by side, mm.0, GELU, mm.2; rows = [merger | deepstack 0 | "
+                         "deepstack 2]",
+               "text": "gen-fixtures.py's qwen3vl: IMROPE sections [4, 2, 2, 0] over 8 pairs (t h w t h w t e), "
+                       "base 10000; text tokens at (p, p, p, 0); an image's token i at (p0, p0 + i / nx, "
+                       "p0 + i % nx, 0) with nx = 6, ny = 4 and the text after it at p0 + max(nx, ny) "
+                       "(mtmd MTMD_POS_TYPE_MROPE); n_deepstack_layers 2: deepstack feature k added to layer k's "
+                       "output for the image rows (0 for text)",
+               "attention": "causal (mtmd_decode_use_non_causal is false for qwen3vl); the M-RoPE KQ mask "
+                            "(same t position: masked when the key's (y, x) is after the query's) is causal "
+                            "in row order"}),
+    "qwen35-vision": dict(
+        text_seed=1301, tower_seed=1302, image_seed=1303, text_hp=QWEN35_TEXT_HP, text_spec=text_spec_qwen35,
+        text_arch="qwen35", spec=spec_qwen3vl_tower, reference=reference_qwen3vl_tower,
+        # qwen3vl-vision's tower without deepstack (Qwen3.5's mmproj has none), the same image size.
+        vp=dict(n_embd=32, n_ff=64, n_layer=3, n_head=2, image_size=32, patch_size=4, eps=1e-6,
+                mean=[0.48, 0.5, 0.52], std=[0.26, 0.27, 0.28], deepstack=[], width=48, height=32),
+        prompt="hi<__media__>what is this ok", f16=False, prompt2="hi<__media__>ok<__media__>what is this",
+        model={"projector": "qwen3vl_merger (tools/mtmd/models/qwen3vl.cpp), no deepstack",
+               "merger": "post_ln per patch, 4 side by side, mm.0, GELU, mm.2; rows = the merger's output",
+               "text": "gen-fixtures.py's qwen35 (8 layers LLLFLLLF: gated delta-net, gated attention), RoPE "
+                       "base 100, IMROPE sections [1, 1, 1, 0] over the 4 rotated pairs (t h w t); text at "
+                       "(p, p, p, 0), image token i at (p0, p0 + i / nx, p0 + i % nx, 0), nx = 6, ny = 4, the "
+                       "text after it at p0 + 6 (mtmd MTMD_POS_TYPE_MROPE); the delta-net layers take the "
+                       "image rows in order"}),
 }
 
 

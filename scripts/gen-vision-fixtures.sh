@@ -5,7 +5,7 @@
 # built here when the build lacks it).
 #
 #   scripts/gen-vision-fixtures.sh TOWER OUT_DIR
-#   TOWER: a key of the TOWERS table in gen-vision-fixtures.py (gemma3-vision)
+#   TOWER: a key of the TOWERS table in gen-vision-fixtures.py (gemma3-vision, qwen3vl-vision, qwen35-vision)
 #
 # Pins its Python packages as scripts/gen-fixtures.sh does and compiles
 # scripts/gen-vision-driver.c against the build's libmtmd and libllama. Not

@@ -368,27 +368,64 @@ MUTANTS += [
     ("gemma3-vision: image rows attend causally", ATTENTION,
      ".map_or(p + 1, |g| g.end),", ".map_or(p + 1, |_| p + 1),", VISION_TESTS),
     ("gemma3-vision: image rows scaled as token rows", FORWARD,
-     "x[at..at + r.rows.len()].copy_from_slice(r.rows);",
-     "x[at..at + r.rows.len()].iter_mut().zip(r.rows).for_each(|(a, b)| *a = b * self.sem.embed_scale.value.unwrap_or(1.0));",
+     "x[t * e..(t + 1) * e].copy_from_slice(&row[..e]);",
+     "x[t * e..(t + 1) * e].iter_mut().zip(&row[..e]).for_each(|(a, b)| *a = b * self.sem.embed_scale.value.unwrap_or(1.0));",
      VISION_TESTS),
     ("gemma3-vision: no position embeddings", VG3,
      "*v = *v + b + q;", "*v = *v + b + 0.0 * q;", VISION_TESTS),
 ]
 
 
-# qwen3vl: its tower alone against llama.cpp's mtmd embeddings (tests/vision.rs, qwen3vl_*).
+# qwen3vl: its tower and text side against llama.cpp's mtmd (tests/vision_qwen3vl.rs), the
+# text side's IMROPE on text alone against llama.cpp (golden, fixtures qwen3vl and qwen3vlmoe).
 VQ3 = "crates/onebit-model/src/vision/qwen3vl.rs"
+QWEN3VL_TESTS = ["-p", "onebit-model", "--test", "vision_qwen3vl"]
+QWEN3VL_GOLDEN = ["-p", "onebit-model", "--test", "golden"]
+ROPE = "crates/onebit-kernels/src/rope.rs"
+QVL = "crates/onebit-model/src/families/qwen3vl.rs"
 MUTANTS += [
+    ("qwen3vl: IMROPE sections off (every pair by t)", QVL,
+     "        r.value.sections = Some(sections);", "        r.value.sections = None;", QWEN3VL_TESTS),
+    ("qwen3vl: IMROPE one axis (image rows on t only)", FORWARD,
+     "out.push([p, p + k / nx, p + k % nx, 0]);", "out.push([p, p, p, 0]);", QWEN3VL_TESTS),
+    ("qwen3vl: IMROPE sections contiguous (MROPE) instead of interleaved", ROPE,
+     "if s % 3 == 1 && s < 3 * sections[1] {\n                    1\n                } else if s % 3 == 2 && s < 3 * sections[2] {",
+     "if s >= sections[0] && s < sections[0] + sections[1] {\n                    1\n                } else if s >= sections[0] + sections[1] && s < total - sections[3] {",
+     QWEN3VL_TESTS),
+    ("qwen3vl: text pairs on the fourth component turn by t", FORWARD,
+     "out.push([p, p, p, 0]);", "out.push([p, p, p, p]);", QWEN3VL_GOLDEN),
+    ("qwen3vl: image positions as text positions (consecutive, n_pos = rows)", FORWARD,
+     ".filter_map(|e| e.grid.filter(|_| multi).map(|g| (e.at, g)))",
+     ".filter_map(|e| e.grid.filter(|_| false).map(|g| (e.at, g)))", QWEN3VL_TESTS),
+    ("qwen3vl: the text after an image at p + rows, not p + max(nx, ny)", FORWARD,
+     "                    p += nx.max(ny);", "                    p += nx * ny;", QWEN3VL_TESTS),
+    ("qwen3vl: grid rows and columns swapped", FORWARD,
+     "out.push([p, p + k / nx, p + k % nx, 0]);", "out.push([p, p + k % nx, p + k / nx, 0]);", QWEN3VL_TESTS),
+    ("qwen3vl: deepstack off", FORWARD,
+     "let deep_here = (slot < body.deepstack).then_some(slot);", "let deep_here = None.filter(|_: &usize| slot < body.deepstack);",
+     QWEN3VL_TESTS),
+    ("qwen3vl: deepstack into the next layer", FORWARD,
+     "let deep_here = (slot < body.deepstack).then_some(slot);",
+     "let deep_here = (slot >= 1 && slot <= body.deepstack).then(|| slot - 1);",
+     QWEN3VL_TESTS),
+    ("qwen3vl: deepstack features in each other's layers", FORWARD,
+     "let add = &f[k * e..(k + 1) * e];", "let k = body.deepstack - 1 - k;\n                    let add = &f[k * e..(k + 1) * e];",
+     QWEN3VL_TESTS),
+    ("qwen35: IMROPE sections not read (Qwen3.5 vision checkpoints)", "crates/onebit-model/src/families/qwen35.rs",
+     "    super::qwen3vl::imrope(d, &mut s, family, false)?;\n", "", QWEN3VL_TESTS),
+    ("qwen3vl: deepstack count not read", QVL,
+     "Some(k) => (d.size_checked(N_DEEPSTACK, k)?, d.src(N_DEEPSTACK)),", "Some(_) => (0, d.src(N_DEEPSTACK)),",
+     QWEN3VL_TESTS),
     ("qwen3vl-vision: 2-D rotary rows and columns swapped", VQ3,
-     "(py, j)\n                } else {\n                    (px, j - quarter)", "(px, j)\n                } else {\n                    (py, j - quarter)", VISION_TESTS),
+     "(py, j)\n                } else {\n                    (px, j - quarter)", "(px, j)\n                } else {\n                    (py, j - quarter)", QWEN3VL_TESTS),
     ("qwen3vl-vision: patches column-major within a merge block", VQ3,
-     "(2 * by + dy, 2 * bx + dx)", "(2 * by + dx, 2 * bx + dy)", VISION_TESTS),
+     "(2 * by + dy, 2 * bx + dx)", "(2 * by + dx, 2 * bx + dy)", QWEN3VL_TESTS),
     ("qwen3vl-vision: deepstack off", VQ3,
-     "if let Some(m) = merger {", "if let Some(m) = merger.as_ref().filter(|_| false) {", VISION_TESTS),
-    ("qwen3vl-vision: position grid not resized", VQ3,
-     "let y = i1 as f32 / sy;", "let y = i1 as f32;", VISION_TESTS),
+     "if let Some(m) = merger {", "if let Some(m) = merger.as_ref().filter(|_| false) {", QWEN3VL_TESTS),
+    ("qwen3vl-vision: position grid not resized (12 patches wide on a grid of 8)", VQ3,
+     "let xf = i0 as f32 / sx;", "let xf = i0 as f32;", QWEN3VL_TESTS),
     ("qwen3vl-vision: one temporal kernel only", VQ3,
-     "map(|(a, b)| a + b)", "map(|(a, b)| a + 0.0 * b)", VISION_TESTS),
+     "map(|(a, b)| a + b)", "map(|(a, b)| a + 0.0 * b)", QWEN3VL_TESTS),
 ]
 
 

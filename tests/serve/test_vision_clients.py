@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
-"""onebit serve on the gemma3-vision fixture (text.gguf with --mmproj
-mmproj.gguf), through the official `openai` client (an image_url part with a
-data: URL) and the `ollama` client (`images`): the first generated token is
-llama.cpp's mtmd greedy token for the same image and prompt, the argmax of
-the last row of llamacpp.logits.bin, and its logprob is llama.cpp's within
-the fixture's logit tolerance. A second image with the same prompt gives
-other logits and reuses no cached row of the first; the first again reuses
-its cached prefix and gives the same logprobs.
+"""onebit serve on a vision fixture (text.gguf with --mmproj mmproj.gguf:
+gemma3-vision, or qwen3vl-vision), through the official `openai` client (an
+image_url part with a data: URL) and the `ollama` client (`images`): the
+first generated token is llama.cpp's mtmd greedy token for the same image and
+prompt, the argmax of the last row of llamacpp.logits.bin, and its logprob
+is llama.cpp's within the fixture's logit tolerance. A second image with the
+same prompt gives other logits and reuses no cached row of the first; the
+first again reuses its cached prefix and gives the same logprobs.
 
-The fixture's prompt is mtmd's "hi<__media__>what is this ok" with BOS: the
-server is started with a chat template that writes "<bos>hi" and then each
-message's content without line breaks (the OpenAI content parts [image,
-text] join as MARK "\\n" text; Ollama puts the images ahead of the text), so
-both render as llama.cpp tokenized it.
+The fixture's prompt is mtmd's "hi<__media__>what is this ok" (gemma3 with
+BOS): the server is started with a chat template that writes "hi" (after
+"<bos>" for gemma3) and then each message's content without line breaks
+(the OpenAI content parts [image, text] join as MARK "\\n" text; Ollama puts
+the images ahead of the text), so both render as llama.cpp tokenized it; the
+server puts the projector's markers (<start_of_image> / <|vision_start|>
+...) around the image's rows as mtmd does.
 
 The images are sent as PNGs made here from image.rgb (lossless, at the
-encoder's native 32 x 32: Gemma 3's resize is then the identity).
+encoder's native size, meta.json's: the resize is then the identity).
 
 Usage: python3 tests/serve/test_vision_clients.py http://127.0.0.1:PORT FIXTURE_DIR
 (crates/onebit/tests/serve_vision.rs starts the server and runs this.)
@@ -44,7 +46,7 @@ MODEL = client.models.list().data[0].id
 META = json.load(open(os.path.join(FIX, "meta.json")))
 N_VOCAB = META["text_hparams"]["n_vocab"]
 TEXT_AFTER = "what is this ok"  # meta.json's prompt after <__media__>
-# The tokens before the image: <bos> "hi" <start_of_image> (llamacpp.chunks.json).
+# The tokens before the image: [<bos>] "hi" and the image's begin marker (llamacpp.chunks.json).
 BEFORE_IMAGE = len(json.load(open(os.path.join(FIX, "llamacpp.chunks.json")))["chunks"][0]["tokens"])
 N_IMAGE = json.load(open(os.path.join(FIX, "llamacpp.chunks.json")))["chunks"][1]["n_tokens"]
 

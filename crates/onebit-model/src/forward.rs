@@ -12,7 +12,7 @@
 
 use onebit_kernels::kv::KvType;
 use onebit_kernels::ops::{gelu_tanh, glu_par, rmsnorm, rmsnorm_inplace, softcap, GluAct};
-use onebit_kernels::rope::Rope;
+use onebit_kernels::rope::{imrope_axes, Rope};
 use onebit_kernels::{matmul, matmul_many, Pool, Precision, QMatrix};
 use std::cell::OnceCell;
 
@@ -20,7 +20,7 @@ use crate::error::{ModelError, Result};
 use crate::mixers::{At, Run, Scratch, SeqRows};
 use crate::rows::{par_rows, sized};
 use crate::semantics::{proportional_factors, Activation, Mask, RopeSpec, Semantics};
-use crate::state::{LayerState, SeqState};
+use crate::state::{GridSpan, LayerState, SeqState};
 use crate::weights::{Ffn, Weights};
 
 /// Prompt tokens per forward pass of [`Model::forward`]: enough rows for
@@ -69,13 +69,20 @@ pub enum Logits {
 /// `at..at + n` of a sequence's `tokens` (the ids there are placeholders,
 /// checked against the vocabulary but not looked up). The rows enter as
 /// they are: no embedding scale (llama.cpp's gemma3 graph scales only
-/// token rows, `ubatch.token ? sqrt(n_embd) : 1`).
+/// token rows, `ubatch.token ? sqrt(n_embd) : 1`). A row is the embedding,
+/// then the deepstack features the model declares (`Body::deepstack`),
+/// which are added to the first layers' outputs. The rows always run whole
+/// in one forward call.
 #[derive(Clone, Copy, Debug)]
 pub struct Embeds<'a> {
     /// Index in the sequence's tokens of the first row.
     pub at: usize,
-    /// [n][n_embd]
+    /// [n][n_embd x (1 + deepstack)] (`Semantics::input_width`)
     pub rows: &'a [f32],
+    /// The rows laid out as `(nx, ny)`: ny rows of nx, row-major. A model
+    /// with multi-axis RoPE (`RopeSpec::sections`) places them on that
+    /// grid of positions; others (and None) at consecutive positions.
+    pub grid: Option<(usize, usize)>,
     /// The rows attend to each other both ways (and, as every row, to the
     /// positions before them): what llama.cpp does for a Gemma 3 image by
     /// decoding its chunk with causal attention off (mtmd's
@@ -85,9 +92,9 @@ pub struct Embeds<'a> {
 }
 
 impl Embeds<'_> {
-    /// How many rows.
-    pub fn n_rows(&self, n_embd: usize) -> usize {
-        self.rows.len() / n_embd.max(1)
+    /// How many rows, of `width` values each.
+    pub fn n_rows(&self, width: usize) -> usize {
+        self.rows.len() / width.max(1)
     }
 }
 
@@ -153,6 +160,7 @@ impl Model {
                 .or(proportional.as_deref());
             // Unscaled angles, then the spec's scaling (linear or YaRN).
             let mut r = Rope::new(spec.style, spec.n_rot, spec.base, 1.0, factors);
+            r.axes = spec.sections.and_then(|s| imrope_axes(s, spec.n_rot / 2));
             let (inv_freq, mscale) = spec.scaled_inv_freq(&r.inv_freq);
             r.inv_freq = inv_freq;
             r.attn_factor = mscale;
@@ -267,10 +275,11 @@ impl Model {
             if self.sem.mask.value == Mask::Bidirectional {
                 end = tokens.len();
             }
-            // Extend the batch to the end of a bidirectional span it cuts.
+            // Extend the batch to the end of a span it cuts (its rows
+            // run whole: both-ways attention, grid positions).
             for e in embeds {
-                let n = e.n_rows(self.sem.dims.n_embd);
-                if e.bidirectional && e.at < end && e.at + n > end {
+                let n = e.n_rows(self.sem.input_width());
+                if e.at < end && e.at + n > end {
                     end = e.at + n;
                 }
             }
@@ -303,7 +312,7 @@ impl Model {
 
     /// Refuses embedding rows that do not fit the tokens they stand in for.
     fn check_embeds(&self, tokens: &[u32], embeds: &[Embeds]) -> Result<()> {
-        let e = self.sem.dims.n_embd;
+        let e = self.sem.input_width();
         if embeds.is_empty() {
             return Ok(());
         }
@@ -317,12 +326,24 @@ impl Model {
         for em in embeds {
             if em.rows.is_empty() || em.rows.len() % e != 0 {
                 return Err(ModelError::Input(format!(
-                    "embedding rows at token {}: {} values are not whole rows of the model's width {e}",
+                    "embedding rows at token {}: {} values are not whole rows of the model's input width {e} ({})",
                     em.at,
-                    em.rows.len()
+                    em.rows.len(),
+                    match self.sem.body.value.deepstack {
+                        0 => "n_embd".to_string(),
+                        k => format!("n_embd x (1 + {k} deepstack features)"),
+                    }
                 )));
             }
             let n = em.rows.len() / e;
+            if let Some((nx, ny)) = em.grid {
+                if nx.checked_mul(ny) != Some(n) {
+                    return Err(ModelError::Input(format!(
+                        "embedding rows at token {}: a grid of {nx} x {ny} for {n} rows",
+                        em.at
+                    )));
+                }
+            }
             if em.at < next || em.at + n > tokens.len() {
                 return Err(ModelError::Input(format!(
                     "embedding rows at tokens {}..{}: outside the {} tokens or overlapping the rows before",
@@ -433,11 +454,19 @@ impl Model {
         if let Some(s) = self.sem.embed_scale.value {
             x.iter_mut().for_each(|v| *v *= s);
         }
-        // Rows given as embeddings replace their tokens' rows, unscaled.
+        // Rows given as embeddings replace their tokens' rows, unscaled;
+        // their deepstack features wait for the layers they join.
+        let iw = self.sem.input_width();
+        let mut deep: Vec<(usize, &[f32])> = Vec::new();
         for (seg, em) in segs.iter().zip(embeds) {
             for r in em.iter() {
-                let at = (seg.rows.start + r.at) * e;
-                x[at..at + r.rows.len()].copy_from_slice(r.rows);
+                for (j, row) in r.rows.chunks_exact(iw).enumerate() {
+                    let t = seg.rows.start + r.at + j;
+                    x[t * e..(t + 1) * e].copy_from_slice(&row[..e]);
+                    if iw > e {
+                        deep.push((t, &row[e..]));
+                    }
+                }
             }
         }
         let ids: Vec<u32> = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
@@ -461,10 +490,13 @@ impl Model {
         }
         // Each stacked row's position; the RoPE angles of every row per
         // table are computed once for all the layers that use them.
-        let positions: Vec<usize> = segs
-            .iter()
-            .flat_map(|s| (0..s.rows.len()).map(move |j| s.pos0 + j))
-            .collect();
+        let mut positions = Vec::with_capacity(n);
+        let mut new_grids = Vec::with_capacity(seqs.len());
+        for (i, (s, seg)) in seqs.iter().zip(&segs).enumerate() {
+            let (p, grids) = self.row_positions(s.state, seg, embeds.get(i).copied());
+            positions.extend(p);
+            new_grids.push(grids);
+        }
         let run = Run {
             sem: &self.sem,
             pool: &self.pool,
@@ -515,12 +547,24 @@ impl Model {
             let last = slot + 1 == n_slots;
             let pass_ends = (slot + 1) % layers.len() == 0;
             let between = !last && pass_ends && body.loop_norm;
-            let tail = lw.per_layer.is_some() || lw.out_scale.is_some();
+            // Deepstack feature k joins layer k's output (llama.cpp: il <
+            // n_deepstack_layers adds inp_embd's slice il + 1).
+            let deep_here = (slot < body.deepstack).then_some(slot);
+            let tail = lw.per_layer.is_some() || lw.out_scale.is_some() || deep_here.is_some();
             let next = (!last).then(|| &layers[(slot + 1) % layers.len()].attn_norm[..]);
             let fused_next = if between || tail { None } else { next };
             self.residual(&mut x, &mut fb.ff, post, fused_next, &mut h);
             if tail {
                 self.layer_tail(il, &mut x, per_layer.as_deref(), n);
+            }
+            if let Some(k) = deep_here {
+                for &(t, f) in &deep {
+                    let add = &f[k * e..(k + 1) * e];
+                    x[t * e..(t + 1) * e]
+                        .iter_mut()
+                        .zip(add)
+                        .for_each(|(a, b)| *a += b);
+                }
             }
             if between {
                 // Between passes: x = norm(x; output_norm), then the first
@@ -536,8 +580,9 @@ impl Model {
             }
         }
         drop(rows);
-        for (s, seg) in seqs.iter_mut().zip(&segs) {
+        for ((s, seg), grids) in seqs.iter_mut().zip(&segs).zip(new_grids) {
             s.state.pos = seg.pos0 + seg.rows.len();
+            s.state.grids.extend(grids);
         }
 
         // Output norm and logits, for the rows asked for.
@@ -602,6 +647,55 @@ impl Model {
             at += k;
         }
         Ok(out)
+    }
+
+    /// The four-component rotary positions (t, h, w, e) of one sequence's
+    /// rows in this call, and the grid images among them. A text row sits
+    /// at (p, p, p, 0), p its text position (`SeqState::text_pos`). With
+    /// multi-axis RoPE, rows given with a grid of nx x ny sit at (p, p +
+    /// row, p + column, 0) and the next row at p + max(nx, ny) (mtmd's
+    /// `mtmd_image_tokens_get_decoder_pos` and `_get_n_pos` for
+    /// MTMD_POS_TYPE_MROPE); without it every row at the next position.
+    fn row_positions(
+        &self,
+        state: &SeqState,
+        seg: &Segment,
+        embeds: Option<&[Embeds]>,
+    ) -> (Vec<[usize; 4]>, Vec<GridSpan>) {
+        let n = seg.rows.len();
+        let mut out = Vec::with_capacity(n);
+        let mut grids = Vec::new();
+        let mut p = state.text_pos(seg.pos0);
+        let multi = self.sem.rope_full.value.sections.is_some();
+        let mut spans = embeds
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| e.grid.filter(|_| multi).map(|g| (e.at, g)))
+            .peekable();
+        let mut j = 0;
+        while j < n {
+            match spans.peek() {
+                Some(&(at, (nx, ny))) if at == j => {
+                    spans.next();
+                    for k in 0..nx * ny {
+                        out.push([p, p + k / nx, p + k % nx, 0]);
+                    }
+                    grids.push(GridSpan {
+                        at: seg.pos0 + j,
+                        rows: nx * ny,
+                        n_pos: nx.max(ny),
+                    });
+                    p += nx.max(ny);
+                    j += nx * ny;
+                }
+                _ => {
+                    out.push([p, p, p, 0]);
+                    p += 1;
+                    j += 1;
+                }
+            }
+        }
+        (out, grids)
     }
 
     /// Writes the feed-forward output into `ff`: the layer's dense FFN of

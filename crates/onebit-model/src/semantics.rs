@@ -96,6 +96,14 @@ pub struct RopeSpec {
     /// converter writes as `rope_freqs.weight` (1 for a rotated pair, 1e30
     /// for the others), so a pack without that tensor runs the same angles.
     pub proportional: Option<usize>,
+    /// Interleaved multi-axis RoPE (llama.cpp's IMROPE: `rope.dimension_sections`),
+    /// pairs assigned to the position components (t, h, w, e) by
+    /// `onebit_kernels::rope::imrope_axes`. A text row sits at (p, p, p, 0);
+    /// an image's rows laid out nx x ny (`forward::Embeds::grid`) at
+    /// (p, p + row, p + column, 0), and the text after it at p + max(nx, ny)
+    /// (mtmd's MTMD_POS_TYPE_MROPE, which an IMROPE text model selects).
+    /// None: single-axis RoPE, every row at its index.
+    pub sections: Option<[usize; 4]>,
 }
 
 /// A proportional RoPE's per-pair divisors: `rotated` ones, then 1e30 (the
@@ -434,6 +442,11 @@ pub struct Body {
     /// Each layer's output is multiplied by this one-value tensor (Gemma 4's
     /// `layer_output_scale.weight`), after every other part.
     pub output_scale: Option<&'static str>,
+    /// Deepstack (Qwen3-VL): an image row carries this many features after
+    /// its embedding (rows of n_embd x (1 + deepstack)); feature k is added
+    /// to layer k's output (k < deepstack), after every other part. Text
+    /// rows carry none (llama.cpp pads them with zeros). 0: no deepstack.
+    pub deepstack: usize,
 }
 
 impl Default for Body {
@@ -449,6 +462,7 @@ impl Default for Body {
             loop_norm: false,
             per_layer_input: 0,
             output_scale: None,
+            deepstack: 0,
         }
     }
 }
@@ -473,6 +487,12 @@ impl Body {
         if let Some(t) = self.output_scale {
             s += &format!("; layer output x {t}");
         }
+        if self.deepstack > 0 {
+            s += &format!(
+                "; deepstack: image rows carry {0} features after the embedding, feature k added to layer k's output (k < {0})",
+                self.deepstack
+            );
+        }
         if self.loops > 1 {
             s += &format!(
                 "; the layers run {} times{}",
@@ -489,6 +509,12 @@ impl Body {
 }
 
 impl Semantics {
+    /// The width of a row given as an embedding ([`crate::forward::Embeds`]):
+    /// n_embd, times 1 + the deepstack features it carries.
+    pub fn input_width(&self) -> usize {
+        self.dims.n_embd * (1 + self.body.value.deepstack)
+    }
+
     /// The semantics of a run whose context limit is `max_context`: a
     /// LongRoPE table choice (short, or long when the context exceeds the
     /// original training context, llama.cpp's rule) resolved into
@@ -866,13 +892,19 @@ fn describe_rope(r: &RopeSpec) -> String {
         ),
         (None, None) => String::new(),
     };
+    let sections = match r.sections {
+        Some(s) => format!(
+            " interleaved multi-axis (IMROPE) sections {s:?}: text at (p, p, p, 0), an image's rows at (p, p + row, p + column, 0), the text after it at p + max(rows, columns)"
+        ),
+        None => String::new(),
+    };
     let attn = if r.attn_factor != 1.0 {
         format!(", cos/sin x {}", r.attn_factor)
     } else {
         String::new()
     };
     format!(
-        "base {} style {style} rotary dims {} {scaling}{factors}{attn}",
+        "base {} style {style} rotary dims {} {scaling}{factors}{attn}{sections}",
         r.base, r.n_rot
     )
 }

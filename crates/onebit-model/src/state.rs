@@ -4,6 +4,9 @@
 //! decoding and a prefix cache can rewind a sequence exactly. The KV caches
 //! hold the run's [`KvType`]; snapshots, truncation and prefixes copy the
 //! stored elements as they are, so a rewound sequence continues bit for bit.
+//! A row's rotary position is its index, less the positions the grid images
+//! before it saved ([`GridSpan`]); cutting a sequence inside such an image
+//! is refused, since its rows' positions exist only as a whole.
 
 pub use onebit_kernels::kv::{KvRows, KvType};
 
@@ -59,10 +62,23 @@ pub enum LayerState {
     },
 }
 
+/// An image whose rows sit on a grid of multi-axis rotary positions
+/// (`RopeSpec::sections`): rows `at..at + rows` (nx x ny of them) take
+/// `n_pos` = max(nx, ny) text positions, so every later row's position is
+/// `rows - n_pos` less than its index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridSpan {
+    pub at: usize,
+    pub rows: usize,
+    pub n_pos: usize,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeqState {
-    /// Positions already run.
+    /// Rows already run (the KV caches' length).
     pub pos: usize,
+    /// The grid images among them, in order.
+    pub grids: Vec<GridSpan>,
     pub layers: Vec<LayerState>,
     /// While set, the recurrent layers' states after every row run, so
     /// [`SeqState::rewind`] can go back to any position since
@@ -126,7 +142,48 @@ impl SeqState {
             .collect();
         SeqState {
             pos: 0,
+            grids: Vec::new(),
             layers,
+            trail: None,
+        }
+    }
+
+    /// The rotary (text) position of a row at index `row`, at or past the
+    /// end of every grid image before it.
+    pub fn text_pos(&self, row: usize) -> usize {
+        let saved: usize = self
+            .grids
+            .iter()
+            .filter(|g| g.at + g.rows <= row)
+            .map(|g| g.rows - g.n_pos)
+            .sum();
+        row - saved
+    }
+
+    /// Whether the first `n` rows end inside a grid image.
+    pub fn cuts_grid(&self, n: usize) -> bool {
+        self.grids.iter().any(|g| g.at < n && n < g.at + g.rows)
+    }
+
+    /// A copy of the first `n` rows of an attention-only state (recurrent
+    /// layers are cloned as they are), with the grid images among them.
+    pub fn prefix(&self, n: usize) -> SeqState {
+        SeqState {
+            pos: n,
+            grids: self
+                .grids
+                .iter()
+                .filter(|g| g.at + g.rows <= n)
+                .copied()
+                .collect(),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| match l {
+                    LayerState::Attention(c) => LayerState::Attention(c.prefix(n)),
+                    other => other.clone(),
+                })
+                .collect(),
             trail: None,
         }
     }
@@ -143,6 +200,7 @@ impl SeqState {
     /// Back to an empty sequence, keeping allocations.
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.grids.clear();
         for l in &mut self.layers {
             match l {
                 LayerState::Attention(c) => c.truncate(0),
@@ -156,7 +214,8 @@ impl SeqState {
     }
 
     /// Keeps the first `n` positions of an attention-only sequence (a prefix
-    /// cache hit). Recurrent layers cannot rewind: returns false for them.
+    /// cache hit). Recurrent layers cannot rewind, nor can a cut fall inside
+    /// a grid image: returns false for them.
     pub fn truncate(&mut self, n: usize) -> bool {
         if n == self.pos {
             return true;
@@ -165,9 +224,10 @@ impl SeqState {
             .layers
             .iter()
             .any(|l| !matches!(l, LayerState::Attention(_)));
-        if n > self.pos || recurrent {
+        if n > self.pos || recurrent || self.cuts_grid(n) {
             return false;
         }
+        self.grids.retain(|g| g.at + g.rows <= n);
         for l in &mut self.layers {
             if let LayerState::Attention(c) = l {
                 c.truncate(n);
@@ -200,7 +260,7 @@ impl SeqState {
     /// from the trail. Stops the trail. False, state untouched, if `n` is
     /// out of that range.
     pub fn rewind(&mut self, n: usize) -> bool {
-        if n > self.pos {
+        if n > self.pos || self.cuts_grid(n) {
             return false;
         }
         let trail = self.trail.take();
@@ -230,6 +290,7 @@ impl SeqState {
                 }
             }
         }
+        self.grids.retain(|g| g.at + g.rows <= n);
         self.pos = n;
         true
     }

@@ -79,13 +79,46 @@ fn a_declared_qk_norm_without_its_tensor_is_refused() {
 
 #[test]
 fn unimplemented_declarations_are_refused_by_name() {
-    let e = load_variant("qwen35", |w| {
-        let secs = [2u32, 1, 0, 1].map(Value::U32).to_vec();
-        w.set_kv("qwen35.rope.dimension_sections", Value::Array(secs));
+    // IMROPE sections as llama.cpp's loader and ggml's rope refuse them:
+    // not four entries, t/h/w all 0, a sum past the head dim (32 here);
+    // a pair on the fourth component runs (it turns by 0 for text).
+    let secs = |v: [u32; 4]| Value::Array(v.map(Value::U32).to_vec());
+    for (family, bad, what) in [
+        (
+            "qwen35",
+            Value::Array(vec![Value::U32(2); 3]),
+            "expected 4 entries",
+        ),
+        ("qwen35", secs([0, 0, 0, 4]), "all 0"),
+        ("qwen3vl", secs([16, 8, 8, 1]), "more than the head dim 32"),
+    ] {
+        let key = format!("{family}.rope.dimension_sections");
+        let e = load_variant(family, |w| {
+            w.set_kv(&key, bad.clone());
+        })
+        .unwrap_err();
+        assert!(e.contains(&key) && e.contains(what), "{e}");
+    }
+    load_variant("qwen35", |w| {
+        w.set_kv("qwen35.rope.dimension_sections", secs([2, 1, 0, 1]));
+    })
+    .unwrap();
+    // qwen3vl's loader requires the sections, and the graph a rotary
+    // width equal to the head dim.
+    let e = load_variant("qwen3vl", |w| {
+        w.remove_kv("qwen3vl.rope.dimension_sections");
     })
     .unwrap_err();
     assert!(
-        e.contains("qwen35.rope.dimension_sections") && e.contains("fourth"),
+        e.contains("qwen3vl.rope.dimension_sections") && e.contains("required"),
+        "{e}"
+    );
+    let e = load_variant("qwen3vlmoe", |w| {
+        w.set_kv("qwen3vlmoe.rope.dimension_count", Value::U32(16));
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("qwen3vlmoe.rope.dimension_count") && e.contains("must be the head dim"),
         "{e}"
     );
 

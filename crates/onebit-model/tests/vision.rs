@@ -182,6 +182,7 @@ fn text_logits(model: &Model, emb: &[f32], bidirectional: bool) -> Vec<f32> {
         at,
         rows: emb,
         bidirectional,
+        grid: None,
     };
     let all = model
         .forward_embeds(&mut st, &ids, &[rows], Logits::All)
@@ -348,7 +349,9 @@ fn refusals_name_what_is_wrong() {
     let t = tower();
     let err = t.encode(&[0.0; 10], 1).err().unwrap().to_string();
     assert!(err.contains("3 x 32 x 32"), "{err}");
-    let err = t.check_text_model(32, "gemma3").err().unwrap().to_string();
+    let mut sem = text_model().sem.clone();
+    sem.dims.n_embd = 32;
+    let err = t.check_text_model(&sem).err().unwrap().to_string();
     assert!(err.contains("64") && err.contains("32"), "{err}");
 }
 
@@ -402,6 +405,7 @@ fn text_logits_of(model: &Model, run: &str, rows: &[&[f32]], one_span: bool) -> 
             at: lo,
             rows: &joined,
             bidirectional: true,
+            grid: None,
         };
         model.forward_embeds(&mut st, &ids, &[span], Logits::All)
     } else {
@@ -412,6 +416,7 @@ fn text_logits_of(model: &Model, run: &str, rows: &[&[f32]], one_span: bool) -> 
                 at,
                 rows: r,
                 bidirectional: true,
+                grid: None,
             })
             .collect();
         model.forward_embeds(&mut st, &ids, &spans, Logits::All)
@@ -476,6 +481,7 @@ fn embedding_rows_that_do_not_fit_are_refused() {
             at,
             rows,
             bidirectional: true,
+            grid: None,
         }
     }
     // Past the end of the tokens.
@@ -525,6 +531,7 @@ fn image_rows_refused_where_per_layer_embeddings_need_token_ids() {
         at: 1,
         rows: &rows,
         bidirectional: true,
+        grid: None,
     };
     let err = model
         .forward_embeds(&mut st, &[2, 0, 7], &[span], Logits::Last)
@@ -535,59 +542,4 @@ fn image_rows_refused_where_per_layer_embeddings_need_token_ids() {
         err.contains("gemma4") && err.contains("per-layer embeddings"),
         "{err}"
     );
-}
-
-// ---- qwen3vl: the tower alone (its text side is not built yet), on
-// testdata/llamacpp/qwen3vl-vision/: a 32 x 16 image, so the learned 8 x 8
-// position grid is resized and the merge blocks are not square in number.
-
-fn qdir() -> PathBuf {
-    onebit_testdata::fixture("qwen3vl-vision")
-}
-
-#[test]
-fn qwen3vl_embeddings_match_numpy_and_llamacpp() {
-    let t = VisionTower::open(qdir().join("mmproj.gguf")).unwrap();
-    let p = t.preprocess();
-    assert_eq!(p.projector, "qwen3vl_merger");
-    assert_eq!(p.filter, ResizeFilter::Bicubic);
-    assert_eq!(t.markers().begin, "<|vision_start|>");
-    assert!(!t.bidirectional().value);
-    // mtmd's fit keeps a 32 x 16 image (8 tokens, llama.cpp's minimum).
-    assert_eq!(t.fit(32, 16), (32, 16));
-    // ... rounds to multiples of 2 patches and scales into the token limits.
-    assert_eq!(t.fit(30, 17), (32, 16));
-    assert_eq!(t.fit(8, 8), (24, 24));
-    let (w, h) = (32usize, 16usize);
-    let rgb = std::fs::read(qdir().join("image.rgb")).unwrap();
-    assert_eq!(rgb.len(), w * h * 3);
-    let mut px = vec![0f32; 3 * w * h];
-    for c in 0..3 {
-        for i in 0..w * h {
-            px[c * w * h + i] = (rgb[i * 3 + c] as f32 / 255.0 - p.mean[c]) / p.std[c];
-        }
-    }
-    let pool = onebit_kernels::Pool::new(2);
-    let e = t.encode_sized(&pool, &px, 32, 16).unwrap();
-    // 8 tokens of [merger 64 | deepstack 64].
-    assert_eq!((e.n_tokens, e.n_embd), (8, 128));
-    let np = read_f32(qdir().join("numpy.embd.bin"));
-    let m = max_abs(&np);
-    let d = max_diff(&e.rows, &np);
-    println!("qwen3vl vs numpy float64: max |diff| {d:e} (M {m})");
-    assert!(d <= 1e-6 * m, "vs numpy: {d} > 1e-6 x {m}");
-    let ll = read_f32(qdir().join("llamacpp.embd.bin"));
-    let d = max_diff(&e.rows, &ll);
-    println!("qwen3vl vs llama.cpp: max |diff| {d:e}");
-    assert!(d <= 2e-3 * m, "vs llama.cpp: {d} > 2e-3 x {m}");
-    // Its rows cannot enter any text model onebit runs yet.
-    let err = t.check_text_model(128, "qwen3").err().unwrap().to_string();
-    assert!(err.contains("IMROPE") && err.contains("deepstack"), "{err}");
-    // A size that is not a multiple of 2 patches is refused by name.
-    let err = t
-        .encode_sized(&pool, &px[..3 * 36 * 12], 36, 12)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("multiples of 8"), "{err}");
 }

@@ -33,21 +33,10 @@ pub fn rewindable(s: &SeqState) -> bool {
         .all(|l| matches!(l, LayerState::Attention(_)))
 }
 
-/// The first `n` positions of an attention-only state, copying only those rows.
+/// The first `n` positions of an attention-only state, copying only those
+/// rows (and the grid images among them: the engine never cuts one).
 fn prefix_copy(s: &SeqState, n: usize) -> SeqState {
-    let layers = s
-        .layers
-        .iter()
-        .map(|l| match l {
-            LayerState::Attention(c) => LayerState::Attention(c.prefix(n)),
-            other => other.clone(),
-        })
-        .collect();
-    SeqState {
-        pos: n,
-        layers,
-        trail: None,
-    }
+    s.prefix(n)
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -168,6 +157,7 @@ mod tests {
         }
         SeqState {
             pos: tokens.len(),
+            grids: Vec::new(),
             layers: vec![LayerState::Attention(c)],
             trail: None,
         }
@@ -221,6 +211,7 @@ mod tests {
         let mut c = PrefixCache::new(1 << 20);
         let rec = |t: &[u32]| SeqState {
             pos: t.len(),
+            grids: Vec::new(),
             layers: vec![LayerState::ShortConv {
                 history: vec![t.len() as f32],
             }],

@@ -972,13 +972,7 @@ impl Worker {
                 s.images
                     .iter()
                     .filter(|img| (from..from + takes[i]).contains(&img.place.start))
-                    .filter_map(|img| {
-                        img.rows.as_ref().map(|r| Embeds {
-                            at: img.place.start - from,
-                            rows: &r.rows,
-                            bidirectional: r.bidirectional,
-                        })
-                    })
+                    .filter_map(|img| img.rows.as_ref().map(|r| r.at(img.place.start - from)))
                     .collect(),
             );
             inputs.push(SeqInput {
@@ -1161,10 +1155,10 @@ impl Worker {
         let secs = t0.elapsed().as_secs_f64();
         Metrics::add(&self.metrics().images_encoded, 1);
         self.metrics().image_encode.observe(secs);
-        let width = self.model.sem.dims.n_embd;
+        let width = self.model.sem.input_width();
         if out.n_tokens != img.tokens || out.n_embd != width {
             return Err(format!(
-                "the vision tower gave {} rows of {} values for an image of {} placeholders in a model of width {width}",
+                "the vision tower gave {} rows of {} values for an image of {} placeholders in a model of input width {width}",
                 out.n_tokens, out.n_embd, img.tokens
             ));
         }

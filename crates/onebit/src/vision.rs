@@ -162,15 +162,16 @@ pub fn read(mmproj: &Path) -> Result<Vision> {
 }
 
 /// The vision tower of `mmproj` for the text model `text`: what [`read`]
-/// gives, with its encoder opened and checked against the text model (a
-/// qwen3vl tower is refused: its text side is not built), and the keys'
-/// preparation checked against the encoder's input size.
+/// gives, with its encoder opened and checked against the text model (the
+/// rows' width; a qwen3vl tower needs an IMROPE text model with its
+/// deepstack count), and the keys' preparation checked against the
+/// encoder's input size.
 pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
     let mut v = read(mmproj)?;
     let tower = VisionTower::open(mmproj)
         .with_context(|| format!("cannot open the vision tower --mmproj {}", mmproj.display()))?;
     tower
-        .check_text_model(text.sem.dims.n_embd, text.sem.family)
+        .check_text_model(&text.sem)
         .with_context(|| format!("--mmproj {}", mmproj.display()))?;
     if text.weights.per_layer_input.is_some() {
         bail!(

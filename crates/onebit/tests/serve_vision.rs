@@ -8,7 +8,9 @@
 //! not encoded again), and encoding is timed. The prefill runs in chunks
 //! smaller than the image, which must still run whole in one step.
 //! `onebit run --image` and `onebit chat`'s `/image` give the same first
-//! token.
+//! token. The same clients, and `run --image` with one image and two, on
+//! the qwen3vl-vision fixture: Qwen3-VL's text side (IMROPE grid positions,
+//! deepstack) gives mtmd's first token too.
 
 mod common;
 
@@ -20,6 +22,10 @@ use common::{request, Server, BIN};
 
 fn fixture() -> PathBuf {
     onebit_testdata::dir().join("llamacpp/gemma3-vision")
+}
+
+fn qfixture() -> PathBuf {
+    onebit_testdata::dir().join("llamacpp/qwen3vl-vision")
 }
 
 /// A chat template that renders the fixture's prompt: "<bos>hi", then each
@@ -34,9 +40,21 @@ fn template(dir: &Path) -> PathBuf {
     p
 }
 
-/// The argmax of llama.cpp's logits (`file`) at the prompt's last position.
-fn llamacpp_first_token(file: &str) -> u32 {
-    let bytes = std::fs::read(fixture().join(file)).unwrap();
+/// The same without BOS (the qwen3vl fixture's vocabulary adds none).
+fn template_no_bos(dir: &Path) -> PathBuf {
+    let p = dir.join("hi-no-bos.jinja");
+    std::fs::write(
+        &p,
+        "hi{% for message in messages %}{{ message['content'] | replace('\\n', '') }}{% endfor %}",
+    )
+    .unwrap();
+    p
+}
+
+/// The argmax of llama.cpp's logits (`file` in fixture `fx`) at the
+/// prompt's last position.
+fn first_token_of(fx: &Path, file: &str) -> u32 {
+    let bytes = std::fs::read(fx.join(file)).unwrap();
     let n_vocab = 384; // meta.json text_hparams.n_vocab
     let row: Vec<f32> = bytes[bytes.len() - 4 * n_vocab..]
         .chunks(4)
@@ -142,13 +160,22 @@ fn the_clients_images_give_mtmds_first_token_and_a_repeat_is_not_encoded() {
 /// A fixture image (`image.rgb`, `image2.rgb`) as a PNG (lossless, at the
 /// encoder's size), by Pillow (scripts/python-deps.sh).
 fn png(dir: &Path, name: &str) -> PathBuf {
-    let png = dir.join(format!("{name}.png"));
+    png_of(&fixture(), dir, name)
+}
+
+/// `png` of the image in `fx`, its size from its meta.json.
+fn png_of(fx: &Path, dir: &Path, name: &str) -> PathBuf {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fx.join("meta.json")).unwrap()).unwrap();
+    let (w, h) = (&meta["image"]["width"], &meta["image"]["height"]);
+    let tag = fx.file_name().unwrap().to_string_lossy();
+    let png = dir.join(format!("{tag}-{name}.png"));
     let made = Command::new("python3")
         .args([
             "-c",
-            "import sys; from PIL import Image; Image.frombytes('RGB', (32, 32), open(sys.argv[1], 'rb').read()).save(sys.argv[2])",
+            &format!("import sys; from PIL import Image; Image.frombytes('RGB', ({w}, {h}), open(sys.argv[1], 'rb').read()).save(sys.argv[2])"),
         ])
-        .arg(fixture().join(name))
+        .arg(fx.join(name))
         .arg(&png)
         .status()
         .expect("python3 runs");
@@ -159,17 +186,20 @@ fn png(dir: &Path, name: &str) -> PathBuf {
     png
 }
 
-/// The text of llama.cpp's first token after meta.json's `prompt2` (two
+/// The text of llama.cpp's first token after gemma3-vision's `prompt2` (two
 /// images: image.rgb, image2.rgb), by the model's own vocabulary. With
 /// the images' rows left out (their placeholder ids looked up instead) the
 /// token differs ("s" for "g"), as it does not for `prompt`, whose tokens
 /// after the image decide the answer by a wide margin.
 fn llamacpp_first_text() -> String {
-    let g = onebit_formats::gguf::Gguf::open(fixture().join("text.gguf")).unwrap();
+    first_text_of(&fixture(), "llamacpp2.logits.bin")
+}
+
+/// The text of the argmax of `file`'s last row in fixture `fx`.
+fn first_text_of(fx: &Path, file: &str) -> String {
+    let g = onebit_formats::gguf::Gguf::open(fx.join("text.gguf")).unwrap();
     let tok = onebit_text::Tokenizer::from_gguf(&g).unwrap();
-    let want = tok
-        .decode(&[llamacpp_first_token("llamacpp2.logits.bin")], false)
-        .unwrap();
+    let want = tok.decode(&[first_token_of(fx, file)], false).unwrap();
     assert!(!want.trim().is_empty());
     want.trim().to_string()
 }
@@ -207,20 +237,95 @@ fn chat_attaches_images_to_the_next_message() {
 }
 
 #[test]
-fn a_qwen3vl_tower_is_refused_naming_its_missing_text_side() {
+fn a_qwen3vl_tower_is_refused_for_a_text_model_without_imrope() {
     let out = Command::new(BIN)
         .args(["run", "--max-tokens", "1", "--prompt", "hi", "--model"])
         .arg(fixture().join("text.gguf"))
         .arg("--mmproj")
-        .arg(onebit_testdata::dir().join("llamacpp/qwen3vl-vision/mmproj.gguf"))
+        .arg(qfixture().join("mmproj.gguf"))
         .output()
         .unwrap();
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(
-        e.contains("qwen3vl_merger") && e.contains("IMROPE") && e.contains("deepstack"),
+        e.contains("qwen3vl_merger") && e.contains("IMROPE") && e.contains("gemma3"),
         "{e}"
     );
+}
+
+#[test]
+fn qwen3vl_through_the_clients_gives_mtmds_first_token() {
+    let dir = onebit_testdata::TempDir::new("serve-qwen3vl");
+    let fx = qfixture();
+    let srv = Server::start(
+        fx.join("text.gguf").to_str().unwrap(),
+        &[
+            "--mmproj",
+            fx.join("mmproj.gguf").to_str().unwrap(),
+            "--chat-template",
+            template_no_bos(dir.path()).to_str().unwrap(),
+            "--threads",
+            "2",
+            // Chunks of 5 prompt tokens: the image's 24 rows (one grid of
+            // positions) still run whole in one step.
+            "--prefill-chunk",
+            "5",
+        ],
+    );
+    let (st, caps) = request(
+        srv.port,
+        "POST",
+        "/api/show",
+        br#"{"model": "text"}"#,
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(st, 200, "{caps}");
+    assert!(caps.contains("\"vision\""), "{caps}");
+    common::python_script(
+        "test_vision_clients.py",
+        &[
+            format!("http://127.0.0.1:{}", srv.port),
+            fx.display().to_string(),
+        ],
+        Some(&srv.log),
+    );
+}
+
+#[test]
+fn qwen3vl_run_with_one_image_and_two_gives_mtmds_first_token() {
+    let dir = onebit_testdata::TempDir::new("run-qwen3vl");
+    let fx = qfixture();
+    for (prompt, images, logits) in [
+        (
+            "hi<__media__>what is this ok",
+            &["image.rgb"][..],
+            "llamacpp.logits.bin",
+        ),
+        (
+            "hi<__media__>ok<__media__>what is this",
+            &["image.rgb", "image2.rgb"][..],
+            "llamacpp2.logits.bin",
+        ),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--max-tokens", "1", "--model"])
+            .arg(fx.join("text.gguf"))
+            .arg("--mmproj")
+            .arg(fx.join("mmproj.gguf"));
+        for name in images {
+            cmd.arg("--image").arg(png_of(&fx, dir.path(), name));
+        }
+        let out = cmd.args(["--prompt", prompt]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.trim(),
+            first_text_of(&fx, logits),
+            "{prompt}: {stderr}"
+        );
+    }
 }
 
 #[test]

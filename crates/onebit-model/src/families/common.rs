@@ -124,6 +124,7 @@ pub fn base_kv(
         attn_factor: 1.0,
         long_factors: None,
         proportional: None,
+        sections: None,
     };
     let rope_src = format!("{base_src}; style: {}", rope_style.source);
 

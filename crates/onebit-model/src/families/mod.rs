@@ -23,6 +23,8 @@ pub mod qwen3;
 pub mod qwen35;
 pub mod qwen35moe;
 pub mod qwen3moe;
+pub mod qwen3vl;
+pub mod qwen3vlmoe;
 
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::Q4Kind;
@@ -98,6 +100,8 @@ pub const FAMILIES: &[&Family] = &[
     &lfm2moe::FAMILY,
     &qwen35moe::FAMILY,
     &gpt_oss::FAMILY,
+    &qwen3vl::FAMILY,
+    &qwen3vlmoe::FAMILY,
 ];
 
 /// Embedding-only families (bidirectional attention, no generation): loaded

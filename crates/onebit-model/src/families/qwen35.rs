@@ -6,9 +6,12 @@
 //!   == 0 (default interval 4).
 //! - Full attention: `attn_q` yields [q_h | gate_h] per head; the attention
 //!   output is multiplied by sigmoid(gate) before `attn_output`; q/k RMSNorm
-//!   before RoPE; partial rotary over the first `rope.dimension_count` dims
-//!   (interleaved M-RoPE, which for text positions is halves pairing as long
-//!   as `rope.dimension_sections` puts no pair on its fourth component).
+//!   before RoPE; partial rotary over the first `rope.dimension_count` dims,
+//!   interleaved multi-axis (IMROPE, `rope.dimension_sections`, read by
+//!   `qwen3vl::imrope`): pairs as halves, text rows at (p, p, p, 0) (a pair
+//!   on the fourth component does not turn for text), an image's rows on
+//!   their grid (Qwen3.5's vision checkpoints, mmproj `qwen3vl_merger`
+//!   without deepstack).
 //! - Linear layers: the gated delta rule with per-sequence conv and recurrent
 //!   state; V head h reads q/k head h % n_k_heads.
 //! - Norms stored with the +1 folded in (plain form); the pre-feed-forward
@@ -37,7 +40,6 @@ pub const FAMILY: Family = Family {
 
 // qwen35's own keys (the shared ones are in decls.rs).
 keys! {
-    ROPE_SECTIONS = "rope.dimension_sections", [];
     SSM_CONV_KERNEL = "ssm.conv_kernel", ["linear_conv_kernel_dim"];
     SSM_STATE_SIZE = "ssm.state_size", ["linear_key_head_dim"];
     SSM_GROUP_COUNT = "ssm.group_count", ["linear_num_key_heads"];
@@ -65,24 +67,15 @@ pub fn body(d: &Decls, family: &'static str) -> Result<Semantics> {
         family,
         Sourced::new(
             RopeStyle::Halves,
-            format!("{family}: M-RoPE on text positions = halves"),
+            format!("{family}: IMROPE rotates halves (ggml rotate_pairs over n_dims / 2)"),
         ),
         &[],
     )?;
     let n_layer = s.dims.n_layer;
 
-    if let Some(sections) = d.get(ROPE_SECTIONS) {
-        let secs: Vec<u64> = sections
-            .as_array()
-            .map(|a| a.iter().filter_map(Json::as_u64).collect())
-            .unwrap_or_default();
-        if secs.len() < 3 || secs.get(3).copied().unwrap_or(0) != 0 {
-            return Err(d.err(
-                ROPE_SECTIONS,
-                format!("{sections}: a pair on the fourth M-RoPE component is not implemented"),
-            ));
-        }
-    }
+    // IMROPE (llama.cpp's QWEN35 / QWEN35MOE rope type), read as qwen3vl
+    // reads it: text at (p, p, p, 0), images on their grid.
+    super::qwen3vl::imrope(d, &mut s, family, false)?;
 
     s.layer_kinds = match d.get(RECURRENT_LAYERS) {
         Some(Json::Array(flags)) if flags.len() == n_layer => {

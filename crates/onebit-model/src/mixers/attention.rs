@@ -240,11 +240,11 @@ impl TokenMixer for AttnWeights {
 }
 
 /// `rope`'s cos/sin pairs for every stacked row ([rows][n_rot / 2]).
-fn angle_table(pool: &Pool, rope: &Rope, positions: &[usize]) -> Vec<(f32, f32)> {
+fn angle_table(pool: &Pool, rope: &Rope, positions: &[[usize; 4]]) -> Vec<(f32, f32)> {
     pool.map_ranges(positions.len(), 64, |r| {
         positions[r]
             .iter()
-            .flat_map(|&p| rope.angles(p))
+            .flat_map(|&p| rope.angles_at(p))
             .collect::<Vec<_>>()
     })
     .concat()

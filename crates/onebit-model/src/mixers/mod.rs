@@ -29,8 +29,9 @@ pub(crate) struct Run<'a> {
     /// RoPE of full and sliding layers.
     pub rope_full: &'a Rope,
     pub rope_sliding: &'a Rope,
-    /// Each stacked row's position.
-    pub positions: &'a [usize],
+    /// Each stacked row's rotary position (t, h, w, e); single-axis RoPE
+    /// reads t.
+    pub positions: &'a [[usize; 4]],
     /// The cos/sin tables of every row, per RoPE table, computed by the
     /// first layer that needs them.
     pub angles_full: OnceCell<Vec<(f32, f32)>>,

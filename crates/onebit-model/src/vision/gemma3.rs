@@ -767,6 +767,7 @@ impl Tower {
             n_embd: r.n_embd_out,
             rows,
             bidirectional: r.bidirectional.value,
+            grid: None,
         }
     }
 }

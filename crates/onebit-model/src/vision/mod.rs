@@ -26,7 +26,7 @@ use onebit_kernels::Pool;
 use crate::error::{ModelError, Result};
 use crate::families::decls::{keys, Decls};
 use crate::forward::Embeds;
-use crate::semantics::Sourced;
+use crate::semantics::{Semantics, Sourced};
 
 pub mod gemma3;
 pub mod qwen3vl;
@@ -79,6 +79,10 @@ pub struct ImageEmbeddings {
     pub rows: Vec<f32>,
     /// The rows attend to each other both ways in the text model.
     pub bidirectional: bool,
+    /// The rows as `(nx, ny)`: ny rows of nx tokens, row-major (Qwen3-VL's
+    /// merged patch grid), which a text model with multi-axis RoPE places
+    /// on that grid of positions; None for a tower without one (Gemma 3).
+    pub grid: Option<(usize, usize)>,
 }
 
 impl ImageEmbeddings {
@@ -88,6 +92,7 @@ impl ImageEmbeddings {
             at,
             rows: &self.rows,
             bidirectional: self.bidirectional,
+            grid: self.grid,
         }
     }
 }
@@ -229,25 +234,44 @@ impl VisionTower {
         }
     }
 
-    /// Refuses a text model whose hidden size is not the tower's output.
-    pub fn check_text_model(&self, n_embd: usize, family: &str) -> Result<()> {
-        if let Encoder::Qwen3vl(_) = self.encoder {
-            return Err(ModelError::Unsupported {
+    /// Refuses a text model that cannot take the tower's rows: rows of
+    /// another width than its input (n_embd, times 1 + its deepstack
+    /// features), or (qwen3vl) a model without the multi-axis RoPE the
+    /// rows' grid positions need (IMROPE: Qwen3-VL's and Qwen3.5's).
+    pub fn check_text_model(&self, sem: &Semantics) -> Result<()> {
+        let family = sem.family;
+        let refuse = |what: String| {
+            Err(ModelError::Unsupported {
                 path: self.path.clone(),
-                what: format!(
-                    "the {} tower's rows need Qwen3-VL's text side (IMROPE positions, deepstack features added into the first layers), which onebit does not run yet; the text model ({family}) cannot take them",
+                what,
+            })
+        };
+        if let Encoder::Qwen3vl(t) = &self.encoder {
+            if sem.rope_full.value.sections.is_none() {
+                return refuse(format!(
+                    "the {} tower's rows take IMROPE grid positions (rope.dimension_sections); the text model ({family}) has single-axis RoPE, so it cannot take them",
                     qwen3vl::PROJECTOR
-                ),
-            });
+                ));
+            }
+            let (tower, text) = (t.rules.deepstack.value.len(), sem.body.value.deepstack);
+            if tower != text {
+                return refuse(format!(
+                    "the {} tower gives {tower} deepstack features per row, the text model ({family}) adds {text} (n_deepstack_layers): not its mmproj",
+                    qwen3vl::PROJECTOR
+                ));
+            }
         }
-        if n_embd != self.n_embd_out() {
-            return Err(ModelError::Unsupported {
-                path: self.path.clone(),
-                what: format!(
-                    "the vision tower projects to {} values per row, the text model ({family}) has hidden size {n_embd}: not its mmproj",
-                    self.n_embd_out()
-                ),
-            });
+        let width = sem.input_width();
+        if width != self.n_embd_out() {
+            return refuse(format!(
+                "the vision tower projects to {} values per row, the text model ({family}) takes {width} (hidden size {}{}): not its mmproj",
+                self.n_embd_out(),
+                sem.dims.n_embd,
+                match sem.body.value.deepstack {
+                    0 => String::new(),
+                    k => format!(" x (1 + {k} deepstack features)"),
+                }
+            ));
         }
         Ok(())
     }

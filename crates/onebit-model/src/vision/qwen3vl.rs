@@ -25,9 +25,11 @@
 //!   GELU, `mm.2`. A token's row is the merger's output, then each
 //!   deepstack feature in block order (the text model's input width).
 //!
-//! The text side (Qwen3-VL's IMROPE positions and the deepstack features
-//! added into its first layers) is not built yet: [`super::VisionTower::check_text_model`]
-//! refuses every text model for this tower.
+//! The text side takes the rows with their grid ([`ImageEmbeddings::grid`]:
+//! pw / 2 tokens a row, ph / 2 rows), which its IMROPE turns into positions,
+//! and adds the deepstack features into its first layers (`Body::deepstack`);
+//! [`super::VisionTower::check_text_model`] refuses a text model without
+//! IMROPE or with another deepstack count.
 
 use onebit_formats::gguf::Gguf;
 use onebit_kernels::attention::{attend_rows, AttnShape};
@@ -605,6 +607,8 @@ impl Tower {
             n_embd: width_out,
             rows,
             bidirectional: false,
+            // Tokens in merge-block order: block rows of pw / 2 blocks.
+            grid: Some((pw / 2, ph / 2)),
         })
     }
 
