@@ -275,7 +275,7 @@ fn qwen3vl_pack_tower_alone_is_the_bf16_mmprojs() {
     write_config(&dir, &c);
     let e = pv::open(&dir).err().unwrap().to_string();
     assert!(
-        e.contains("vision_config.deepstack_visual_indexes")
+        e.contains("model.visual.deepstack_merger_list.0.norm.weight")
             && e.contains("block 5")
             && e.contains("[5, 11, 17]")
             && e.contains("configs/qwen3vl.json")
@@ -590,4 +590,79 @@ fn imports_refuse_what_the_converter_cannot_write_by_name() {
         Err(e) => e.to_string(),
     };
     assert!(e.contains("projects to 64") && e.contains("96"), "{e}");
+}
+
+#[test]
+fn keys_a_pack_leaves_out_take_the_stated_defaults() {
+    let tmp = TempDir::new("pv-defaults");
+    let dir = gemma3_pack(&tmp, "mmproj.gguf");
+    let mut c = read_config(&dir);
+    let vc = c["vision_config"].as_object_mut().unwrap();
+    vc.remove("layer_norm_eps");
+    vc.remove("hidden_act");
+    c.as_object_mut().unwrap().remove("mm_tokens_per_image");
+    write_config(&dir, &c);
+    // The pooling from preprocessor_config.json's image_seq_length, then
+    // (without it) from transformers' default.
+    let v = pv::open(&dir).unwrap().unwrap();
+    assert!(v
+        .tower
+        .lines()
+        .join("\n")
+        .contains("average 4 x 4  <- preprocessor_config.json image_seq_length 16"));
+    std::fs::remove_file(dir.join(pv::PREPROCESSOR_CONFIG)).unwrap();
+    let v = pv::open(&dir).unwrap().unwrap();
+    let lines = v.tower.lines().join("\n");
+    for want in [
+        "vision norm eps: 1e-6  <- transformers SiglipVisionConfig default layer_norm_eps 1e-6 (no vision_config.layer_norm_eps stated)",
+        "vision mlp activation: GeluTanh  <- transformers SiglipVisionConfig default hidden_act gelu_pytorch_tanh",
+        "vision pooling: average 1 x 1  <- transformers Gemma3Config default mm_tokens_per_image 256",
+    ] {
+        assert!(lines.contains(want), "{want} missing from:\n{lines}");
+    }
+    assert_eq!(v.tower.n_tokens(), 256);
+    // 64 tokens from 16 x 16 patches: pooled 2 x 2.
+    c["mm_tokens_per_image"] = json!(64);
+    write_config(&dir, &c);
+    let v = pv::open(&dir).unwrap().unwrap();
+    assert_eq!(v.tower.n_tokens(), 64);
+    assert!(v
+        .tower
+        .lines()
+        .join("\n")
+        .contains("average 2 x 2  <- config.json mm_tokens_per_image 64"));
+    // 48 tokens pool no square grid.
+    c["mm_tokens_per_image"] = json!(48);
+    write_config(&dir, &c);
+    let e = refused(&dir);
+    assert!(
+        e.contains("`mm_tokens_per_image`") && e.contains("48 tokens"),
+        "{e}"
+    );
+
+    // qwen3vl: the LayerNorm eps from the text config's rms_norm_eps (as
+    // llama.cpp's converter takes it), else 1e-6.
+    let q = qwen3vl_pack(&tmp);
+    let mut c = read_config(&q);
+    c["vision_config"]
+        .as_object_mut()
+        .unwrap()
+        .remove("layer_norm_eps");
+    c["text_config"]["rms_norm_eps"] = json!(1e-5);
+    write_config(&q, &c);
+    let lines = pv::open(&q).unwrap().unwrap().tower.lines().join("\n");
+    assert!(
+        lines.contains("vision norm eps: 1e-5  <- config.json text_config.rms_norm_eps"),
+        "{lines}"
+    );
+    c["text_config"]
+        .as_object_mut()
+        .unwrap()
+        .remove("rms_norm_eps");
+    write_config(&q, &c);
+    let lines = pv::open(&q).unwrap().unwrap().tower.lines().join("\n");
+    assert!(
+        lines.contains("vision norm eps: 1e-6  <- llama.cpp conversion/qwen3vl.py default"),
+        "{lines}"
+    );
 }

@@ -295,6 +295,8 @@ fn a_vision_fixture_imports_with_its_mmproj_and_its_pack_sees_images() {
     let p = pack.to_str().unwrap();
     let (out, _) = ok(&["inspect", "--model", p, "--verify"]);
     for want in [
+        "[file] vision_weights.q4nx: the gemma3 vision tower, 39 tensors",
+        "[semantics] vision pooling: average 4 x 4  <- config.json mm_tokens_per_image 16",
         "[verify] layout: vision_weights.q4nx: the gemma3 tower",
         "every stored byte re-made from the tensors read (padding zero):",
         "the layout's checks pass",

@@ -660,15 +660,6 @@ pub fn geometry(layout: &Layout, config: &Json, config_path: &Path) -> Result<Ge
                 format!("FastFlowLM/FLM_Q4NX_Converter configs/qwen3vl.json's deepstack rows ({CONFIG} states no vision_config.deepstack_visual_indexes)"),
             ),
         };
-        if let Some(&l) = deepstack.iter().find(|&&l| l >= blocks) {
-            return Err(ModelError::Key {
-                path: config_path.to_path_buf(),
-                key: "vision_config.deepstack_visual_indexes".into(),
-                what: format!(
-                    "a deepstack merger after block {l} ({deepstack_source}: {deepstack:?}), but the tower has {blocks} blocks (vision_config.depth)"
-                ),
-            });
-        }
         Ok(Geometry {
             blocks,
             embd,
@@ -943,6 +934,22 @@ pub fn read(
                 ),
             )
         })?;
+        if is_deepstack(row.1) {
+            let l = match_row(row.0, &gguf)
+                .flatten()
+                .expect("filled from the row");
+            if l >= geo.blocks {
+                return Err(st
+                    .tensor_error(
+                        &t.name,
+                        format!(
+                            "is the deepstack merger of block {l} ({}: {:?}), but the tower has {} blocks (vision_config.depth)",
+                            geo.deepstack_source, geo.deepstack, geo.blocks
+                        ),
+                    )
+                    .into());
+            }
+        }
         if tensors
             .iter()
             .any(|(n, _): &(String, RawTensor)| *n == gguf)
@@ -981,7 +988,11 @@ fn from_file(suffix: &str, file_json: Option<&Json>, file: &str, path: &str) -> 
             .and_then(|j| lookup(j, path))
             .cloned()
             .unwrap_or(Json::Null),
-        spelled: dotted(path),
+        spelled: if file == CONFIG {
+            dotted(path)
+        } else {
+            format!("{file} {}", dotted(path))
+        },
         source: format!("{file} {}", dotted(path)),
     }
 }
