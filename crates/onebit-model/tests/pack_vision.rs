@@ -32,7 +32,7 @@ use onebit_kernels::kv::KvType;
 use onebit_kernels::{Pool, Precision};
 use onebit_model::pack::{import as imp, vision as pv, Pack};
 use onebit_model::vision::VisionTower;
-use onebit_model::{load, Embeds, ExecConfig, Logits};
+use onebit_model::{load, ExecConfig, Logits};
 use onebit_testdata::{read_f32, TempDir};
 use serde_json::{json, Value as Json};
 
@@ -322,10 +322,10 @@ fn a_gemma3_pack_runs_with_its_own_tower_and_verifies() {
     };
     let model = load::load(&dir, &exec).unwrap().0;
     let v = pv::open(&dir).unwrap().unwrap();
-    v.tower
-        .check_text_model(model.sem.dims.n_embd, model.sem.family)
-        .unwrap();
-    let e = encode(&v.tower, &g3().join("image.rgb"), 32, 32);
+    assert_eq!(v.tower.n_embd_out(), model.sem.dims.n_embd);
+    let p = v.tower.preprocess();
+    let px = pixels(&g3().join("image.rgb"), 32, 32, p.mean, p.std);
+    let e = v.tower.encode(&px, 2).unwrap();
     let chunks: Json =
         serde_json::from_str(&std::fs::read_to_string(g3().join("llamacpp.chunks.json")).unwrap())
             .unwrap();
@@ -344,14 +344,10 @@ fn a_gemma3_pack_runs_with_its_own_tower_and_verifies() {
             ));
         }
     }
+    assert!(e.bidirectional);
     let mut st = model.new_state();
-    let rows = Embeds {
-        at,
-        rows: &e,
-        bidirectional: v.tower.bidirectional().value,
-    };
     let all = model
-        .forward_embeds(&mut st, &ids, &[rows], Logits::All)
+        .forward_embeds(&mut st, &ids, &[e.at(at)], Logits::All)
         .unwrap();
     let nv = model.sem.dims.n_vocab;
     let ours: Vec<f32> = text
