@@ -249,15 +249,36 @@ fn qwen3vl_pack_tower_alone_is_the_bf16_mmprojs() {
         values(&VisionTower::from_gguf(&g).unwrap())
     );
     let lines = v.tower.lines().join("\n");
-    assert!(lines.contains("deepstack after blocks: [1]"), "{lines}");
+    // The blocks the mmproj marks (`clip.vision.is_deepstack_layers`).
+    let deep: Vec<usize> = g
+        .array_opt("clip.vision.is_deepstack_layers")
+        .unwrap()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.as_bool() == Some(true))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        lines.contains(&format!("deepstack after blocks: {deep:?}")),
+        "{lines}"
+    );
     assert!(
         lines.contains("config.json vision_config.layer_norm_eps"),
         "{lines}"
     );
+    // The image at its own size (meta.json), which mtmd's fit keeps.
+    let meta: Json =
+        serde_json::from_str(&std::fs::read_to_string(q3().join("meta.json")).unwrap()).unwrap();
+    let (w, h) = (
+        meta["image"]["width"].as_u64().unwrap() as usize,
+        meta["image"]["height"].as_u64().unwrap() as usize,
+    );
+    assert_eq!(v.tower.fit(w as u32, h as u32), (w as u32, h as u32));
     let image = q3().join("image.rgb");
-    let ours = encode(&v.tower, &image, 32, 16);
+    let ours = encode(&v.tower, &image, w, h);
     let same = VisionTower::from_gguf(&rounded(&q3().join("mmproj.gguf"))).unwrap();
-    assert!(ours == encode(&same, &image, 32, 16));
+    assert!(ours == encode(&same, &image, w, h));
     let ll = read_f32(q3().join("llamacpp.embd.bin"));
     let (m, d) = (max_abs(&ll), max_diff(&ours, &ll));
     println!(

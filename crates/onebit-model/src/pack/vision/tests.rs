@@ -291,6 +291,18 @@ fn check_bytes(
     (checked, padding)
 }
 
+/// The blocks the mmproj's `clip.vision.is_deepstack_layers` marks.
+fn deepstack_blocks(g: &Gguf) -> Vec<usize> {
+    g.array_opt("clip.vision.is_deepstack_layers")
+        .unwrap()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.as_bool() == Some(true))
+        .map(|(i, _)| i)
+        .collect()
+}
+
 fn text_config(hidden: usize) -> Json {
     json!({"model_type": "text", "hidden_size": hidden})
 }
@@ -328,12 +340,14 @@ fn gemma3_layout_is_the_converters_byte_for_byte() {
 #[test]
 fn qwen3vl_layout_is_the_converters_byte_for_byte() {
     let g = mmproj("qwen3vl-vision", "mmproj.gguf");
+    let deep = deepstack_blocks(&g);
+    assert!(!deep.is_empty(), "the fixture has deepstack mergers");
     let imp = import(&g, &text_config(64)).unwrap();
-    let (checked, padding) = check_bytes(&g, &imp, &qwen3vl_names(3, &[1]), 512);
+    let (checked, padding) = check_bytes(&g, &imp, &qwen3vl_names(3, &deep), 512);
     assert!(checked > 40_000 && padding > 0, "{checked} {padding}");
     assert_eq!(
         imp.config["vision_config"]["deepstack_visual_indexes"],
-        json!([1])
+        json!(deep)
     );
 }
 
