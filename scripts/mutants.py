@@ -429,6 +429,54 @@ MUTANTS += [
 ]
 
 
+# Vision packs (FastFlowLM's vision_weights.q4nx: q4nx/models/gemma3.py,
+# qwen3vl.py, model_converter.py vision_mm_weight_rearrange); run:
+# scripts/mutants.py "vision pack".
+VPACK = "crates/onebit-model/src/pack/vision.rs"
+VPACK_TESTS = ["-p", "onebit-model", "--test", "pack_vision", "--lib"]
+MUTANTS += [
+    ("vision pack: blocks column-major inside", VPACK,
+     "((n / MM_N * kb + k / mm_k) * MM_N + n % MM_N) * mm_k + k % mm_k",
+     "((n / MM_N * kb + k / mm_k) * mm_k + k % mm_k) * MM_N + n % MM_N", VPACK_TESTS),
+    ("vision pack: padded to MM_N, not max(MM_N, MM_K)", VPACK,
+     "MM_N.max(mm_k)", "MM_N", VPACK_TESTS),
+    ("vision pack: gemma3 blocks of 64 x 512", VPACK,
+     "    mm_k: 256,\n    mm_k_read: &[256],", "    mm_k: 512,\n    mm_k_read: &[512],", VPACK_TESTS),
+    ("vision pack: gemma3 input projection not transposed on import", VPACK,
+     "let m = transpose(&b, k, n);\n                (", "let m = b.clone();\n                (", VPACK_TESTS),
+    ("vision pack: gemma3 input projection not transposed back on reading", VPACK,
+     "bf16_raw(vec![n as u64, k as u64], transpose(&w, n, k))", "bf16_raw(vec![n as u64, k as u64], w)", VPACK_TESTS),
+    ("vision pack: qwen3vl patch frames stacked in the other order", VPACK,
+     "        out.extend_from_slice(a);\n        out.extend_from_slice(b);",
+     "        out.extend_from_slice(b);\n        out.extend_from_slice(a);", VPACK_TESTS),
+    ("vision pack: frames read back swapped", VPACK,
+     "bf16_raw(dims.clone(), frame_of(&s, 0, inner))", "bf16_raw(dims.clone(), frame_of(&s, 1, inner))", VPACK_TESTS),
+    ("vision pack: BF16 by truncation, not nearest even", VPACK,
+     "v.iter().map(|x| bf16::from_f32(*x).to_bits()).collect()", "v.iter().map(|x| (x.to_bits() >> 16) as u16).collect()", VPACK_TESTS),
+    ("vision pack: deepstack list named by block, not by place", VPACK,
+     "(true, Some(l)) => Some(self.deepstack.iter().position(|&b| b == l)?),", "(true, Some(l)) => Some(l),", VPACK_TESTS),
+    ("vision pack: plain tensors in ggml order, not row-major", VPACK,
+     "Op::Plain => (dims.iter().rev().copied().collect::<Vec<u64>>(), b),", "Op::Plain => (dims.clone(), b),", VPACK_TESTS),
+    ("vision pack: gemma3 q_proj under another name", VPACK,
+     '"vision_tower.vision_model.encoder.layers.{i}.self_attn.q_proj.weight",',
+     '"vision_tower.vision_model.encoder.layers.{i}.self_attn.query.weight",', VPACK_TESTS),
+    ("vision pack: gemma3 pooling side, not grid / side", VPACK,
+     "json!(grid / per_side),", "json!(per_side),", VPACK_TESTS),
+    ("vision pack: SigLIP eps default 1e-5", VPACK,
+     "json!(1e-6),\n            \"transformers SiglipVisionConfig", "json!(1e-5),\n            \"transformers SiglipVisionConfig", VPACK_TESTS),
+    ("vision pack: qwen3vl eps not from the text config", VPACK,
+     "match lookup(&text, \"rms_norm_eps\") {", "match lookup(&text, \"rms_norm_eps\").filter(|_| false) {", VPACK_TESTS),
+    ("vision pack: gelu_pytorch_tanh read as GELU-quick", VPACK,
+     'Some("gelu_pytorch_tanh") | Some("gelu_new") => Stated {\n            value: json!(true),',
+     'Some("gelu_pytorch_tanh") | Some("gelu_new") => Stated {\n            value: json!(false),', VPACK_TESTS),
+    ("vision pack: verify does not compare the stored bytes", VPACK,
+     "if let Some(i) = (0..stored.len()).find(|&i| remade.get(i) != Some(&stored[i])) {",
+     "if let Some(i) = (0..stored.len()).find(|&i| remade.get(i) != Some(&stored[i])).filter(|_| false) {", VPACK_TESTS),
+    ("vision pack: Qwen2.5-VL layout not refused", VPACK,
+     '        "model.visual.merger.ln_q.",', '        "model.visual.merger.ln_q.-",', VPACK_TESTS),
+]
+
+
 # Q5_K kernels (x86, every level against the scalar reference in quant/x86/tests.rs and
 # matmul's batch-width tests); run: scripts/mutants.py q5k. The aarch64 ones are checked
 # under qemu by hand (scripts/test-arm.sh runs the same tests there).

@@ -1,6 +1,8 @@
 //! `onebit import`: a GGUF file becomes a FastFlowLM pack directory
 //! (model.q4nx, config.json, tokenizer.json, tokenizer_config.json,
-//! generation_config.json).
+//! generation_config.json); with `--mmproj`, its vision tower too
+//! (vision_weights.q4nx, preprocessor_config.json, and config.json in HF's
+//! multimodal form).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,6 +23,10 @@ pub struct ImportArgs {
     /// The pack directory to write (created if needed).
     #[arg(long)]
     pub out: PathBuf,
+    /// The model's vision projector GGUF (llama.cpp's mmproj): its tower is
+    /// written as FastFlowLM's converter writes it (vision_weights.q4nx).
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
     /// Keep Q8_0 matrices as Q8 tiles instead of re-quantizing them to the
     /// family's 4-bit type (more faithful; FastFlowLM's runtime reads only the latter).
     #[arg(long)]
@@ -64,7 +70,14 @@ pub fn import(a: ImportArgs) -> Result<()> {
         ProgressStyle::with_template("[import] {bar:40} {pos}/{len} {msg}")
             .expect("valid template"),
     );
-    let imported = imp::import(
+    // The projector is read and checked before the text model is converted.
+    let mmproj = match &a.mmproj {
+        Some(p) => {
+            Some(Gguf::open(p).with_context(|| format!("cannot open --mmproj {}", p.display()))?)
+        }
+        None => None,
+    };
+    let mut imported = imp::import(
         &g,
         imp::ImportOptions {
             keep_q8: a.keep_q8,
@@ -80,14 +93,34 @@ pub fn import(a: ImportArgs) -> Result<()> {
     for n in &imported.notes {
         eprintln!("[import] {n}");
     }
+    let vision = match &mmproj {
+        Some(m) => {
+            let v = pack::vision::import(m, &imported.config)
+                .with_context(|| format!("--mmproj {}", m.path().display()))?;
+            for n in &v.notes {
+                eprintln!("[import] {n}");
+            }
+            imported.config = v.config.clone();
+            Some(v)
+        }
+        None => None,
+    };
     imp::write(&a.out, &imported)?;
+    if let Some(v) = &vision {
+        pack::vision::write(&a.out, v)?;
+    }
     write_tokenizer_files(&g, &a.out)?;
-    let bytes: usize = imported.tensors.iter().map(|t| t.data.len()).sum();
+    let bytes: usize = imported.tensors.iter().map(|t| t.data.len()).sum::<usize>()
+        + vision
+            .iter()
+            .flat_map(|v| v.tensors.iter())
+            .map(|t| t.data.len())
+            .sum::<usize>();
     eprintln!(
         "[import] {} -> {}: {} tensors, {:.1} MiB, in {:.1} s",
         a.model.display(),
         a.out.display(),
-        imported.tensors.len(),
+        imported.tensors.len() + vision.as_ref().map_or(0, |v| v.tensors.len()),
         bytes as f64 / (1 << 20) as f64,
         t0.elapsed().as_secs_f64()
     );

@@ -590,6 +590,25 @@ fn inspect(a: ModelArgs, verify: bool) -> Result<()> {
             for l in p.census() {
                 println!("[tensors] {l}");
             }
+            match onebit_model::pack::vision::open(p.dir()) {
+                Ok(None) => {}
+                Ok(Some(v)) => {
+                    println!(
+                        "[file] {}: the {} vision tower, {} tensors ({})",
+                        onebit_model::pack::vision::VISION_WEIGHTS,
+                        v.layout.projector,
+                        v.tensor_names().len(),
+                        v.layout.source
+                    );
+                    for l in v.tower.lines() {
+                        println!("[semantics] {l}");
+                    }
+                }
+                Err(e) => println!(
+                    "[file] {}: not read: {e}",
+                    onebit_model::pack::vision::VISION_WEIGHTS
+                ),
+            }
             if verify {
                 verify_pack(p)?;
             }

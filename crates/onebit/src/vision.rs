@@ -167,16 +167,58 @@ pub fn read(mmproj: &Path) -> Result<Vision> {
 /// deepstack count), and the keys' preparation checked against the
 /// encoder's input size.
 pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
-    let mut v = read(mmproj)?;
+    let v = read(mmproj)?;
     let tower = VisionTower::open(mmproj)
         .with_context(|| format!("cannot open the vision tower --mmproj {}", mmproj.display()))?;
+    attach(v, tower, text, &format!("--mmproj {}", mmproj.display()))
+}
+
+/// The vision tower a pack carries (`vision_weights.q4nx`, as FastFlowLM's
+/// converter writes it), None when it has none: its preparation from the
+/// keys the pack states (`onebit_model::pack::vision::stated`), checked
+/// against the text model as an mmproj's is.
+pub fn from_pack(dir: &Path, text: &Model) -> Result<Option<Vision>> {
+    let Some(pv) = onebit_model::pack::vision::open(dir)
+        .with_context(|| format!("cannot open the vision tower of the pack {}", dir.display()))?
+    else {
+        return Ok(None);
+    };
+    let key = |k: &str| {
+        pv.key(&format!("clip.{k}"))
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+    };
+    let p = pv.tower.preprocess();
+    let merge = match p.projector {
+        "gemma3" => key("vision.projector.scale_factor"),
+        _ => key("vision.spatial_merge_size"),
+    };
+    let v = spec(
+        p.projector,
+        key("vision.image_size").context("the pack states no vision image size")?,
+        key("vision.patch_size").context("the pack states no vision patch size")?,
+        merge,
+        p.mean,
+        p.std,
+    )
+    .with_context(|| dir.display().to_string())?;
+    let what = format!(
+        "the pack's vision tower {}",
+        dir.join(onebit_model::pack::vision::VISION_WEIGHTS)
+            .display()
+    );
+    attach(v, pv.tower, text, &what).map(Some)
+}
+
+/// `tower` checked against the text model and the preparation `v` read
+/// for it (`what` names where it came from), then attached.
+fn attach(mut v: Vision, tower: VisionTower, text: &Model, what: &str) -> Result<Vision> {
     tower
         .check_text_model(&text.sem)
-        .with_context(|| format!("--mmproj {}", mmproj.display()))?;
+        .with_context(|| what.to_string())?;
     if text.weights.per_layer_input.is_some() {
         bail!(
-            "--mmproj {}: the text model ({}) looks its per-layer embeddings up by token id, so it cannot take an image's rows",
-            mmproj.display(),
+            "{what}: the text model ({}) looks its per-layer embeddings up by token id, so it cannot take an image's rows",
             text.sem.family
         );
     }
@@ -184,8 +226,7 @@ pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
     if let Size::Fixed { side, tokens } = v.spec.size {
         if (side, side) != (p.width as usize, p.height as usize) || tokens != tower.n_tokens() {
             bail!(
-                "{}: its keys give {side} x {side} pixels and {tokens} image tokens, its encoder takes {} x {} and gives {}",
-                mmproj.display(),
+                "{what}: its keys give {side} x {side} pixels and {tokens} image tokens, its encoder takes {} x {} and gives {}",
                 p.width,
                 p.height,
                 tower.n_tokens()
@@ -200,10 +241,14 @@ pub fn open(mmproj: &Path, text: &Model) -> Result<Vision> {
 }
 
 /// The tower for a model: `--mmproj` when given (refused loudly when it
-/// cannot run), else one found beside the model (a note when it cannot).
+/// cannot run), else a pack's own (`vision_weights.q4nx`, refused loudly
+/// too), else one found beside the model (a note when it cannot).
 pub fn for_model(model: &Path, mmproj: Option<&Path>, text: &Model) -> Result<Option<Vision>> {
     if let Some(p) = mmproj {
         return open(p, text).map(Some);
+    }
+    if onebit_model::pack::vision::has_vision(model) {
+        return from_pack(model, text);
     }
     let Some(p) = beside(model) else {
         return Ok(None);
@@ -250,8 +295,16 @@ pub fn take_images<'a>(
     }
     let Some(v) = vision else {
         bail!(
-            "model {} has no vision tower (no --mmproj given), so it takes text only",
-            model.display()
+            "model {} has no vision tower (no --mmproj given{}), so it takes text only",
+            model.display(),
+            if onebit_model::pack::Pack::is_pack(model) {
+                format!(
+                    ", no {} in the pack",
+                    onebit_model::pack::vision::VISION_WEIGHTS
+                )
+            } else {
+                String::new()
+            }
         );
     };
     Ok(Some(v))

@@ -263,3 +263,83 @@ fn gpt_oss_fixture_imports_and_verifies_through_the_cli() {
     assert!(!out.status.success(), "a changed bias passed verify");
     assert!(err.contains(name) && err.contains("expert biases"), "{err}");
 }
+
+/// The gemma3-vision fixture with its mmproj through the command line:
+/// `import --mmproj` writes the tower as FastFlowLM's converter does
+/// (vision_weights.q4nx, preprocessor_config.json, config.json in HF's
+/// multimodal form), `inspect --verify` checks it, and `run --image` on the
+/// pack, with no --mmproj, gives llama.cpp's mtmd first token for the
+/// fixture's prompt (the argmax of llamacpp.logits.bin's last row; the
+/// pack's weights are BF16, llama.cpp's F32, and the token is the same).
+#[test]
+fn a_vision_fixture_imports_with_its_mmproj_and_its_pack_sees_images() {
+    let fx = onebit_testdata::fixture("gemma3-vision");
+    let tmp = TempDir::new("pack-cli-vision");
+    let pack = tmp.path().join("pack");
+    let mmproj = fx.join("mmproj.gguf");
+    let log = import(
+        &fx.join("text.gguf"),
+        &pack,
+        &["--mmproj", mmproj.to_str().unwrap()],
+    );
+    assert!(log.contains("vision: gemma3 tower laid out as"), "{log}");
+    for f in [
+        "model.q4nx",
+        "vision_weights.q4nx",
+        "preprocessor_config.json",
+        "config.json",
+        "tokenizer.json",
+    ] {
+        assert!(pack.join(f).is_file(), "{f} not written");
+    }
+    let p = pack.to_str().unwrap();
+    let (out, _) = ok(&["inspect", "--model", p, "--verify"]);
+    for want in [
+        "[file] vision_weights.q4nx: the gemma3 vision tower, 39 tensors",
+        "[semantics] vision pooling: average 4 x 4  <- config.json mm_tokens_per_image 16",
+        "[verify] layout: vision_weights.q4nx: the gemma3 tower",
+        "every stored byte re-made from the tensors read (padding zero):",
+        "the layout's checks pass",
+    ] {
+        assert!(out.contains(want), "no `{want}` in:\n{out}");
+    }
+    let png = tmp.path().join("image.png");
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            "import sys; from PIL import Image; Image.frombytes('RGB', (32, 32), open(sys.argv[1], 'rb').read()).save(sys.argv[2])",
+        ])
+        .arg(fx.join("image.rgb"))
+        .arg(&png)
+        .status()
+        .expect("python3 runs");
+    assert!(
+        made.success(),
+        "Pillow writes the PNG (scripts/python-deps.sh)"
+    );
+    let (out, err) = ok(&[
+        "run",
+        "--max-tokens",
+        "1",
+        "--model",
+        p,
+        "--image",
+        png.to_str().unwrap(),
+        "--prompt",
+        "hi<__media__>what is this ok",
+    ]);
+    let logits = onebit_testdata::read_f32(fx.join("llamacpp.logits.bin"));
+    let n_vocab = 384; // meta.json text_hparams.n_vocab
+    let first = onebit_testdata::argmax(&logits[logits.len() - n_vocab..]) as u32;
+    let g = onebit_formats::gguf::Gguf::open(fx.join("text.gguf")).unwrap();
+    let want = onebit_text::Tokenizer::from_gguf(&g)
+        .unwrap()
+        .decode(&[first], false)
+        .unwrap();
+    assert_eq!(out.trim(), want.trim(), "{err}");
+    assert!(
+        err.contains("[semantics] vision image size: 32  <- config.json vision_config.image_size")
+            && err.contains("[stats] images 1, encoded in"),
+        "{err}"
+    );
+}

@@ -85,6 +85,23 @@ keys! {
 enum Source<'a> {
     Gguf(&'a Gguf),
     Config(&'a Json),
+    Stated(&'a [Stated]),
+}
+
+/// One key another container's declarations were translated into: the
+/// GGUF spelling a reader asks for (`clip.vision.image_size`), its value,
+/// and where the value was read (a pack's vision tower states its keys in
+/// config.json's `vision_config`, in `preprocessor_config.json`, or not at
+/// all, where a stated default applies).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stated {
+    /// The full GGUF key, `<arch>.<suffix>`.
+    pub key: String,
+    pub value: Json,
+    /// The key as its container spells it (`vision_config.hidden_size`).
+    pub spelled: String,
+    /// Where the value comes from, for `[semantics]` lines.
+    pub source: String,
 }
 
 /// The declarations of one model.
@@ -129,6 +146,33 @@ impl<'a> Decls<'a> {
         }
     }
 
+    /// Declarations translated from another container ([`Stated`]), read
+    /// by the GGUF spelling of each key; `path` is the file errors name.
+    pub fn stated(
+        stated: &'a [Stated],
+        path: &Path,
+        arch: &'static str,
+        tensors: &'a dyn Fn(&str) -> Option<Vec<u64>>,
+    ) -> Decls<'a> {
+        Decls {
+            container: ContainerKind::Pack,
+            arch,
+            path: path.to_path_buf(),
+            source: Source::Stated(stated),
+            tensors,
+        }
+    }
+
+    fn stated_entry(&self, k: Key) -> Option<&Stated> {
+        match &self.source {
+            Source::Stated(s) if !k.gguf.is_empty() => {
+                let key = format!("{}.{}", self.arch, k.gguf);
+                s.iter().find(|e| e.key == key)
+            }
+            _ => None,
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -154,11 +198,21 @@ impl<'a> Decls<'a> {
                     .map(|p| p.replace('/', "."))
                     .unwrap_or_default()
             }
+            Source::Stated(_) => self
+                .stated_entry(k)
+                .map(|e| e.spelled.clone())
+                .unwrap_or_else(|| format!("{}.{}", self.arch, k.gguf)),
         }
     }
 
     /// "GGUF gemma3.rope.freq_base_swa" / "config.json rope_local_base_freq".
     pub fn src(&self, k: Key) -> String {
+        if let Source::Stated(_) = self.source {
+            return match self.stated_entry(k) {
+                Some(e) => e.source.clone(),
+                None => format!("not stated ({})", self.spelled(k)),
+            };
+        }
         match self.container {
             ContainerKind::Gguf => format!("GGUF {}", self.spelled(k)),
             ContainerKind::Pack => format!("config.json {}", self.spelled(k)),
@@ -179,6 +233,10 @@ impl<'a> Decls<'a> {
                     .filter(|v| !v.is_null())
                     .cloned()
             }
+            Source::Stated(_) => self
+                .stated_entry(k)
+                .map(|e| e.value.clone())
+                .filter(|v| !v.is_null()),
         }
     }
 

@@ -1,7 +1,8 @@
 //! FastFlowLM packs: a directory with `model.q4nx` (safetensors of tiled
 //! weights), the model's HF `config.json`, `tokenizer.json`,
 //! `tokenizer_config.json` and, where present, `generation_config.json` and
-//! `chat_template.jinja`.
+//! `chat_template.jinja`; a model that sees images also `vision_weights.q4nx`
+//! and `preprocessor_config.json` (its tower: [`vision`]).
 //!
 //! The reader maps the pack's HF-style names to the GGUF names the loader
 //! asks for (`names`), and untiles each tiled tensor at open into the ggml
@@ -23,6 +24,7 @@ pub mod import;
 pub mod layout;
 pub mod names;
 pub mod verify;
+pub mod vision;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -15,6 +15,10 @@
 //!   layout's checks of what the converter writes twice or pads (gpt-oss:
 //!   the biases kept inside the expert tiles against the bias tensors, the
 //!   router's tiles against its row-major copy, every padding byte zero).
+//! - for a pack with a vision tower (`vision_weights.q4nx`), its checks
+//!   ([`super::vision::verify`]): it reads as a tower onebit runs that
+//!   projects to the text model's width, and every stored byte is re-made
+//!   from the tensors read by the converter's rules.
 
 use onebit_formats::blocks;
 use serde_json::Value as Json;
@@ -249,10 +253,16 @@ pub fn verify(pack: &Pack) -> Result<Report> {
             finite_rows,
         });
     }
-    let layout = match super::own_layout(pack.family) {
+    let mut layout = match super::own_layout(pack.family) {
         Some(own) => (own.verify)(pack)?,
         None => Vec::new(),
     };
+    let hidden = pack
+        .text
+        .get("hidden_size")
+        .and_then(Json::as_u64)
+        .map(|h| h as usize);
+    layout.extend(super::vision::verify(pack.dir(), hidden)?);
     Ok(Report {
         matrices,
         tie: tie_test(pack)?,

@@ -28,14 +28,13 @@
 //! Weights may be F32, F16 or BF16 and are widened to F32 at load; the
 //! matmuls are F32 (F16 SIMD kernels are a later step).
 
-use onebit_formats::gguf::Gguf;
 use onebit_formats::{blocks, ByteView, GgmlType};
 use onebit_kernels::attention::{attend_rows, AttnShape};
 use onebit_kernels::kv::KvView;
 use onebit_kernels::ops::{gelu_tanh, rmsnorm_inplace};
 use onebit_kernels::{matmul, Pool, Precision, QMatrix};
 
-use super::{ImageEmbeddings, ImageMarkers, Preprocess, ResizeFilter};
+use super::{ImageEmbeddings, ImageMarkers, Preprocess, ResizeFilter, TowerTensors};
 use crate::error::{ModelError, Result};
 use crate::families::decls::{keys, Decls, MAX_SIZE};
 use crate::rows::par_rows;
@@ -207,7 +206,7 @@ pub struct Tower {
 
 /// Reads tensors of one file, widened to f32, shapes checked.
 pub(super) struct Reader<'a> {
-    pub g: &'a Gguf,
+    pub g: &'a dyn TowerTensors,
     /// The encoder's name, for errors.
     pub tower: &'static str,
 }
@@ -251,7 +250,7 @@ impl Reader<'_> {
         }
         let n: usize = dims.iter().product();
         let mut out = vec![0f32; n];
-        blocks::dequantize(t.dtype, &self.g.tensor_bytes(t), &mut out)
+        blocks::dequantize(t.dtype, &t.bytes, &mut out)
             .map_err(|e| self.err(name, e.to_string()))?;
         Ok(out)
     }
@@ -307,7 +306,7 @@ pub(super) fn triple(d: &Decls, k: crate::families::decls::Key) -> Result<Source
 
 impl Tower {
     /// Reads the rules and the weights; `proj_src` names the projector key.
-    pub(super) fn load(g: &Gguf, d: &Decls, proj_src: String) -> Result<Tower> {
+    pub(super) fn load(g: &dyn TowerTensors, d: &Decls, proj_src: String) -> Result<Tower> {
         let n_embd = size(d, N_EMBD, MAX_SIZE)?;
         let n_ff = size(d, N_FF, MAX_SIZE)?;
         let n_layer = size(d, N_LAYER, 1024)?;
@@ -418,9 +417,9 @@ impl Tower {
                 known.push(blk(i, part, "bias"));
             }
         }
-        if let Some(t) = g.tensors.iter().find(|t| !known.contains(&t.name)) {
+        if let Some(t) = g.names().into_iter().find(|t| !known.contains(t)) {
             return Err(r.err(
-                &t.name,
+                &t,
                 format!(
                     "is not part of the gemma3 vision tower onebit runs ({n_layer} blocks: {})",
                     names::BLOCK_PARTS.join(", ")

@@ -10,6 +10,12 @@
 //! refused by name, never approximated. Every rule the encoder follows is a
 //! [`Sourced`] value printed as a `[semantics]` line ([`VisionTower::lines`]).
 //!
+//! The tower's keys and tensors come from an mmproj GGUF ([`VisionTower::from_gguf`])
+//! or from any other container that hands them over under the mmproj's key
+//! and tensor names, with the mmproj's ggml dims ([`VisionTower::from_decls`]
+//! with a [`TowerTensors`]; a FastFlowLM pack's `vision_weights.q4nx`,
+//! `crate::pack::vision`): the encoder is the same either way.
+//!
 //! The image side's contract ([`Preprocess`]): the caller resizes the image
 //! to `width` x `height` with `filter` (llama.cpp hard-codes the filter per
 //! projector), scales each channel to `(v / 255 - mean) / std` and hands
@@ -27,6 +33,20 @@ use crate::error::{ModelError, Result};
 use crate::families::decls::{keys, Decls};
 use crate::forward::Embeds;
 use crate::semantics::{Semantics, Sourced};
+use crate::weights::TensorSource;
+
+/// Where a tower's tensors come from: by their mmproj (GGUF) names, with
+/// ggml dims, in F32, F16 or BF16.
+pub trait TowerTensors: TensorSource {
+    /// Every tensor the source holds, by GGUF name.
+    fn names(&self) -> Vec<String>;
+}
+
+impl TowerTensors for Gguf {
+    fn names(&self) -> Vec<String> {
+        self.tensors.iter().map(|t| t.name.clone()).collect()
+    }
+}
 
 pub mod gemma3;
 pub mod qwen3vl;
@@ -135,6 +155,12 @@ impl VisionTower {
                 });
             }
         }
+        Self::from_decls(g, &d)
+    }
+
+    /// The tower whose keys `d` declares (by their mmproj spellings,
+    /// `clip.*`) and whose tensors `src` holds (by their mmproj names).
+    pub fn from_decls(src: &dyn TowerTensors, d: &Decls) -> Result<VisionTower> {
         if d.bool_opt(HAS_VISION)? != Some(true) {
             return Err(d.err(
                 HAS_VISION,
@@ -149,8 +175,8 @@ impl VisionTower {
             },
         };
         let encoder = match name.as_str() {
-            gemma3::PROJECTOR => Encoder::Gemma3(gemma3::Tower::load(g, &d, d.src(key))?),
-            qwen3vl::PROJECTOR => Encoder::Qwen3vl(qwen3vl::Tower::load(g, &d, d.src(key))?),
+            gemma3::PROJECTOR => Encoder::Gemma3(gemma3::Tower::load(src, d, d.src(key))?),
+            qwen3vl::PROJECTOR => Encoder::Qwen3vl(qwen3vl::Tower::load(src, d, d.src(key))?),
             other => {
                 return Err(d.err(
                     key,
@@ -162,7 +188,7 @@ impl VisionTower {
             }
         };
         Ok(VisionTower {
-            path: g.path().to_path_buf(),
+            path: src.path().to_path_buf(),
             encoder,
         })
     }

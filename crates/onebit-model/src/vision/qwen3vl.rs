@@ -31,13 +31,12 @@
 //! [`super::VisionTower::check_text_model`] refuses a text model without
 //! IMROPE or with another deepstack count.
 
-use onebit_formats::gguf::Gguf;
 use onebit_kernels::attention::{attend_rows, AttnShape};
 use onebit_kernels::kv::KvView;
 use onebit_kernels::{matmul, Pool, Precision, QMatrix};
 
 use super::gemma3::{add_bias, f32_matrix, layer_norm_rows, size, triple, Act, Norm, Reader};
-use super::{ImageEmbeddings, ImageMarkers, Preprocess, ResizeFilter};
+use super::{ImageEmbeddings, ImageMarkers, Preprocess, ResizeFilter, TowerTensors};
 use crate::error::{ModelError, Result};
 use crate::families::decls::{keys, Decls, MAX_SIZE};
 use crate::semantics::Sourced;
@@ -167,7 +166,7 @@ impl Linear {
 }
 
 impl Tower {
-    pub(super) fn load(g: &Gguf, d: &Decls, proj_src: String) -> Result<Tower> {
+    pub(super) fn load(g: &dyn TowerTensors, d: &Decls, proj_src: String) -> Result<Tower> {
         let n_embd = size(d, N_EMBD, MAX_SIZE)?;
         let n_ff = size(d, N_FF, MAX_SIZE)?;
         let n_layer = size(d, N_LAYER, 1024)?;
@@ -285,9 +284,9 @@ impl Tower {
                 known.push(ds(i, part, "bias"));
             }
         }
-        if let Some(t) = g.tensors.iter().find(|t| !known.contains(&t.name)) {
+        if let Some(t) = g.names().into_iter().find(|t| !known.contains(t)) {
             return Err(r.err(
-                &t.name,
+                &t,
                 format!(
                     "is not part of the qwen3vl vision tower onebit runs ({n_layer} blocks: {})",
                     names::BLOCK_PARTS.join(", ")
