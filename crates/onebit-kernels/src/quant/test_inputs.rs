@@ -149,7 +149,14 @@ pub(crate) fn scalar_dots(
 /// Every element of `got` is [`same`] as the scalar reference's `want`
 /// (token-major, `nrows` a token); a failure names `what`, the shape and
 /// the element.
-pub(crate) fn expect_same(got: &[f32], want: &[f32], what: &str, cols: usize, nrows: usize, mode: u32) {
+pub(crate) fn expect_same(
+    got: &[f32],
+    want: &[f32],
+    what: &str,
+    cols: usize,
+    nrows: usize,
+    mode: u32,
+) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
             same(*g, *w),

@@ -7,8 +7,7 @@
 
 use super::*;
 use crate::quant::test_inputs::{
-    expect_few_rows, expect_same, few_rows_operands, operands, scalar_dots, Rng,
-    QUANT_TYPES,
+    expect_few_rows, expect_same, few_rows_operands, operands, scalar_dots, Rng, QUANT_TYPES,
 };
 use crate::quant::{act_format, act_row_bytes};
 
@@ -115,7 +114,15 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
                     unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
                     got
                 };
-                expect_few_rows(&format!("{isa:?} {t} cols {cols}"), t, cols, nrows, &w, &a, run);
+                expect_few_rows(
+                    &format!("{isa:?} {t} cols {cols}"),
+                    t,
+                    cols,
+                    nrows,
+                    &w,
+                    &a,
+                    run,
+                );
             }
         }
     }

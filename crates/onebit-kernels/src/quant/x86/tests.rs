@@ -198,7 +198,15 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
                     unsafe { gemm(isa, t, false, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
                     got
                 };
-                expect_few_rows(&format!("{isa:?} {t} cols {cols}"), t, cols, nrows, &w, &a, run);
+                expect_few_rows(
+                    &format!("{isa:?} {t} cols {cols}"),
+                    t,
+                    cols,
+                    nrows,
+                    &w,
+                    &a,
+                    run,
+                );
             }
         }
     }
