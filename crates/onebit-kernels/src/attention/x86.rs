@@ -553,63 +553,57 @@ trait Lanes: Copy {
     unsafe fn store(self, p: *mut f32);
 }
 
-impl Lanes for __m256 {
-    const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: AVX is available (the trait's contract).
-        unsafe { _mm256_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm256_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: FMA is available (the trait's contract).
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn load<E: Elems>(v: &E, i: usize) -> Self {
-        // SAFETY: load8's contract (the caller's).
-        unsafe { v.load8(i) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        // SAFETY: p..p + 8 is writable (the caller's contract).
-        unsafe { _mm256_storeu_ps(p, self) }
-    }
+/// Implements [`Lanes`] for a register type with its intrinsics and its
+/// [`Elems`] load.
+macro_rules! lanes {
+    ($t:ty, $n:literal, $zero:ident, $splat:ident, $fmadd:ident, $load:ident, $store:ident) => {
+        impl Lanes for $t {
+            const LANES: usize = $n;
+            #[inline(always)]
+            unsafe fn zero() -> Self {
+                // SAFETY (each function): the register's instructions are
+                // available (the trait's contract); loads and stores are
+                // within their callers' bounds (their contracts).
+                unsafe { $zero() }
+            }
+            #[inline(always)]
+            unsafe fn splat(x: f32) -> Self {
+                unsafe { $splat(x) }
+            }
+            #[inline(always)]
+            unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+                unsafe { $fmadd(a, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn load<E: Elems>(v: &E, i: usize) -> Self {
+                unsafe { v.$load(i) }
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut f32) {
+                unsafe { $store(p, self) }
+            }
+        }
+    };
 }
 
-impl Lanes for __m512 {
-    const LANES: usize = 16;
-    #[inline(always)]
-    unsafe fn zero() -> Self {
-        // SAFETY: AVX-512 F is available (the trait's contract).
-        unsafe { _mm512_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm512_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-        // SAFETY: as above.
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn load<E: Elems>(v: &E, i: usize) -> Self {
-        // SAFETY: load16's contract (the caller's).
-        unsafe { v.load16(i) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        // SAFETY: p..p + 16 is writable (the caller's contract).
-        unsafe { _mm512_storeu_ps(p, self) }
-    }
-}
+lanes!(
+    __m256,
+    8,
+    _mm256_setzero_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    load8,
+    _mm256_storeu_ps
+);
+lanes!(
+    __m512,
+    16,
+    _mm512_setzero_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    load16,
+    _mm512_storeu_ps
+);
 
 /// The scaled dot products q·k of `block` (before the soft-cap) for the
 /// first len / 4 * 4 positions, four at a time, into `scores` ([G][len]);
