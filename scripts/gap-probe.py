@@ -18,23 +18,16 @@ Needs llama.cpp built by scripts/build-llamacpp.sh and the driver built by
 scripts/gen-fixtures.sh (run any family once), gguf-py and NumPy as gen-fixtures.sh pins.
 """
 import argparse
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
+from load_script import gen_fixtures, load
+
 HERE = Path(__file__).resolve().parent
 
-
-def load(name, file):
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gf = load("gen_fixtures", "gen-fixtures.py")
+gf = gen_fixtures()
 
 
 def gpt_oss(**kw):
@@ -73,7 +66,7 @@ def build(name, quant, out, bin_dir):
     if v is None:
         q = out / "MXFP4_MOE.gguf"
         if not q.exists():
-            gs = load("gen_shapes", "gen-shapes.py")
+            gs = load("gen-shapes.py", "gen_shapes")
             arch, pre, ftype, d = gs.MOE_SHAPES["gpt-oss-20b"]
             gs.MOE_SHAPES["cut"] = (arch, pre, ftype, dict(d, n_layer=2, n_expert=4))
             gs.write_moe("cut", str(q))

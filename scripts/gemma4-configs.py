@@ -26,7 +26,6 @@ build of scripts/build-llamacpp.sh; not part of CI.
 """
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -34,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from load_script import gen_fixtures
+
 HERE = Path(__file__).resolve().parent
-spec = importlib.util.spec_from_file_location("gen_fixtures", HERE / "gen-fixtures.py")
-gf = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gf)
+gf = gen_fixtures()
 
 BASE = dict(gf.GEMMA4_HP, n_embd_per_layer=32)
 SEED = gf.FAMILIES["gemma4"]["seed"]

@@ -979,6 +979,23 @@ GEMMA4_A4B_MODEL = dict(
          "then x layer_output_scale (no per-layer embeddings)",
 )
 
+
+def qwen3moe_family(seed, quant, n_embd, head_dim, n_layer):
+    """A qwen3moe fixture: 4 heads (2 KV) of head_dim, 8 experts of 32 (2 used) in every layer."""
+    return dict(
+        spec=spec_qwen3moe, arch="qwen3moe", seed=seed, quant=quant, check=router_check(reference_qwen3moe),
+        hp=dict(BASE, n_embd=n_embd, n_head=4, n_head_kv=2, head_dim=head_dim, n_ff=128, n_layer=n_layer,
+                n_expert=8, n_expert_used=2, n_ff_exp=32, router_gain=4.0, code_scale=2.0, eps=1e-6,
+                rope_base=1000000.0, tied=False, bos=None),
+        model={"layer_kinds": ["full_attention"] * n_layer,
+               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": head_dim, "freq_base": 1000000.0},
+               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
+               "ffn": "routed experts in every layer: p = softmax(ffn_gate_inp h) over all 8 experts; the 2 "
+                      "largest, weights p_e / sum of the 2 (norm_w true); f = sum_e w_e ffn_down_exps[e]("
+                      "silu(ffn_gate_exps[e] h) * ffn_up_exps[e] h); no shared expert, no scale",
+               "tied_embeddings": False})
+
+
 FAMILIES = {
     "llama": dict(
         spec=spec_llama, arch="llama", seed=1001, quant="Q4_K_M",
@@ -1081,34 +1098,12 @@ FAMILIES = {
     "gemma4-nople": dict(
         spec=spec_gemma4, arch="gemma4", seed=1011, quant="Q8_0",
         hp=dict(GEMMA4_HP, n_embd_per_layer=0), model=GEMMA4_MODEL),
-    "qwen3moe": dict(
-        spec=spec_qwen3moe, arch="qwen3moe", seed=1013, quant="Q4_0", check=router_check(reference_qwen3moe),
-        hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=128, n_layer=4, n_expert=8,
-                n_expert_used=2, n_ff_exp=32, router_gain=4.0, code_scale=2.0, eps=1e-6, rope_base=1000000.0, tied=False,
-                bos=None),
-        model={"layer_kinds": ["full_attention"] * 4,
-               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 32, "freq_base": 1000000.0},
-               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
-               "ffn": "routed experts in every layer: p = softmax(ffn_gate_inp h) over all 8 experts; the 2 "
-                      "largest, weights p_e / sum of the 2 (norm_w true); f = sum_e w_e ffn_down_exps[e]("
-                      "silu(ffn_gate_exps[e] h) * ffn_up_exps[e] h); no shared expert, no scale",
-               "tied_embeddings": False}),
+    "qwen3moe": qwen3moe_family(seed=1013, quant="Q4_0", n_embd=64, head_dim=32, n_layer=4),
     # qwen3moe as people download it (Q5_K_M: experts' gate and up in Q5_K): K-quants need
     # rows of 256, so n_embd 256 (head_dim 64 puts attn_output's rows at 256 too); the
     # experts stay 32 wide, so their down (rows of 32) falls back to Q5_1 / Q8_0 as
     # llama-quantize does for a 256-block type that does not fit.
-    "qwen3moe-q5k": dict(
-        spec=spec_qwen3moe, arch="qwen3moe", seed=1018, quant="Q5_K_M", check=router_check(reference_qwen3moe),
-        hp=dict(BASE, n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=128, n_layer=2, n_expert=8,
-                n_expert_used=2, n_ff_exp=32, router_gain=4.0, code_scale=2.0, eps=1e-6, rope_base=1000000.0, tied=False,
-                bos=None),
-        model={"layer_kinds": ["full_attention"] * 2,
-               "rope": {"type": "NEOX (pairs x[i], x[i + n_rot/2])", "n_rot": 64, "freq_base": 1000000.0},
-               "qk_norm": "RMSNorm over head_dim with weight, before RoPE",
-               "ffn": "routed experts in every layer: p = softmax(ffn_gate_inp h) over all 8 experts; the 2 "
-                      "largest, weights p_e / sum of the 2 (norm_w true); f = sum_e w_e ffn_down_exps[e]("
-                      "silu(ffn_gate_exps[e] h) * ffn_up_exps[e] h); no shared expert, no scale",
-               "tied_embeddings": False}),
+    "qwen3moe-q5k": qwen3moe_family(seed=1018, quant="Q5_K_M", n_embd=256, head_dim=64, n_layer=2),
     "lfm2moe": dict(
         spec=spec_lfm2moe, arch="lfm2moe", seed=1014, quant="Q4_0", check=router_check(reference_lfm2moe),
         hp=dict(BASE, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_layer=6, attn_layers=[2, 5],

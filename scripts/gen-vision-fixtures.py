@@ -19,7 +19,6 @@ Not part of CI: it needs llama.cpp built by scripts/build-llamacpp.sh.
 """
 
 import argparse
-import importlib.util
 import json
 import math
 import subprocess
@@ -28,10 +27,9 @@ from pathlib import Path
 import numpy as np
 import gguf
 
-here = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("gen_fixtures", here / "gen-fixtures.py")
-gf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gf)
+from load_script import gen_fixtures
+
+gf = gen_fixtures()
 
 U32, F32, STR, BOOL, ARR = (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING,
                             gguf.GGUFValueType.BOOL, gguf.GGUFValueType.ARRAY)

@@ -500,47 +500,36 @@ fn a_soft_cap_not_stated_or_stated_as_0_runs_as_llamacpp_runs_it() {
     });
 }
 
-#[test]
-fn gemma4_with_experts_batched_equals_sequential() {
-    check_batch_equals_sequential("gemma4-moe", "f32.gguf", Precision::Quantized, "tokens");
-    check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Quantized, "tokens");
-    check_batch_equals_sequential("gemma4-moe", "Q8_0.gguf", Precision::Float, "tokens");
+/// A gemma4 variant's batched prefill equals one token at a time: f32
+/// weights, Q8_0 weights with quantized and float activations, and Q8_0
+/// with an F16 cache.
+fn check_gemma4_batch_equals_sequential(family: &str) {
+    check_batch_equals_sequential(family, "f32.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential(family, "Q8_0.gguf", Precision::Quantized, "tokens");
+    check_batch_equals_sequential(family, "Q8_0.gguf", Precision::Float, "tokens");
     check_batch_equals_sequential_kv(
-        "gemma4-moe",
+        family,
         "Q8_0.gguf",
         Precision::Quantized,
         "tokens",
         KvType::F16,
     );
+}
+
+#[test]
+fn gemma4_with_experts_batched_equals_sequential() {
+    check_gemma4_batch_equals_sequential("gemma4-moe");
 }
 
 #[test]
 fn gemma4_a4b_batched_equals_sequential() {
-    check_batch_equals_sequential("gemma4-a4b", "f32.gguf", Precision::Quantized, "tokens");
-    check_batch_equals_sequential("gemma4-a4b", "Q8_0.gguf", Precision::Quantized, "tokens");
-    check_batch_equals_sequential("gemma4-a4b", "Q8_0.gguf", Precision::Float, "tokens");
     // (A Q8_0 cache is refused on heads of 16: refusals.rs.)
-    check_batch_equals_sequential_kv(
-        "gemma4-a4b",
-        "Q8_0.gguf",
-        Precision::Quantized,
-        "tokens",
-        KvType::F16,
-    );
+    check_gemma4_batch_equals_sequential("gemma4-a4b");
 }
 
 #[test]
 fn gemma4_without_per_layer_embeddings_batched_equals_sequential() {
-    check_batch_equals_sequential("gemma4-nople", "f32.gguf", Precision::Quantized, "tokens");
-    check_batch_equals_sequential("gemma4-nople", "Q8_0.gguf", Precision::Quantized, "tokens");
-    check_batch_equals_sequential("gemma4-nople", "Q8_0.gguf", Precision::Float, "tokens");
-    check_batch_equals_sequential_kv(
-        "gemma4-nople",
-        "Q8_0.gguf",
-        Precision::Quantized,
-        "tokens",
-        KvType::F16,
-    );
+    check_gemma4_batch_equals_sequential("gemma4-nople");
 }
 
 /// qwen3moe as people download it (`qwen3moe-q5k`: llama-quantize Q5_K_M,

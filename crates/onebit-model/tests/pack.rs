@@ -6,43 +6,25 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use common::{logits, min_cos, top1_agreement};
-use half::{bf16, f16};
+use common::{import_err, import_pack, logits, min_cos, rewrite, rounded_q4_1, top1_agreement};
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::{self, Q4Shape, TileForm};
-use onebit_formats::safetensors::{self, SafeTensors, StOut};
+use onebit_formats::safetensors::SafeTensors;
 use onebit_formats::{blocks, GgmlType};
 use onebit_model::load;
 use onebit_model::pack::{self, import, names, Pack};
 use onebit_testdata::{real_model, Fixture, TempDir, SMOLLM2_135M};
 
 fn import_as(gguf: &std::path::Path, dir: &std::path::Path, tiles: import::Tiles) {
-    let g = Gguf::open(gguf).unwrap();
     let opts = import::ImportOptions {
         keep_q8: false,
         tiles,
     };
-    let imp = import::import(&g, opts, &mut |_, _, _| {}).unwrap();
-    import::write(dir, &imp).unwrap();
+    import_pack(gguf, dir, opts);
 }
 
 fn import_to(gguf: &std::path::Path, dir: &std::path::Path) {
     import_as(gguf, dir, import::Tiles::Auto)
-}
-
-/// GGUF Q4_1 blocks with d and m passed through bf16: what the format keeps.
-fn rounded_q4_1(b: &[u8]) -> Vec<u8> {
-    let mut b = b.to_vec();
-    for blk in b.chunks_exact_mut(20) {
-        for at in [0, 2] {
-            let v = f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
-            let r = f16::from_f32(bf16::from_f32(v).to_f32());
-            blk[at..at + 2].copy_from_slice(&r.to_le_bytes());
-        }
-    }
-    b
 }
 
 /// llama.cpp's q/k row permutation undone (HF row t*hd/2 + p <- GGUF row 2p + t).
@@ -237,16 +219,11 @@ fn gemma4_quantized_pack_takes_the_per_layer_projection_width_from_its_gate() {
     let width = g.u64("gemma4.embedding_length_per_layer_input").unwrap();
     for keep_q8 in [false, true] {
         let tmp = TempDir::new("pack-g4q");
-        let imp = import::import(
-            &g,
-            import::ImportOptions {
-                keep_q8,
-                tiles: import::Tiles::Auto,
-            },
-            &mut |_, _, _| {},
-        )
-        .unwrap();
-        import::write(tmp.path(), &imp).unwrap();
+        let opts = import::ImportOptions {
+            keep_q8,
+            tiles: import::Tiles::Auto,
+        };
+        import_pack(&gguf, tmp.path(), opts);
         let pack = Pack::open(tmp.path()).unwrap();
         // The per-layer token table is read by row like the embedding: BF16,
         // not tiles.
@@ -287,11 +264,7 @@ fn gemma4_import_refuses_rope_divisors_it_cannot_restate() {
     );
     let tmp = TempDir::new("pack-g4-freqs");
     let path = tmp.file("v.gguf", &w.to_bytes());
-    let v = Gguf::open(&path).unwrap();
-    let e = import::import(&v, import::ImportOptions::default(), &mut |_, _, _| {})
-        .err()
-        .expect("refused")
-        .to_string();
+    let e = import_err(&path, import::ImportOptions::default());
     assert!(
         e.contains("rope_freqs.weight") && e.contains("proportional"),
         "{e}"
@@ -339,14 +312,7 @@ fn gemma4_v_from_k_imports_as_attention_k_eq_v_or_is_refused() {
     assert!(cos > 0.999, "min cosine {cos}");
 
     let one = edited(&["blk.2.attn_v.weight"]);
-    let e = import::import(
-        &Gguf::open(&one).unwrap(),
-        import::ImportOptions::default(),
-        &mut |_, _, _| {},
-    )
-    .err()
-    .expect("refused")
-    .to_string();
+    let e = import_err(&one, import::ImportOptions::default());
     assert!(
         e.contains("cannot state this GGUF's attention") && e.contains("layers [2]"),
         "{e}"
@@ -382,25 +348,6 @@ fn q4_0_fixture_repacks_as_symmetric_tiles() {
             "{x} vs {y} beyond bf16 scale rounding"
         );
     }
-}
-
-/// Rewrites one tensor of a pack (name, dtype, shape, bytes).
-fn rewrite(dir: &std::path::Path, name: &str, f: impl Fn(&mut StOut)) {
-    let p = dir.join("model.q4nx");
-    let st = SafeTensors::open(&p).unwrap();
-    let mut out: Vec<StOut> = st
-        .tensors
-        .iter()
-        .map(|t| StOut {
-            name: t.name.clone(),
-            dtype: t.dtype,
-            shape: t.shape.clone(),
-            data: st.bytes(t).to_vec(),
-        })
-        .collect();
-    drop(st);
-    f(out.iter_mut().find(|t| t.name == name).unwrap());
-    safetensors::write(&p, &out, &BTreeMap::new()).unwrap();
 }
 
 /// A symmetric tensor with one tile given a non-zero minimum is refused by

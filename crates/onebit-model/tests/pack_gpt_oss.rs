@@ -8,35 +8,26 @@
 //! logits; `verify` passes it and names what a damaged one breaks; what the
 //! layout cannot hold is refused by name.
 
-#[allow(dead_code)] // the measures pack_gpt_oss does not use
 mod common;
 
 use std::collections::BTreeMap;
 
-use common::logits;
+use common::{
+    bf, bf16_at, drop_tensor, gpt_oss_20b_meta, import_err, import_pack, logits, rewrite,
+    rounded_q4_1,
+};
 use half::{bf16, f16};
 use onebit_formats::gguf::writer::GgufWriter;
 use onebit_formats::gguf::Gguf;
 use onebit_formats::q4nx::TileForm;
-use onebit_formats::safetensors::{self, SafeTensors, StDtype, StOut};
+use onebit_formats::safetensors::{SafeTensors, StDtype, StOut};
 use onebit_formats::{blocks, GgmlType};
-use onebit_model::load;
 use onebit_model::pack::{import, verify, Form, Pack};
+use onebit_model::{load, Semantics};
 use onebit_testdata::{compare, Fixture, TempDir};
 
 fn import_with(gguf: &std::path::Path, dir: &std::path::Path) -> Vec<String> {
-    let g = Gguf::open(gguf).unwrap();
-    let imp = import::import(&g, import::ImportOptions::default(), &mut |_, _, _| {}).unwrap();
-    import::write(dir, &imp).unwrap();
-    imp.notes
-}
-
-fn import_err(gguf: &std::path::Path, opts: import::ImportOptions) -> String {
-    let g = Gguf::open(gguf).unwrap();
-    import::import(&g, opts, &mut |_, _, _| {})
-        .err()
-        .expect("refused")
-        .to_string()
+    import_pack(gguf, dir, import::ImportOptions::default())
 }
 
 /// The fixture's sizes (meta.json hparams).
@@ -64,14 +55,6 @@ fn sizes(fx: &Fixture) -> Sizes {
         vocab: u("n_vocab"),
         layers: u("n_layer"),
     }
-}
-
-fn bf(x: f32) -> f32 {
-    bf16::from_f32(x).to_f32()
-}
-
-fn bf16_at(b: &[u8], at: usize) -> f32 {
-    bf16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 /// A GGUF tensor's values (row-major, rows of dims[0]).
@@ -440,19 +423,6 @@ fn q4_1_ref(x: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Q4_1 blocks with each scale and minimum passed through bf16 (what the
-/// tile keeps).
-fn rounded_q4_1(b: &[u8]) -> Vec<u8> {
-    let mut b = b.to_vec();
-    for blk in b.chunks_exact_mut(20) {
-        for at in [0, 2] {
-            let v = f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
-            blk[at..at + 2].copy_from_slice(&f16::from_f32(bf(v)).to_le_bytes());
-        }
-    }
-    b
-}
-
 /// The MXFP4_MOE fixture with its Q8_0 matrices (q/k/v/o, output)
 /// quantized to Q4_1 by ggml's reference quantizer: the GGUF the converter
 /// takes (FastFlowLM's are Q4_1 GGUFs with MXFP4 experts).
@@ -538,12 +508,7 @@ fn gpt_oss_pack_reads_back_to_the_gguf_weights_and_logits() {
 
     let gs = load::open(&gguf).unwrap().sem;
     let ps = load::open(&dir).unwrap().sem;
-    assert_eq!(gs.dims, ps.dims);
-    assert_eq!(gs.layer_kinds.value, ps.layer_kinds.value);
-    assert_eq!(gs.sliding_window.value, ps.sliding_window.value);
-    assert_eq!(gs.rope_full.value, ps.rope_full.value);
-    assert_eq!(gs.rope_sliding.value, ps.rope_sliding.value);
-    assert_eq!(gs.attn_scale.value, ps.attn_scale.value);
+    assert_same_attention(&gs, &ps);
     assert_eq!(gs.attn_sinks.value, ps.attn_sinks.value);
     assert_eq!(gs.attn_bias.value, ps.attn_bias.value);
     assert_eq!(gs.activation.value, ps.activation.value);
@@ -603,6 +568,17 @@ fn gpt_oss_pack_reads_back_to_the_gguf_weights_and_logits() {
     assert!(c.argmax_flips.iter().all(|&(_, mg)| mg < 0.5), "{c:?}");
 }
 
+/// A pack's sizes, layer kinds, window, both RoPEs and attention scale
+/// (what its config.json restates) are the GGUF's.
+fn assert_same_attention(gs: &Semantics, ps: &Semantics) {
+    assert_eq!(gs.dims, ps.dims);
+    assert_eq!(gs.layer_kinds.value, ps.layer_kinds.value);
+    assert_eq!(gs.sliding_window.value, ps.sliding_window.value);
+    assert_eq!(gs.rope_full.value, ps.rope_full.value);
+    assert_eq!(gs.rope_sliding.value, ps.rope_sliding.value);
+    assert_eq!(gs.attn_scale.value, ps.attn_scale.value);
+}
+
 /// The margin between the two largest logits at each position.
 fn top1_margins(l: &[f32], nv: usize) -> Vec<f32> {
     l.chunks(nv)
@@ -649,28 +625,6 @@ fn gpt_oss_default_import_follows_the_gguf_logits() {
     }
 }
 
-/// Rewrites one tensor of a pack (name, dtype, shape, bytes); `None` drops it.
-fn rewrite(dir: &std::path::Path, name: &str, f: impl Fn(&mut StOut) -> bool) {
-    let p = dir.join("model.q4nx");
-    let st = SafeTensors::open(&p).unwrap();
-    let mut out: Vec<StOut> = st
-        .tensors
-        .iter()
-        .map(|t| StOut {
-            name: t.name.clone(),
-            dtype: t.dtype,
-            shape: t.shape.clone(),
-            data: st.bytes(t).to_vec(),
-        })
-        .collect();
-    drop(st);
-    let i = out.iter().position(|t| t.name == name).unwrap();
-    if !f(&mut out[i]) {
-        out.remove(i);
-    }
-    safetensors::write(&p, &out, &BTreeMap::new()).unwrap();
-}
-
 fn edit_config(dir: &std::path::Path, f: impl Fn(&mut serde_json::Value)) {
     let p = dir.join("config.json");
     let mut c: serde_json::Value =
@@ -702,7 +656,7 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
     };
     // Missing tensors.
     let t = fresh("pack-oss-nosinks");
-    rewrite(t.path(), "model.layers.1.self_attn.sinks.weight", |_| false);
+    drop_tensor(t.path(), "model.layers.1.self_attn.sinks.weight");
     let e = load_err(t.path());
     eprintln!("refused: {e}");
     assert!(
@@ -710,11 +664,7 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
         "{e}"
     );
     let t = fresh("pack-oss-noexps");
-    rewrite(
-        t.path(),
-        "model.layers.2.ffn_gate_up_down_exps.weight",
-        |_| false,
-    );
+    drop_tensor(t.path(), "model.layers.2.ffn_gate_up_down_exps.weight");
     let e = load_err(t.path());
     eprintln!("refused: {e}");
     assert!(e.contains("blk.2.ffn_gate_exps.weight"), "{e}");
@@ -723,7 +673,6 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
     let name = "model.layers.0.self_attn.q_proj.weight";
     rewrite(t.path(), name, |o| {
         o.shape = vec![o.shape[0], 1, 2, 5120];
-        true
     });
     let e = Pack::open(t.path()).err().expect("refused").to_string();
     eprintln!("refused: {e}");
@@ -734,7 +683,6 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
     let t = fresh("pack-oss-group");
     rewrite(t.path(), name, |o| {
         o.shape = vec![o.shape[0] * 2, 1, 2, 2560];
-        true
     });
     let e = Pack::open(t.path()).err().expect("refused").to_string();
     eprintln!("refused: {e}");
@@ -744,7 +692,6 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
     rewrite(t.path(), name, |o| {
         o.shape[4] = 1280;
         o.shape[3] = 8;
-        true
     });
     let e = Pack::open(t.path()).err().expect("refused").to_string();
     eprintln!("refused: {e}");
@@ -756,7 +703,6 @@ fn gpt_oss_pack_refusals_name_the_tensor_or_key() {
     let name = "model.layers.0.mlp.router.weight";
     rewrite(t.path(), name, |o| {
         o.shape = vec![32, 64];
-        true
     });
     let e = Pack::open(t.path()).err().expect("refused").to_string();
     eprintln!("refused: {e}");
@@ -886,10 +832,7 @@ fn gpt_oss_verify_names_a_moved_bias_a_dirty_pad_and_a_router_copy() {
     for (name, edit, what) in cases {
         let t = TempDir::new("pack-oss-verify");
         import_with(&gguf, t.path());
-        rewrite(t.path(), name, |o| {
-            edit(o);
-            true
-        });
+        rewrite(t.path(), name, edit);
         let pack = Pack::open(t.path()).unwrap();
         let f = verify::verify(&pack).unwrap().failures();
         assert!(
@@ -907,7 +850,6 @@ fn gpt_oss_verify_names_a_moved_bias_a_dirty_pad_and_a_router_copy() {
 /// llama.cpp floors and ceils the correction range regardless).
 #[test]
 fn gpt_oss_20b_config_json_reads_as_its_gguf() {
-    use onebit_formats::gguf::Value;
     let types: Vec<&str> = (0..24)
         .map(|i| {
             if i % 2 == 0 {
@@ -957,30 +899,7 @@ fn gpt_oss_20b_config_json_reads_as_its_gguf() {
         "vocab_size": 201088
     });
     // The GGUF's metadata (gpt-oss-20b as llama.cpp's converter writes it).
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", Value::Str("gpt-oss".into()));
-    for (k, v) in [
-        ("context_length", Value::U32(131072)),
-        ("embedding_length", Value::U32(2880)),
-        ("block_count", Value::U32(24)),
-        ("feed_forward_length", Value::U32(2880)),
-        ("attention.head_count", Value::U32(64)),
-        ("attention.head_count_kv", Value::U32(8)),
-        ("attention.key_length", Value::U32(64)),
-        ("attention.value_length", Value::U32(64)),
-        ("attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        ("attention.sliding_window", Value::U32(128)),
-        ("rope.freq_base", Value::F32(150000.0)),
-        ("rope.scaling.type", Value::Str("yarn".into())),
-        ("rope.scaling.factor", Value::F32(32.0)),
-        ("rope.scaling.original_context_length", Value::U32(4096)),
-        ("expert_count", Value::U32(32)),
-        ("expert_used_count", Value::U32(4)),
-        ("expert_feed_forward_length", Value::U32(2880)),
-        ("vocab_size", Value::U32(201088)),
-    ] {
-        w.kv(&format!("gpt-oss.{k}"), v);
-    }
+    let w = gpt_oss_20b_meta(&[]);
     let tmp = TempDir::new("pack-oss-20b-config");
     let g = Gguf::open(tmp.file("m.gguf", &w.to_bytes())).unwrap();
     let gs = onebit_model::families::semantics_from_gguf(&g).unwrap();
@@ -996,13 +915,8 @@ fn gpt_oss_20b_config_json_reads_as_its_gguf() {
     // The GGUF of this sketch has no q bias tensor to find; the config's
     // attention_bias is true, as is gpt-oss-20b's GGUF's blk.0.attn_q.bias.
     assert!(ps.attn_bias.value);
-    assert_eq!(gs.dims, ps.dims);
-    assert_eq!(gs.layer_kinds.value, ps.layer_kinds.value);
-    assert_eq!(gs.sliding_window.value, ps.sliding_window.value);
-    assert_eq!(gs.rope_full.value, ps.rope_full.value);
-    assert_eq!(gs.rope_sliding.value, ps.rope_sliding.value);
+    assert_same_attention(&gs, &ps);
     assert_eq!(gs.norm_eps.value, ps.norm_eps.value);
-    assert_eq!(gs.attn_scale.value, ps.attn_scale.value);
     let (gm, pm) = (
         &gs.moe.as_ref().unwrap().value,
         &ps.moe.as_ref().unwrap().value,

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{logits, min_cos, top1_agreement};
+use common::{bf, bf16_at, import_pack, logits, min_cos, top1_agreement};
 use half::{bf16, f16};
 use onebit_formats::gguf::Gguf;
 use onebit_formats::safetensors::{SafeTensors, StDtype};
@@ -18,14 +18,11 @@ use onebit_model::pack::{import, verify, Form, Pack};
 use onebit_testdata::{Fixture, TempDir};
 
 fn import_with(gguf: &std::path::Path, dir: &std::path::Path, keep_q8: bool) -> Vec<String> {
-    let g = Gguf::open(gguf).unwrap();
     let opts = import::ImportOptions {
         keep_q8,
         tiles: import::Tiles::Auto,
     };
-    let imp = import::import(&g, opts, &mut |_, _, _| {}).unwrap();
-    import::write(dir, &imp).unwrap();
-    imp.notes
+    import_pack(gguf, dir, opts)
 }
 
 /// GGUF Q8_0 blocks with each scale passed through bf16 (what the tile keeps).
@@ -50,10 +47,6 @@ fn gguf_values(g: &Gguf, name: &str, bf16_scales: bool) -> (Vec<u64>, Vec<f32>) 
     let mut v = vec![0f32; t.n_elements() as usize];
     blocks::dequantize(t.dtype, &bytes, &mut v).unwrap();
     (t.dims.clone(), v)
-}
-
-fn bf16_at(b: &[u8], at: usize) -> f32 {
-    bf16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
 /// The stored tensor decoded by the converter's layout: BF16 / F32 as
@@ -111,10 +104,6 @@ fn stored(st: &SafeTensors, name: &str, k: usize) -> (Vec<u64>, Vec<f32>) {
         }
         d => panic!("{name}: {d:?}"),
     }
-}
-
-fn bf(x: f32) -> f32 {
-    bf16::from_f32(x).to_f32()
 }
 
 /// Sizes of the qwen35moe fixture (its meta.json hparams).

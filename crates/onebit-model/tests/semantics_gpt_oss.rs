@@ -5,6 +5,9 @@
 //! the refusals of what the graph does not run. The logits of the whole
 //! family are checked against llama.cpp by tests/golden.rs.
 
+mod common;
+
+use common::gpt_oss_20b_meta;
 use onebit_formats::gguf::writer::GgufWriter;
 use onebit_formats::gguf::{Gguf, Value};
 use onebit_model::families::semantics_from_gguf;
@@ -12,45 +15,8 @@ use onebit_model::semantics::{Activation, Gating, LayerKind, RopeScaling, RopeSt
 use onebit_model::Semantics;
 use onebit_testdata::TempDir;
 
-const A: &str = "gpt-oss";
-
-/// gpt-oss-20b's metadata as its GGUF states it, with `over`'s keys
-/// (after `gpt-oss.`) replaced or added.
-fn meta_with(over: &[(&str, Value)]) -> GgufWriter {
-    let mut kv: Vec<(&str, Value)> = vec![
-        ("context_length", Value::U32(131072)),
-        ("embedding_length", Value::U32(2880)),
-        ("block_count", Value::U32(24)),
-        ("feed_forward_length", Value::U32(2880)),
-        ("attention.head_count", Value::U32(64)),
-        ("attention.head_count_kv", Value::U32(8)),
-        ("attention.key_length", Value::U32(64)),
-        ("attention.value_length", Value::U32(64)),
-        ("attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        ("attention.sliding_window", Value::U32(128)),
-        ("rope.freq_base", Value::F32(150000.0)),
-        ("rope.scaling.type", Value::Str("yarn".into())),
-        ("rope.scaling.factor", Value::F32(32.0)),
-        ("rope.scaling.original_context_length", Value::U32(4096)),
-        ("expert_count", Value::U32(32)),
-        ("expert_used_count", Value::U32(4)),
-        ("expert_feed_forward_length", Value::U32(2880)),
-        ("vocab_size", Value::U32(201088)),
-    ];
-    for (k, v) in over {
-        kv.retain(|(x, _)| x != k);
-        kv.push((k, v.clone()));
-    }
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", Value::Str(A.into()));
-    for (k, v) in kv {
-        w.kv(&format!("{A}.{k}"), v);
-    }
-    w
-}
-
 fn meta() -> GgufWriter {
-    meta_with(&[])
+    gpt_oss_20b_meta(&[])
 }
 
 fn sem_of(w: &GgufWriter) -> Result<Semantics, String> {
@@ -78,7 +44,7 @@ fn even_layers_slide_and_odd_layers_are_full() {
     assert!(s.layer_kinds.source.contains("load_swa_pattern"));
 
     // A stated period: il % 3 < 2 slides (S S F S S F ...).
-    let s = sem_of(&meta_with(&[(
+    let s = sem_of(&gpt_oss_20b_meta(&[(
         "attention.sliding_window_pattern",
         Value::U32(3),
     )]))
@@ -159,16 +125,24 @@ fn routing_ffn_and_attention_rules_are_declared_with_their_source() {
 #[test]
 fn what_the_graph_does_not_run_is_refused_by_name() {
     // llama.cpp passes norm_w false: a file asking for renormalization is refused.
-    let e = sem_of(&meta_with(&[("expert_weights_norm", Value::Bool(true))])).unwrap_err();
+    let e = sem_of(&gpt_oss_20b_meta(&[(
+        "expert_weights_norm",
+        Value::Bool(true),
+    )]))
+    .unwrap_err();
     assert!(
         e.contains("gpt-oss.expert_weights_norm") && e.contains("norm_w false"),
         "{e}"
     );
 
     // A yarn factor below 1, and a scaling type no family file reads.
-    let e = sem_of(&meta_with(&[("rope.scaling.factor", Value::F32(0.5))])).unwrap_err();
+    let e = sem_of(&gpt_oss_20b_meta(&[(
+        "rope.scaling.factor",
+        Value::F32(0.5),
+    )]))
+    .unwrap_err();
     assert!(e.contains("gpt-oss.rope.scaling.factor"), "{e}");
-    let e = sem_of(&meta_with(&[(
+    let e = sem_of(&gpt_oss_20b_meta(&[(
         "rope.scaling.type",
         Value::Str("longrope".into()),
     )]))

@@ -6,19 +6,10 @@
 //! per tensor in the quarter tile as in the full tile; the encoder writes the
 //! same bytes as the hand-written tiles.
 
+use super::tests::rng;
 use super::*;
 use crate::blocks;
 use half::bf16;
-
-fn rng(seed: u64) -> impl FnMut() -> u64 {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    }
-}
 
 /// A tile's contents before layout: per (group, row) scale and minimum as
 /// bf16 bits, per (row, column) the nibble.
@@ -99,24 +90,31 @@ fn put_nibble(t: &mut [u8], at: usize, r: usize, q: u8) {
     t[at] |= if r % 2 == 1 { q << 4 } else { q };
 }
 
+/// The 32-row tiles of `bytes` bytes: d at 2*(g*32 + r), m at `m_at` +
+/// 2*(g*32 + r), code of (r, c) in byte `codes_at` + (r/16)*`half` + c*8 +
+/// (r%16)/2.
+fn tile_32(b: &Block, bytes: usize, m_at: usize, codes_at: usize, half: usize) -> Vec<u8> {
+    let mut t = vec![0u8; bytes];
+    for g in 0..b.cols / 32 {
+        for r in 0..32 {
+            put16(&mut t, 2 * (g * 32 + r), b.d[g * 32 + r]);
+            put16(&mut t, m_at + 2 * (g * 32 + r), b.m[g * 32 + r]);
+        }
+    }
+    for r in 0..32 {
+        for c in 0..b.cols {
+            let at = codes_at + (r / 16) * half + c * 8 + (r % 16) / 2;
+            put_nibble(&mut t, at, r, b.q[r * b.cols + c]);
+        }
+    }
+    t
+}
+
 /// 5,120 bytes: d at 2*(g*32 + r), m at 512 + 2*(g*32 + r), code of (r, c) in
 /// byte 1024 + (r/16)*2048 + c*8 + (r%16)/2.
 fn full_tile(b: &Block) -> Vec<u8> {
     assert_eq!((b.rows, b.cols), (32, 256));
-    let mut t = vec![0u8; 5120];
-    for g in 0..8 {
-        for r in 0..32 {
-            put16(&mut t, 2 * (g * 32 + r), b.d[g * 32 + r]);
-            put16(&mut t, 512 + 2 * (g * 32 + r), b.m[g * 32 + r]);
-        }
-    }
-    for r in 0..32 {
-        for c in 0..256 {
-            let at = 1024 + (r / 16) * 2048 + c * 8 + (r % 16) / 2;
-            put_nibble(&mut t, at, r, b.q[r * 256 + c]);
-        }
-    }
-    t
+    tile_32(b, 5120, 512, 1024, 2048)
 }
 
 /// 2,560 bytes (the converter's `_pack_q4nx` with 32-row, 128-column
@@ -124,20 +122,7 @@ fn full_tile(b: &Block) -> Vec<u8> {
 /// code of (r, c) in byte 512 + (r/16)*1024 + c*8 + (r%16)/2.
 fn half_tile(b: &Block) -> Vec<u8> {
     assert_eq!((b.rows, b.cols), (32, 128));
-    let mut t = vec![0u8; 2560];
-    for g in 0..4 {
-        for r in 0..32 {
-            put16(&mut t, 2 * (g * 32 + r), b.d[g * 32 + r]);
-            put16(&mut t, 256 + 2 * (g * 32 + r), b.m[g * 32 + r]);
-        }
-    }
-    for r in 0..32 {
-        for c in 0..128 {
-            let at = 512 + (r / 16) * 1024 + c * 8 + (r % 16) / 2;
-            put_nibble(&mut t, at, r, b.q[r * 128 + c]);
-        }
-    }
-    t
+    tile_32(b, 2560, 256, 512, 1024)
 }
 
 /// 1,280 bytes: d at 2*(g*16 + r), m at 128 + 2*(g*16 + r), code of (r, c)

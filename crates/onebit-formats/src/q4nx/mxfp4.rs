@@ -76,13 +76,16 @@ fn code_pos(r: usize, c: usize) -> (usize, bool) {
     )
 }
 
-/// (tile index, group within the tile) of row `row`'s block `gg`.
+/// Where ggml block `bi` (row-major, rows of k/32 blocks) sits: (tile
+/// index, group within the tile, row within the tile).
 #[inline]
-fn place(s: &MxShape, row: usize, gg: usize) -> (usize, usize) {
+fn place(s: &MxShape, bi: usize) -> (usize, usize, usize) {
+    let (row, gg) = (bi / (s.k / GROUP), bi % (s.k / GROUP));
     let per_tile = MX_COLS / GROUP;
     (
         (row / MX_ROWS) * s.tiles_per_row() + gg / per_tile,
         gg % per_tile,
+        row % MX_ROWS,
     )
 }
 
@@ -98,13 +101,10 @@ pub fn mx_from_mxfp4(blocks: &[u8], s: MxShape) -> Result<Vec<u8>> {
             blocks.len()
         )));
     }
-    let gpr = s.k / GROUP;
     let mut out = vec![0u8; s.bytes()];
     for (bi, blk) in blocks.chunks_exact(BLOCK).enumerate() {
-        let (row, gg) = (bi / gpr, bi % gpr);
-        let (t, g) = place(&s, row, gg);
+        let (t, g, r) = place(&s, bi);
         let tile = &mut out[t * MX_TILE_BYTES..][..MX_TILE_BYTES];
-        let r = row % MX_ROWS;
         tile[g * MX_ROWS + r] = blk[0];
         for (j, &q) in blk[1..].iter().enumerate() {
             for (c, v) in [(g * GROUP + j, q & 0xF), (g * GROUP + j + 16, q >> 4)] {
@@ -130,13 +130,10 @@ pub fn mx_to_mxfp4(tiles: &[u8], s: MxShape) -> Result<Vec<u8>> {
             tiles.len()
         )));
     }
-    let gpr = s.k / GROUP;
     let mut out = vec![0u8; s.ggml_bytes()];
     for (bi, blk) in out.chunks_exact_mut(BLOCK).enumerate() {
-        let (row, gg) = (bi / gpr, bi % gpr);
-        let (t, g) = place(&s, row, gg);
+        let (t, g, r) = place(&s, bi);
         let tile = &tiles[t * MX_TILE_BYTES..][..MX_TILE_BYTES];
-        let r = row % MX_ROWS;
         blk[0] = tile[g * MX_ROWS + r];
         let code = |c: usize| {
             let (at, hi) = code_pos(r, c);
@@ -158,16 +155,7 @@ mod tests {
     use super::*;
     use crate::blocks;
     use crate::dtype::GgmlType;
-
-    fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        }
-    }
+    use crate::q4nx::tests::rng;
 
     /// A tile written here from the layout table: exponent e(r, g) at
     /// g*32 + r, the code of (r, c) in byte 512 + (r/16)*1024 + c*8 + (r%16)/2.

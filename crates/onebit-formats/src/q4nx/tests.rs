@@ -2,8 +2,8 @@ use super::*;
 use crate::blocks;
 use half::{bf16, f16};
 
-/// A deterministic pseudo-random stream.
-fn rng(seed: u64) -> impl FnMut() -> u64 {
+/// A deterministic pseudo-random stream (the q4nx tests' inputs).
+pub(super) fn rng(seed: u64) -> impl FnMut() -> u64 {
     let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     move || {
         s ^= s << 13;

@@ -181,36 +181,21 @@ fn run_tile(
             scores: &mut Vec<f32>,
             part: &mut [f32],
         ) {
-            let a = (shape, kvh, q, ranges, k, v, scale, softcap, wide, ahead);
-            // SAFETY (each call): the caller guarantees the features.
-            unsafe {
-                match ranges.len() {
-                    8 => block::<E, 8>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    7 => block::<E, 7>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    6 => block::<E, 6>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    5 => block::<E, 5>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    4 => block::<E, 4>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    3 => block::<E, 3>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    2 => block::<E, 2>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                    _ => block::<E, 1>(
-                        a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7, a.8, a.9, scores, part,
-                    ),
-                }
+            // One instance of `block` per tile width G, 1..=8.
+            macro_rules! by_width {
+                ($($g:literal)*) => {
+                    match ranges.len() {
+                        $($g => block::<E, $g>(
+                            shape, kvh, q, ranges, k, v, scale, softcap, wide, ahead, scores, part,
+                        ),)*
+                        _ => block::<E, 1>(
+                            shape, kvh, q, ranges, k, v, scale, softcap, wide, ahead, scores, part,
+                        ),
+                    }
+                };
             }
+            // SAFETY (each call): the caller guarantees the features.
+            unsafe { by_width!(8 7 6 5 4 3 2) }
         }
         let a = (shape, kvh, q, ranges, scale, softcap, wide, ahead);
         // SAFETY (each call): `simd` is true only when the call's level, at

@@ -424,182 +424,186 @@ impl<E: Elems, const G: usize> Vals<'_, E, G> {
     /// and vrow are multiples of 32; scores.len() == G * len.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn run<const MASKED: bool, const WIDE: bool>(&self, part: &mut [f32]) {
+        let (len, dv, vrow) = (self.len, self.dv, self.vrow);
+        let ph = PART_HEAD + dv;
         let mut c = 0;
         if WIDE {
             // SAFETY: the caller's contract.
             c = unsafe { self.values512::<MASKED>(part) };
         }
-        let (v, len, dv, vrow) = (self.v, self.len, self.dv, self.vrow);
-        let ph = PART_HEAD + dv;
-        let sp = self.scores.as_ptr();
+        // SAFETY (each call): the columns c..c + 16 (c + 8) are within
+        // dv; AVX2, FMA and F16C are enabled here; the rest is the
+        // caller's contract.
         while c + 16 <= dv {
-            let mut acc = [[_mm256_setzero_ps(); 2]; G];
-            for i in 0..len {
-                let at = self.v0 + i * vrow + c;
-                if c == 0 {
-                    v.prefetch(at + AHEAD * vrow, self.ahead);
-                }
-                // SAFETY: at + 16 <= v0 + i * vrow + dv, within `v`; at is
-                // a multiple of 8 for q8_0; g * len + i < G * len =
-                // scores.len().
-                unsafe {
-                    let v0 = v.load8(at);
-                    let v1 = v.load8(at + 8);
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        if self.on::<MASKED>(g, i) {
-                            let w = _mm256_set1_ps(*sp.add(g * len + i));
-                            acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
-                            acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
-                        }
-                    }
-                }
-            }
-            for (g, acc) in acc.iter().enumerate() {
-                let o = g * ph + PART_HEAD + c;
-                // SAFETY: o + 16 <= g * ph + ph <= G * ph = part.len().
-                unsafe {
-                    _mm256_storeu_ps(part.as_mut_ptr().add(o), acc[0]);
-                    _mm256_storeu_ps(part.as_mut_ptr().add(o + 8), acc[1]);
-                }
-            }
+            unsafe { self.columns::<__m256, 2, MASKED>(part, c) };
             c += 16;
         }
         if c + 8 <= dv {
-            let mut acc = [_mm256_setzero_ps(); G];
-            for i in 0..len {
-                // SAFETY: as above, for columns c..c + 8 <= dv.
-                unsafe {
-                    let v0 = v.load8(self.v0 + i * vrow + c);
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        if self.on::<MASKED>(g, i) {
-                            let w = _mm256_set1_ps(*sp.add(g * len + i));
-                            *acc = _mm256_fmadd_ps(w, v0, *acc);
-                        }
-                    }
-                }
-            }
-            for (g, acc) in acc.iter().enumerate() {
-                // SAFETY: g * ph + 2 + c + 8 <= G * ph = part.len().
-                unsafe { _mm256_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
-            }
+            unsafe { self.columns::<__m256, 1, MASKED>(part, c) };
             c += 8;
         }
         for c in c..dv {
             for g in 0..G {
                 let mut acc = 0f32;
                 for i in self.lo[g]..self.hi[g] {
-                    acc = self.scores[g * len + i].mul_add(v.get(self.v0 + i * vrow + c), acc);
+                    acc = self.scores[g * len + i].mul_add(self.v.get(self.v0 + i * vrow + c), acc);
                 }
                 part[g * ph + PART_HEAD + c] = acc;
             }
         }
     }
 
-    /// The 512-bit columns of [`Vals::run`]: 64, then 16 columns of all G
-    /// vectors at a time; returns the first column left for the narrower
-    /// loops. The cache is asked for `ahead` elements from column 0 of the
-    /// position [`AHEAD`] on.
+    /// The 512-bit columns of [`Vals::run`]: 64 (more than four vectors:
+    /// 32, their accumulators fill the registers), then 16 columns of all
+    /// G vectors at a time; returns the first column left for the narrower
+    /// loops.
     ///
     /// # Safety
     /// As [`Vals::run`] with WIDE.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
     unsafe fn values512<const MASKED: bool>(&self, part: &mut [f32]) -> usize {
-        let (v, len, dv, vrow) = (self.v, self.len, self.dv, self.vrow);
-        let ph = PART_HEAD + dv;
-        let sp = self.scores.as_ptr();
+        let dv = self.dv;
         let mut c = 0;
-        // More than four vectors: 32 columns at a time (their accumulators
-        // fill the registers).
+        // SAFETY (each call): the columns are within dv; AVX-512 F is
+        // enabled here; the rest is the caller's contract.
         while G > 4 && c + 32 <= dv {
-            let mut acc = [[_mm512_setzero_ps(); 2]; G];
-            for i in 0..len {
-                let at = self.v0 + i * vrow + c;
-                if c == 0 {
-                    v.prefetch(at + AHEAD * vrow, self.ahead);
-                }
-                // SAFETY: at + 32 <= v0 + i * vrow + dv, within `v` (the
-                // caller's contract); at is a multiple of 16 for q8_0; g *
-                // len + i < G * len = scores.len().
-                unsafe {
-                    let x = [v.load16(at), v.load16(at + 16)];
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        if self.on::<MASKED>(g, i) {
-                            let w = _mm512_set1_ps(*sp.add(g * len + i));
-                            for (a, x) in acc.iter_mut().zip(x) {
-                                *a = _mm512_fmadd_ps(w, x, *a);
-                            }
-                        }
-                    }
-                }
-            }
-            for (g, acc) in acc.iter().enumerate() {
-                let o = g * ph + PART_HEAD + c;
-                for (n, a) in acc.iter().enumerate() {
-                    // SAFETY: o + 16 n + 16 <= g * ph + ph <= part.len().
-                    unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(o + 16 * n), *a) };
-                }
-            }
+            unsafe { self.columns::<__m512, 2, MASKED>(part, c) };
             c += 32;
         }
         while G <= 4 && c + 64 <= dv {
-            let mut acc = [[_mm512_setzero_ps(); 4]; G];
-            for i in 0..len {
-                let at = self.v0 + i * vrow + c;
-                if c == 0 {
-                    v.prefetch(at + AHEAD * vrow, self.ahead);
-                }
-                // SAFETY: at + 64 <= v0 + i * vrow + dv, within `v` (the
-                // caller's contract); at is a multiple of 16 for q8_0; g *
-                // len + i < G * len = scores.len().
-                unsafe {
-                    let x = [
-                        v.load16(at),
-                        v.load16(at + 16),
-                        v.load16(at + 32),
-                        v.load16(at + 48),
-                    ];
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        if self.on::<MASKED>(g, i) {
-                            let w = _mm512_set1_ps(*sp.add(g * len + i));
-                            for (a, x) in acc.iter_mut().zip(x) {
-                                *a = _mm512_fmadd_ps(w, x, *a);
-                            }
-                        }
-                    }
-                }
-            }
-            for (g, acc) in acc.iter().enumerate() {
-                let o = g * ph + PART_HEAD + c;
-                for (n, a) in acc.iter().enumerate() {
-                    // SAFETY: o + 16 n + 16 <= g * ph + ph <= part.len().
-                    unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(o + 16 * n), *a) };
-                }
-            }
+            unsafe { self.columns::<__m512, 4, MASKED>(part, c) };
             c += 64;
         }
         while c + 16 <= dv {
-            let mut acc = [_mm512_setzero_ps(); G];
-            for i in 0..len {
-                // SAFETY: as above, for columns c..c + 16 <= dv.
-                unsafe {
-                    let x = v.load16(self.v0 + i * vrow + c);
-                    for (g, acc) in acc.iter_mut().enumerate() {
-                        if self.on::<MASKED>(g, i) {
-                            let w = _mm512_set1_ps(*sp.add(g * len + i));
-                            *acc = _mm512_fmadd_ps(w, x, *acc);
-                        }
-                    }
-                }
-            }
-            for (g, acc) in acc.iter().enumerate() {
-                // SAFETY: g * ph + 2 + c + 16 <= G * ph = part.len().
-                unsafe { _mm512_storeu_ps(part.as_mut_ptr().add(g * ph + PART_HEAD + c), *acc) };
-            }
+            unsafe { self.columns::<__m512, 1, MASKED>(part, c) };
             c += 16;
         }
         c
     }
+
+    /// Columns c..c + M * V::LANES of `part` for all G vectors: M registers
+    /// of V per vector, each element a chain of fused multiply-adds in
+    /// position order from zero. With more than one register per vector,
+    /// the cache is asked for `ahead` elements from column 0 of the
+    /// position [`AHEAD`] on (while c is 0).
+    ///
+    /// # Safety
+    /// V's instructions are available (the caller's target features);
+    /// c + M * V::LANES <= dv; every row v0 + i * vrow + dv, i < len, is
+    /// within `v`; for q8_0, v0, vrow and c are multiples of V::LANES;
+    /// scores.len() == G * len.
+    #[inline(always)]
+    unsafe fn columns<V: Lanes, const M: usize, const MASKED: bool>(
+        &self,
+        part: &mut [f32],
+        c: usize,
+    ) {
+        let (v, len, vrow) = (self.v, self.len, self.vrow);
+        let ph = PART_HEAD + self.dv;
+        let sp = self.scores.as_ptr();
+        // SAFETY: V's instructions are available (the caller's contract).
+        let mut acc = [[unsafe { V::zero() }; M]; G];
+        for i in 0..len {
+            let at = self.v0 + i * vrow + c;
+            if M > 1 && c == 0 {
+                v.prefetch(at + AHEAD * vrow, self.ahead);
+            }
+            // SAFETY: at + M * LANES <= v0 + i * vrow + dv, within `v`
+            // (the caller's contract); at + n * LANES is a multiple of
+            // LANES for q8_0; g * len + i < G * len = scores.len().
+            unsafe {
+                let x: [V; M] = core::array::from_fn(|n| V::load(&v, at + n * V::LANES));
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    if self.on::<MASKED>(g, i) {
+                        let w = V::splat(*sp.add(g * len + i));
+                        for (a, x) in acc.iter_mut().zip(x) {
+                            *a = V::fmadd(w, x, *a);
+                        }
+                    }
+                }
+            }
+        }
+        for (g, acc) in acc.iter().enumerate() {
+            let o = g * ph + PART_HEAD + c;
+            for (n, a) in acc.iter().enumerate() {
+                // SAFETY: o + LANES * (n + 1) <= g * ph + ph <= G * ph =
+                // part.len().
+                unsafe { a.store(part.as_mut_ptr().add(o + V::LANES * n)) };
+            }
+        }
+    }
 }
+
+/// A register of f32 lanes the weighted sums of values run on: 256-bit
+/// (AVX2 and FMA) or 512-bit (AVX-512 F).
+///
+/// # Safety
+/// Every function needs its register's instructions: callers run where
+/// they are available.
+trait Lanes: Copy {
+    const LANES: usize;
+    unsafe fn zero() -> Self;
+    unsafe fn splat(x: f32) -> Self;
+    /// a * b + c, fused.
+    unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
+    /// Cache elements i..i + LANES widened to f32 ([`Elems::load8`],
+    /// [`Elems::load16`], with their contracts).
+    unsafe fn load<E: Elems>(v: &E, i: usize) -> Self;
+    /// Writes the lanes to p..p + LANES.
+    unsafe fn store(self, p: *mut f32);
+}
+
+/// Implements [`Lanes`] for a register type with its intrinsics and its
+/// [`Elems`] load.
+macro_rules! lanes {
+    ($t:ty, $n:literal, $zero:ident, $splat:ident, $fmadd:ident, $load:ident, $store:ident) => {
+        impl Lanes for $t {
+            const LANES: usize = $n;
+            #[inline(always)]
+            unsafe fn zero() -> Self {
+                // SAFETY (each function): the register's instructions are
+                // available (the trait's contract); loads and stores are
+                // within their callers' bounds (their contracts).
+                unsafe { $zero() }
+            }
+            #[inline(always)]
+            unsafe fn splat(x: f32) -> Self {
+                unsafe { $splat(x) }
+            }
+            #[inline(always)]
+            unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+                unsafe { $fmadd(a, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn load<E: Elems>(v: &E, i: usize) -> Self {
+                unsafe { v.$load(i) }
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut f32) {
+                unsafe { $store(p, self) }
+            }
+        }
+    };
+}
+
+lanes!(
+    __m256,
+    8,
+    _mm256_setzero_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    load8,
+    _mm256_storeu_ps
+);
+lanes!(
+    __m512,
+    16,
+    _mm512_setzero_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    load16,
+    _mm512_storeu_ps
+);
 
 /// The scaled dot products q·k of `block` (before the soft-cap) for the
 /// first len / 4 * 4 positions, four at a time, into `scores` ([G][len]);

@@ -661,47 +661,34 @@ fn restated(
             .as_ref()
             .map(|m| (m.value.n_expert, m.value.n_used, m.value.n_ff_exp)),
     );
+    let field = |what, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
+        (what, format!("{a:?}"), format!("{b:?}"))
+    };
     let fields: [(&str, String, String); 8] = [
-        (
-            "dims",
-            format!("{:?}", sem.dims),
-            format!("{:?}", back.dims),
-        ),
-        (
+        field("dims", &sem.dims, &back.dims),
+        field(
             "layer kinds",
-            format!("{:?}", sem.layer_kinds.value),
-            format!("{:?}", back.layer_kinds.value),
+            &sem.layer_kinds.value,
+            &back.layer_kinds.value,
         ),
-        (
+        field(
             "sliding window",
-            format!("{:?}", sem.sliding_window.value),
-            format!("{:?}", back.sliding_window.value),
+            &sem.sliding_window.value,
+            &back.sliding_window.value,
         ),
-        (
+        field(
             "full layers' RoPE",
-            format!("{:?}", sem.rope_full.value),
-            format!("{:?}", back.rope_full.value),
+            &sem.rope_full.value,
+            &back.rope_full.value,
         ),
-        (
+        field(
             "sliding layers' RoPE",
-            format!("{:?}", sem.rope_sliding.value),
-            format!("{:?}", back.rope_sliding.value),
+            &sem.rope_sliding.value,
+            &back.rope_sliding.value,
         ),
-        (
-            "norm epsilon",
-            format!("{:?}", sem.norm_eps.value),
-            format!("{:?}", back.norm_eps.value),
-        ),
-        (
-            "q/k/v biases",
-            format!("{:?}", sem.attn_bias.value),
-            format!("{:?}", back.attn_bias.value),
-        ),
-        (
-            "experts (count, chosen, width)",
-            format!("{gm:?}"),
-            format!("{bm:?}"),
-        ),
+        field("norm epsilon", &sem.norm_eps.value, &back.norm_eps.value),
+        field("q/k/v biases", &sem.attn_bias.value, &back.attn_bias.value),
+        field("experts (count, chosen, width)", &gm, &bm),
     ];
     for (what, a, b) in fields {
         if a != b {
@@ -760,11 +747,8 @@ fn import(
     let plan = import::plan_names(g, family, &rows, &mut notes)?;
     let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
     let mut experts: BTreeMap<usize, [Option<Vec<Vec<u8>>>; 3]> = BTreeMap::new();
-    let total = plan.len();
-    let mut tensors = Vec::with_capacity(total);
-    for (done, (gname, pname)) in plan.iter().enumerate() {
-        progress(done, total, pname);
-        let info = g.tensor(gname).expect("planned from the file");
+    let mut tensors = Vec::with_capacity(plan.len());
+    for (gname, pname, info) in import::planned(g, &plan, progress) {
         let bytes = g.tensor_bytes(info);
         let key = if pname == "lm_head.weight" {
             "output.weight"
@@ -916,10 +900,9 @@ fn import(
             name: pname.clone(),
             dtype: StDtype::BF16,
             shape: info.dims.iter().rev().copied().collect(),
-            data: le(&bf16_bits(&values()?)),
+            data: import::to_bf16_bytes(&values()?),
         });
     }
-    progress(total, total, "done");
     if let Some((i, _)) = experts.iter().next() {
         return Err(terr(
             &at(STACKS[0].0, *i),

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use half::bf16;
-use onebit_formats::gguf::Gguf;
+use onebit_formats::gguf::{Gguf, TensorInfo};
 use onebit_formats::q4nx::{self, Q4Kind, Q4Shape, Q8Shape, Q8wShape, TileForm};
 use onebit_formats::safetensors::{self, StDtype, StOut};
 use onebit_formats::{blocks, GgmlType};
@@ -117,7 +117,8 @@ fn unpermute_rows(data: &[u8], row_bytes: usize, n_heads: usize) -> Vec<u8> {
     out
 }
 
-fn to_bf16_bytes(v: &[f32]) -> Vec<u8> {
+/// `v` as little-endian bf16.
+pub(super) fn to_bf16_bytes(v: &[f32]) -> Vec<u8> {
     v.iter()
         .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
         .collect()
@@ -205,11 +206,8 @@ pub fn import(
     let kind_name = |k: Q4Kind| k.ggml().name();
     let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
     let mut q8_seen = 0usize;
-    let total = plan.len();
-    let mut tensors = Vec::with_capacity(total);
-    for (done, (gname, pname)) in plan.iter().enumerate() {
-        progress(done, total, pname);
-        let info = g.tensor(gname).expect("planned from the file");
+    let mut tensors = Vec::with_capacity(plan.len());
+    for (gname, pname, info) in planned(g, &plan, progress) {
         let bytes = g.tensor_bytes(info);
         let is_row_table =
             names::LOOKUP_TABLES.contains(&gname.as_str()) && pname != "lm_head.weight";
@@ -361,7 +359,6 @@ pub fn import(
         };
         tensors.push(out);
     }
-    progress(total, total, "done");
     for (dt, count) in requantized.iter().filter(|(dt, _)| *dt != "Q8_0") {
         notes.push(format!(
             "{count} {dt} matrices re-quantized to {} (the {arch} default)",
@@ -599,11 +596,8 @@ fn import_laid_out(
     let plan = plan_names(g, family, &rows, &mut notes)?;
     let mut requantized: BTreeMap<String, usize> = BTreeMap::new();
     let (mut kept_float, mut rounded) = (0usize, 0usize);
-    let total = plan.len();
-    let mut tensors = Vec::with_capacity(total);
-    for (done, (gname, pname)) in plan.iter().enumerate() {
-        progress(done, total, pname);
-        let info = g.tensor(gname).expect("planned from the file");
+    let mut tensors = Vec::with_capacity(plan.len());
+    for (gname, pname, info) in planned(g, &plan, progress) {
         let mut t = Plain {
             dtype: info.dtype,
             dims: info.dims.clone(),
@@ -724,7 +718,6 @@ fn import_laid_out(
         };
         tensors.push(out);
     }
-    progress(total, total, "done");
     for (what, count) in &requantized {
         notes.push(format!(
             "{count} matrices re-quantized {what} (the {arch} converter's types)"
@@ -809,4 +802,34 @@ pub(super) fn plan_names(
             .push("no output.weight in the GGUF: lm_head.weight written from the embedding".into());
     }
     Ok(plan)
+}
+
+/// The planned tensors in order, each with its GGUF tensor; calls
+/// `progress(done, total, pack name)` before each and `progress(total,
+/// total, "done")` once after the last.
+pub(super) fn planned<'a>(
+    g: &'a Gguf,
+    plan: &'a [(String, String)],
+    progress: &'a mut dyn FnMut(usize, usize, &str),
+) -> impl Iterator<Item = (&'a String, &'a String, &'a TensorInfo)> + 'a {
+    let total = plan.len();
+    let mut rest = plan.iter().enumerate();
+    let mut finished = false;
+    std::iter::from_fn(move || match rest.next() {
+        Some((done, (gname, pname))) => {
+            progress(done, total, pname);
+            Some((
+                gname,
+                pname,
+                g.tensor(gname).expect("planned from the file"),
+            ))
+        }
+        None => {
+            if !finished {
+                finished = true;
+                progress(total, total, "done");
+            }
+            None
+        }
+    })
 }

@@ -29,6 +29,38 @@ macro_rules! drive {
     }};
 }
 
+/// Runs 2-row tiles over rows `0..nrows`: for each pair of rows r, r + 1,
+/// `$quads::<.., 2>(ops, r, t, out, os)` over 4 tokens at a time, then
+/// `$quads::<.., 1>` over 2; `$odd_token` with (r, t) for a token left
+/// over; then `$odd_row` with r for a row left over.
+macro_rules! drive_pairs {
+    ($quads:ident $(, $g:expr)*; $ops:expr, $nrows:expr, $ntok:expr, $out:expr, $os:expr;
+     |$tr:ident, $tt:ident| $odd_token:expr; |$rr:ident| $odd_row:expr) => {{
+        let (ops, nrows, ntok, out, os) = ($ops, $nrows, $ntok, $out, $os);
+        let mut r = 0;
+        while r + 2 <= nrows {
+            let mut t = 0;
+            while t + 4 <= ntok {
+                $quads::<$({ $g },)* 2>(ops, r, t, out, os);
+                t += 4;
+            }
+            while t + 2 <= ntok {
+                $quads::<$({ $g },)* 1>(ops, r, t, out, os);
+                t += 2;
+            }
+            if t < ntok {
+                let ($tr, $tt) = (r, t);
+                $odd_token;
+            }
+            r += 2;
+        }
+        if r < nrows {
+            let $rr = r;
+            $odd_row;
+        }
+    }};
+}
+
 /// Instantiates the kernels. Expects in scope a `$feat`-enabled
 /// `dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t` that adds
 /// the 16 products `a[i] * b[i]` to the lanes of `acc` (how they spread over
@@ -184,11 +216,8 @@ macro_rules! arm_kernels {
         ) {
             let nb = ops.cols / 32;
             let (wbb, abb, aq) = b32_sizes(K);
-            let wp = ops.w.as_ptr().add(r * ops.wrb);
-            let mut ap = [wp; T];
-            for (j, p) in ap.iter_mut().enumerate() {
-                *p = ops.a.as_ptr().add((t0 + j) * ops.arb);
-            }
+            let [wp] = ops.w_rows::<1>(r);
+            let ap = ops.a_rows::<T>(t0);
             let zero = vdupq_n_s32(0);
             let mut facc = [[vdupq_n_f32(0.0); 2]; T];
             let ng = nb / 4;
@@ -287,11 +316,8 @@ macro_rules! arm_kernels {
             out: *mut f32,
             os: usize,
         ) {
-            let wp = ops.w.as_ptr().add(r * ops.wrb);
-            let mut ap = [wp; T];
-            for (j, p) in ap.iter_mut().enumerate() {
-                *p = ops.a.as_ptr().add((t0 + j) * ops.arb);
-            }
+            let [wp] = ops.w_rows::<1>(r);
+            let ap = ops.a_rows::<T>(t0);
             let zero = vdupq_n_s32(0);
             let m4 = vdupq_n_u8(0x0F);
             let x10 = vdupq_n_u8(0x10);
@@ -384,11 +410,8 @@ macro_rules! arm_kernels {
             out: *mut f32,
             os: usize,
         ) {
-            let wp = ops.w.as_ptr().add(r * ops.wrb);
-            let mut ap = [wp; T];
-            for (j, p) in ap.iter_mut().enumerate() {
-                *p = ops.a.as_ptr().add((t0 + j) * ops.arb);
-            }
+            let [wp] = ops.w_rows::<1>(r);
+            let ap = ops.a_rows::<T>(t0);
             let zero = vdupq_n_s32(0);
             let m4 = vdupq_n_u8(0x0F);
             let m3 = vdupq_n_u8(3);
@@ -454,11 +477,8 @@ macro_rules! arm_kernels {
         ) {
             let n = ops.cols;
             let n8 = n / 8 * 8;
-            let wp = ops.w.as_ptr().add(r * ops.wrb) as *const f32;
-            let mut ap = [wp; T];
-            for (j, p) in ap.iter_mut().enumerate() {
-                *p = ops.a.as_ptr().add((t0 + j) * ops.arb) as *const f32;
-            }
+            let [wp] = ops.w_rows::<1>(r).map(|p| p as *const f32);
+            let ap = ops.a_rows::<T>(t0).map(|p| p as *const f32);
             let mut acc = [[vdupq_n_f32(0.0); 2]; T];
             let mut e = 0;
             while e < n8 {

@@ -104,33 +104,9 @@ unsafe fn gemm_kq_mm<const K: u8>(
         f(ops, nrows, ntok, out, os);
         return;
     }
-    let mut r = 0;
-    while r + 2 <= nrows {
-        let mut t = 0;
-        while t + 4 <= ntok {
-            tile_kq_mm::<K, 2>(ops, r, t, out, os);
-            t += 4;
-        }
-        while t + 2 <= ntok {
-            tile_kq_mm::<K, 1>(ops, r, t, out, os);
-            t += 2;
-        }
-        if t < ntok {
-            tile_kq_rows::<K, 2, 1>(ops, r, t, out, os);
-        }
-        r += 2;
-    }
-    if r < nrows {
-        let mut t = 0;
-        while t + 4 <= ntok {
-            tile_kq_rows::<K, 1, 4>(ops, r, t, out, os);
-            t += 4;
-        }
-        while t < ntok {
-            tile_kq_rows::<K, 1, 1>(ops, r, t, out, os);
-            t += 1;
-        }
-    }
+    drive_pairs!(tile_kq_mm, K; ops, nrows, ntok, out, os;
+        |r, t| tile_kq_rows::<K, 2, 1>(ops, r, t, out, os);
+        |r| drive!(tile_kq_rows, K, 1; ops, r..nrows, ntok, out, os));
 }
 
 /// Rows r, r + 1 times tokens t0..t0 + 2P. Per super-block and 32-element
@@ -148,16 +124,8 @@ unsafe fn tile_kq_mm<const K: u8, const P: usize>(
     os: usize,
 ) {
     let bb = kq_block(K);
-    let wp = [
-        ops.w.as_ptr().add(r * ops.wrb),
-        ops.w.as_ptr().add((r + 1) * ops.wrb),
-    ];
-    let ap: [[*const u8; 2]; P] = core::array::from_fn(|p| {
-        [
-            ops.a.as_ptr().add((t0 + 2 * p) * ops.arb),
-            ops.a.as_ptr().add((t0 + 2 * p + 1) * ops.arb),
-        ]
-    });
+    let wp = ops.w_rows::<2>(r);
+    let ap: [[*const u8; 2]; P] = core::array::from_fn(|p| ops.a_rows::<2>(t0 + 2 * p));
     let zero = vdupq_n_s32(0);
     let v4i = |a: i32, b: i32, c: i32, d: i32| vld1q_s32([a, b, c, d].as_ptr());
     let v4 = |a: f32, b: f32, c: f32, d: f32| vld1q_f32([a, b, c, d].as_ptr());

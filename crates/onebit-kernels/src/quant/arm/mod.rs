@@ -64,6 +64,28 @@ pub struct Operands<'a> {
     pub cols: usize,
 }
 
+impl Operands<'_> {
+    /// The weight rows r0..r0 + N.
+    ///
+    /// # Safety
+    /// `w` holds rows r0..r0 + N (`.add` stays within it).
+    #[inline(always)]
+    pub(crate) unsafe fn w_rows<const N: usize>(&self, r0: usize) -> [*const u8; N] {
+        // SAFETY: the caller's contract.
+        core::array::from_fn(|i| unsafe { self.w.as_ptr().add((r0 + i) * self.wrb) })
+    }
+
+    /// The activation rows (tokens) t0..t0 + N.
+    ///
+    /// # Safety
+    /// `a` holds rows t0..t0 + N (`.add` stays within it).
+    #[inline(always)]
+    pub(crate) unsafe fn a_rows<const N: usize>(&self, t0: usize) -> [*const u8; N] {
+        // SAFETY: the caller's contract.
+        core::array::from_fn(|j| unsafe { self.a.as_ptr().add((t0 + j) * self.arb) })
+    }
+}
+
 /// Computes `out[t * ostride + r] = w[r] · a[t]` for r < nrows, t < ntok.
 ///
 /// # Safety

@@ -166,26 +166,12 @@ macro_rules! arm_rows {
             out: *mut f32,
             os: usize,
         ) {
-            let mut r = 0;
-            while r + 2 <= nrows {
-                let mut t = 0;
-                while t + 4 <= ntok {
-                    tile_b32_quads::<K, 2>(ops, r, t, out, os);
-                    t += 4;
-                }
-                while t + 2 <= ntok {
-                    tile_b32_quads::<K, 1>(ops, r, t, out, os);
-                    t += 2;
-                }
-                if t < ntok {
+            drive_pairs!(tile_b32_quads, K; ops, nrows, ntok, out, os;
+                |r, t| {
                     tile_b32::<K, 1>(ops, r, t, out, os);
                     tile_b32::<K, 1>(ops, r + 1, t, out, os);
-                }
-                r += 2;
-            }
-            if r < nrows {
-                drive!(tile_b32, K; ops, r..nrows, ntok, out, os);
-            }
+                };
+                |r| drive!(tile_b32, K; ops, r..nrows, ntok, out, os));
         }
 
         /// Rows r, r + 1 times tokens t0..t0 + 2P (P token pairs). Per block, the
@@ -205,16 +191,8 @@ macro_rules! arm_rows {
         ) {
             let nb = ops.cols / 32;
             let (wbb, abb, aq) = b32_sizes(K);
-            let wp = [
-                ops.w.as_ptr().add(r * ops.wrb),
-                ops.w.as_ptr().add((r + 1) * ops.wrb),
-            ];
-            let ap: [[*const u8; 2]; P] = core::array::from_fn(|p| {
-                [
-                    ops.a.as_ptr().add((t0 + 2 * p) * ops.arb),
-                    ops.a.as_ptr().add((t0 + 2 * p + 1) * ops.arb),
-                ]
-            });
+            let wp = ops.w_rows::<2>(r);
+            let ap: [[*const u8; 2]; P] = core::array::from_fn(|p| ops.a_rows::<2>(t0 + 2 * p));
             let mut facc = [[vdupq_n_f32(0.0); 8]; P];
             let f = |p: *const u8, at: usize| f16_at(core::slice::from_raw_parts(p, at + 2), at);
             let v4 = |a: f32, b: f32, c: f32, d: f32| vld1q_f32([a, b, c, d].as_ptr());
@@ -328,10 +306,8 @@ macro_rules! arm_rows {
             os: usize,
         ) {
             let bb = kq_block(K);
-            let wp: [*const u8; R] =
-                core::array::from_fn(|i| ops.w.as_ptr().add((r0 + i) * ops.wrb));
-            let ap: [*const u8; T] =
-                core::array::from_fn(|j| ops.a.as_ptr().add((t0 + j) * ops.arb));
+            let wp = ops.w_rows::<R>(r0);
+            let ap = ops.a_rows::<T>(t0);
             let zero = vdupq_n_s32(0);
             let mut acc = [vdupq_n_f32(0.0); R];
             for s in 0..ops.cols / 256 {

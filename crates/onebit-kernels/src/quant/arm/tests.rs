@@ -6,8 +6,10 @@
 //! could not run.
 
 use super::*;
-use crate::quant::test_inputs::{acts, same, weights, Rng};
-use crate::quant::{act_format, act_row_bytes, dot, quantize_act};
+use crate::quant::test_inputs::{
+    expect_few_rows, expect_same, few_rows_operands, operands, scalar_dots, Rng, QUANT_TYPES,
+};
+use crate::quant::{act_format, act_row_bytes};
 
 /// The SIMD levels this CPU runs; prints them and the ones it cannot.
 fn levels(test: &str) -> Vec<Isa> {
@@ -26,24 +28,11 @@ fn levels(test: &str) -> Vec<Isa> {
 
 fn check(levels: &[Isa], t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
     let mut rng = Rng(seed);
-    let fmt = act_format(t);
     let wrb = t.row_bytes(cols as u64).unwrap() as usize;
-    let arb = act_row_bytes(fmt, cols);
+    let arb = act_row_bytes(act_format(t), cols);
     for mode in 0..3 {
-        let w: Vec<u8> = (0..nrows)
-            .flat_map(|_| weights(&mut rng, t, cols, mode))
-            .collect();
-        let mut a = vec![0u8; ntok * arb];
-        for row in a.chunks_exact_mut(arb) {
-            quantize_act(fmt, &acts(&mut rng, cols, mode), row);
-        }
-        let mut want = vec![0f32; ntok * nrows];
-        for tk in 0..ntok {
-            for r in 0..nrows {
-                let (wr, ar) = (&w[r * wrb..(r + 1) * wrb], &a[tk * arb..(tk + 1) * arb]);
-                want[tk * nrows + r] = dot(t, wr, ar, cols);
-            }
-        }
+        let (w, a) = operands(&mut rng, t, cols, nrows, ntok, mode);
+        let want = scalar_dots(t, cols, nrows, ntok, &w, &a);
         for &isa in levels {
             let ops = Operands {
                 w: &w,
@@ -55,15 +44,7 @@ fn check(levels: &[Isa], t: GgmlType, cols: usize, nrows: usize, ntok: usize, se
             let mut got = vec![f32::NAN; ntok * nrows];
             // SAFETY: `got` has ntok * nrows elements, ostride nrows.
             unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    same(*g, *w),
-                    "{isa:?} {t} cols {cols} rows {nrows} mode {mode}: \
-                     element {i} (token {}, row {}): {g} vs scalar {w}",
-                    i / nrows,
-                    i % nrows
-                );
-            }
+            expect_same(&got, &want, &format!("{isa:?} {t}"), cols, nrows, mode);
         }
     }
 }
@@ -114,35 +95,11 @@ fn k_quants_equal_the_scalar_reference() {
 #[test]
 fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
     let levels = levels("few rows");
-    let ks: Vec<usize> = (1..=16).chain([17, 23, 33]).collect();
-    let kmax = *ks.iter().max().unwrap();
     let nrows = 7;
-    for t in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::MXFP4,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-    ] {
-        let colss: &[usize] = match t {
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => &[512],
-            _ => &[224, 640],
-        };
-        for &cols in colss {
-            let mut rng = Rng(cols as u64 * 31 + t as u64);
-            let fmt = act_format(t);
+    for t in QUANT_TYPES {
+        for (cols, w, a) in few_rows_operands(t, nrows) {
             let wrb = t.row_bytes(cols as u64).unwrap() as usize;
-            let arb = act_row_bytes(fmt, cols);
-            let w: Vec<u8> = (0..nrows)
-                .flat_map(|_| weights(&mut rng, t, cols, 0))
-                .collect();
-            let mut a = vec![0u8; kmax * arb];
-            for row in a.chunks_exact_mut(arb) {
-                quantize_act(fmt, &acts(&mut rng, cols, 0), row);
-            }
+            let arb = act_row_bytes(act_format(t), cols);
             for &isa in &levels {
                 let run = |first: usize, ntok: usize| {
                     let ops = Operands {
@@ -157,24 +114,15 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
                     unsafe { gemm(isa, t, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
                     got
                 };
-                let alone: Vec<Vec<f32>> = (0..kmax).map(|j| run(j, 1)).collect();
-                for &k in &ks {
-                    let got = run(0, k);
-                    for j in 0..k {
-                        for r in 0..nrows {
-                            let want = dot(
-                                t,
-                                &w[r * wrb..(r + 1) * wrb],
-                                &a[j * arb..(j + 1) * arb],
-                                cols,
-                            );
-                            let g = got[j * nrows + r];
-                            let what = format!("{isa:?} {t} cols {cols} k {k}: token {j} row {r}");
-                            assert!(same(g, want), "{what}: {g} vs scalar {want}");
-                            assert!(same(g, alone[j][r]), "{what}: {g} vs alone {}", alone[j][r]);
-                        }
-                    }
-                }
+                expect_few_rows(
+                    &format!("{isa:?} {t} cols {cols}"),
+                    t,
+                    cols,
+                    nrows,
+                    &w,
+                    &a,
+                    run,
+                );
             }
         }
     }

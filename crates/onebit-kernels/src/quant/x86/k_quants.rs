@@ -30,6 +30,67 @@ macro_rules! x86_k_quants {
             _mm_setr_epi32(sc_lo as i32, sc_hi as i32, m_lo as i32, m_hi as i32)
         }
 
+        /// The 64 codes of 32 code bytes `v` of a Q4_K (K = 4) or Q5_K (K =
+        /// 5) super-block, run `c` (sub-blocks 2c and 2c + 1): (low nibbles,
+        /// high nibbles); Q5_K's with their fifth bit from the qh bytes `qh`
+        /// ([`with_fifth_bits`]).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn q45_codes<const K: u8>(v: __m256i, qh: __m256i, c: usize) -> (__m256i, __m256i) {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let lo = _mm256_and_si256(v, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            if K == 5 {
+                with_fifth_bits(lo, hi, qh, c)
+            } else {
+                (lo, hi)
+            }
+        }
+
+        /// Q5_K's fifth bits on the codes of sub-blocks 2c (`lo`) and 2c + 1
+        /// (`hi`): bit 2c (2c + 1) of qh[l] is element l's fifth bit in
+        /// sub-block 2c (2c + 1), added as 0x10.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn with_fifth_bits(
+            lo: __m256i,
+            hi: __m256i,
+            qh: __m256i,
+            c: usize,
+        ) -> (__m256i, __m256i) {
+            let b = 1i8 << (2 * c);
+            (
+                _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b))),
+                _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1))),
+            )
+        }
+
+        /// Q6_K codes (0..63, before the offset of -32), byte by byte: code
+        /// vector k of byte l is the low (k < 2) or high nibble of `q1` (k
+        /// even) or `q2` (k odd) with bits 2k, 2k + 1 of `qh` on top. With
+        /// `q1`, `q2`, `qh` a half super-block's ql[64h..], ql[64h + 32..]
+        /// and qh[32h..] (standard rows; interleaved rows: the same bytes'
+        /// 4-byte units), vector k holds elements 128h + 32k...
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn q6_codes(q1: __m256i, q2: __m256i, qh: __m256i) -> [__m256i; 4] {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let m3 = _mm256_set1_epi8(3);
+            let top = |b: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(b, m3));
+            [
+                _mm256_or_si256(_mm256_and_si256(q1, m4), top(qh)),
+                _mm256_or_si256(_mm256_and_si256(q2, m4), top(_mm256_srli_epi16::<2>(qh))),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(q1), m4),
+                    top(_mm256_srli_epi16::<4>(qh)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(q2), m4),
+                    top(_mm256_srli_epi16::<6>(qh)),
+                ),
+            ]
+        }
+
         /// Byte shuffle of a 128-bit vector of eight i16 (in both halves)
         /// that broadcasts element `lo` to the low half and `hi` to the high
         /// half.
@@ -56,7 +117,6 @@ macro_rules! x86_k_quants {
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
-            let m4 = _mm256_set1_epi8(0x0F);
             // Each min twice: bytes 8..16 of `k4_scales_mins` as 16 i16.
             let dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
             let idx = [
@@ -95,16 +155,7 @@ macro_rules! x86_k_quants {
                     let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
                     let qh = if K == 5 { ld(bx.add(16)) } else { zero };
                     for c in 0..4 {
-                        let v = ld(bx.add(qo + 32 * c));
-                        let mut lo = _mm256_and_si256(v, m4);
-                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                        if K == 5 {
-                            // Bit 2c of qh[l]: element l's fifth bit in
-                            // sub-block 2c; bit 2c + 1 in sub-block 2c + 1.
-                            let b = 1i8 << (2 * c);
-                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
-                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
-                        }
+                        let (lo, hi) = q45_codes::<K>(ld(bx.add(qo + 32 * c)), qh, c);
                         let slo = _mm256_shuffle_epi8(sc16, idx[2 * c]);
                         let shi = _mm256_shuffle_epi8(sc16, idx[2 * c + 1]);
                         for j in 0..T {
@@ -375,18 +426,16 @@ macro_rules! x86_k_quants {
                     let mut shi = [zero; T];
                     for k in 0..8 {
                         let v = ld(bx.add(qo + 256 * cc + 32 * k));
-                        let mut lo = _mm256_and_si256(v, m4);
-                        let mut hi = if VNNI && K == 4 {
-                            _mm256_and_si256(v, mf0)
+                        let (lo, hi) = if VNNI && K == 4 {
+                            (_mm256_and_si256(v, m4), _mm256_and_si256(v, mf0))
                         } else {
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
+                            let qh = if K == 5 {
+                                ld(bx.add(128 + 32 * k))
+                            } else {
+                                zero
+                            };
+                            q45_codes::<K>(v, qh, cc)
                         };
-                        if K == 5 {
-                            let qh = ld(bx.add(128 + 32 * k));
-                            let b = 1i8 << (2 * cc);
-                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
-                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
-                        }
                         for t in 0..T {
                             let y = ya[t].add(4 + 64 * cc + 4 * k);
                             let ylo = _mm256_set1_epi32((y as *const i32).read_unaligned());
@@ -455,8 +504,6 @@ macro_rules! x86_k_quants {
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
-            let m4 = _mm256_set1_epi8(0x0F);
-            let m3 = _mm256_set1_epi8(3);
             // Code vector k of a half covers sub-blocks 2k (low 128 bits)
             // and 2k + 1 (high): their scales from the half's eight.
             let idx = [
@@ -491,22 +538,7 @@ macro_rules! x86_k_quants {
                         let sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64(
                             scp.add(8 * h) as *const __m128i,
                         )));
-                        let top = |b: __m256i| _mm256_slli_epi16(_mm256_and_si256(b, m3), 4);
-                        let codes = [
-                            _mm256_or_si256(_mm256_and_si256(q1, m4), top(qh)),
-                            _mm256_or_si256(
-                                _mm256_and_si256(q2, m4),
-                                top(_mm256_srli_epi16(qh, 2)),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
-                                top(_mm256_srli_epi16(qh, 4)),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m4),
-                                top(_mm256_srli_epi16(qh, 6)),
-                            ),
-                        ];
+                        let codes = q6_codes(q1, q2, qh);
                         for (k, code) in codes.iter().enumerate() {
                             let scv = _mm256_shuffle_epi8(sch, idx[k]);
                             for j in 0..T {
@@ -579,8 +611,6 @@ macro_rules! x86_k_quants {
             let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
-            let m4 = _mm256_set1_epi8(0x0F);
-            let m3 = _mm256_set1_epi8(3);
             let z = -128i8;
             // Byte b of each lane into the top of an i32 (VNNI: shifted
             // down to a sign-extended scale) or of both i16 halves.
@@ -706,23 +736,7 @@ macro_rules! x86_k_quants {
                             let u = 4 * part + uu;
                             let qa = unit(16 * h + u);
                             let qb = unit(16 * h + 8 + u);
-                            let qh = unit(32 + 8 * h + u);
-                            let top = |b: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(b, m3));
-                            let codes = [
-                                _mm256_or_si256(_mm256_and_si256(qa, m4), top(qh)),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(qb, m4),
-                                    top(_mm256_srli_epi16::<2>(qh)),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4),
-                                    top(_mm256_srli_epi16::<4>(qh)),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
-                                    top(_mm256_srli_epi16::<6>(qh)),
-                                ),
-                            ];
+                            let codes = q6_codes(qa, qb, unit(32 + 8 * h + u));
                             for (k, code) in codes.iter().enumerate() {
                                 for t in 0..T {
                                     let y = ya[t].add(4 + 128 * h + 32 * k + 4 * u) as *const i32;

@@ -4,8 +4,11 @@
 //! leaves a tail after the groups of 8.
 
 use super::*;
-use crate::quant::test_inputs::{self, acts, same, weights, Rng};
-use crate::quant::{act_format, act_row_bytes, dot, quantize_act};
+use crate::quant::test_inputs::{
+    self, expect_few_rows, expect_same, few_ks, few_rows_operands, operands, scalar_dots, weights,
+    Rng, QUANT_TYPES,
+};
+use crate::quant::{act_format, act_row_bytes, quantize_act};
 
 /// Says which SIMD levels the tests of this file run and which this CPU
 /// lacks (they are skipped, never silently).
@@ -15,16 +18,8 @@ fn say_levels(test: &str) {
 
 fn check(t: GgmlType, cols: usize, nrows: usize, ntok: usize, seed: u64) {
     let mut rng = Rng(seed);
-    let fmt = act_format(t);
-    let arb = act_row_bytes(fmt, cols);
     for mode in 0..3 {
-        let w: Vec<u8> = (0..nrows)
-            .flat_map(|_| weights(&mut rng, t, cols, mode))
-            .collect();
-        let mut a = vec![0u8; ntok * arb];
-        for row in a.chunks_exact_mut(arb) {
-            quantize_act(fmt, &acts(&mut rng, cols, mode), row);
-        }
+        let (w, a) = operands(&mut rng, t, cols, nrows, ntok, mode);
         check_rows(t, cols, nrows, ntok, &w, &a, mode);
     }
 }
@@ -36,17 +31,7 @@ fn check_rows(t: GgmlType, cols: usize, nrows: usize, ntok: usize, w: &[u8], a: 
     let wrb = t.row_bytes(cols as u64).unwrap() as usize;
     let arb = act_row_bytes(fmt, cols);
     {
-        let mut want = vec![0f32; ntok * nrows];
-        for tk in 0..ntok {
-            for r in 0..nrows {
-                want[tk * nrows + r] = dot(
-                    t,
-                    &w[r * wrb..(r + 1) * wrb],
-                    &a[tk * arb..(tk + 1) * arb],
-                    cols,
-                );
-            }
-        }
+        let want = scalar_dots(t, cols, nrows, ntok, w, a);
         let (wk, ak, parb) = if packs(t) {
             // The whole matrix: per row, or (Q4_0) groups of 8 rows
             // interleaved and the rest per row.
@@ -101,18 +86,6 @@ fn check_rows(t: GgmlType, cols: usize, nrows: usize, ntok: usize, w: &[u8], a: 
             unsafe { gemm(isa, t, true, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
             expect_same(&got, &want, &format!("{isa:?} wide {t}"), cols, nrows, mode);
         }
-    }
-}
-
-fn expect_same(got: &[f32], want: &[f32], what: &str, cols: usize, nrows: usize, mode: u32) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            same(*g, *w),
-            "{what} cols {cols} rows {nrows} mode {mode}: \
-             element {i} (token {}, row {}): {g} vs scalar {w}",
-            i / nrows,
-            i % nrows
-        );
     }
 }
 
@@ -192,35 +165,13 @@ fn k_quants_equal_the_scalar_reference() {
 #[test]
 fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
     say_levels("few_rows_equal_the_scalar_reference_and_each_row_alone");
-    let ks: Vec<usize> = (1..=16).chain([17, 23, 33]).collect();
-    let kmax = *ks.iter().max().unwrap();
+    let kmax = *few_ks().iter().max().unwrap();
     let nrows = 19;
-    for t in [
-        GgmlType::Q4_0,
-        GgmlType::Q5_0,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-        GgmlType::Q8_0,
-        GgmlType::Q4_1,
-        GgmlType::MXFP4,
-    ] {
-        let colss: &[usize] = match t {
-            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => &[512],
-            _ => &[224, 640],
-        };
-        for &cols in colss {
-            let mut rng = Rng(cols as u64 * 31 + t as u64);
+    for t in QUANT_TYPES {
+        for (cols, w, a) in few_rows_operands(t, nrows) {
             let fmt = act_format(t);
             let wrb = t.row_bytes(cols as u64).unwrap() as usize;
             let arb = act_row_bytes(fmt, cols);
-            let w: Vec<u8> = (0..nrows)
-                .flat_map(|_| weights(&mut rng, t, cols, 0))
-                .collect();
-            let mut a = vec![0u8; kmax * arb];
-            for row in a.chunks_exact_mut(arb) {
-                quantize_act(fmt, &acts(&mut rng, cols, 0), row);
-            }
             let mut wk = vec![0u8; w.len() + PAD];
             pack_weight_rows(t, &w, wrb, &mut wk[..w.len()]);
             let (ak, parb) = if packs(t) {
@@ -247,24 +198,15 @@ fn few_rows_equal_the_scalar_reference_and_each_row_alone() {
                     unsafe { gemm(isa, t, false, &ops, nrows, ntok, got.as_mut_ptr(), nrows) };
                     got
                 };
-                let alone: Vec<Vec<f32>> = (0..kmax).map(|j| run(j, 1)).collect();
-                for &k in &ks {
-                    let got = run(0, k);
-                    for j in 0..k {
-                        for r in 0..nrows {
-                            let want = dot(
-                                t,
-                                &w[r * wrb..(r + 1) * wrb],
-                                &a[j * arb..(j + 1) * arb],
-                                cols,
-                            );
-                            let g = got[j * nrows + r];
-                            let what = format!("{isa:?} {t} cols {cols} k {k}: token {j} row {r}");
-                            assert!(same(g, want), "{what}: {g} vs scalar {want}");
-                            assert!(same(g, alone[j][r]), "{what}: {g} vs alone {}", alone[j][r]);
-                        }
-                    }
-                }
+                expect_few_rows(
+                    &format!("{isa:?} {t} cols {cols}"),
+                    t,
+                    cols,
+                    nrows,
+                    &w,
+                    &a,
+                    run,
+                );
             }
         }
     }
@@ -323,16 +265,7 @@ fn wide_kernels_equal_the_scalar_reference_across_cache_blocks() {
 #[test]
 fn extreme_codes_and_activations_stay_exact() {
     say_levels("extreme_codes_and_activations_stay_exact");
-    for t in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::MXFP4,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-    ] {
+    for t in QUANT_TYPES {
         let cols = 512;
         let (nrows, ntok) = (9, 3);
         let fmt = act_format(t);

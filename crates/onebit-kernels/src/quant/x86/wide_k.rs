@@ -29,7 +29,6 @@ macro_rules! x86_wide_k {
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn expand_k_row<const K: u8>(src: *const u8, cols: usize, dst: *mut u8) {
-            let m4 = _mm256_set1_epi8(0x0F);
             let mut runs = [0u32; 64];
             let rp = runs.as_mut_ptr() as *mut u8;
             for s in 0..cols / 256 {
@@ -53,16 +52,7 @@ macro_rules! x86_wide_k {
                         _mm256_setzero_si256()
                     };
                     for c in 0..4 {
-                        let v = ld(bx.add(qo + 32 * c));
-                        let mut lo = _mm256_and_si256(v, m4);
-                        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                        if K == 5 {
-                            // Bit 2c (2c + 1) of qh[l]: the fifth bit of
-                            // element l of sub-block 2c (2c + 1).
-                            let b = 1i8 << (2 * c);
-                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
-                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
-                        }
+                        let (lo, hi) = q45_codes::<K>(ld(bx.add(qo + 32 * c)), qh, c);
                         _mm256_storeu_si256(rp.add(64 * c) as *mut __m256i, lo);
                         _mm256_storeu_si256(rp.add(64 * c + 32) as *mut __m256i, hi);
                     }
@@ -80,27 +70,12 @@ macro_rules! x86_wide_k {
                     (d.add(356) as *mut f32).write_unaligned(f16v(bx.add(2)));
                 } else {
                     let bx = src.add(s * 210);
-                    let m3 = _mm256_set1_epi8(3);
                     for h in 0..2 {
-                        let q1 = ld(bx.add(64 * h));
-                        let q2 = ld(bx.add(64 * h + 32));
-                        let qh = ld(bx.add(128 + 32 * h));
-                        let top = |b: __m256i| _mm256_slli_epi16(_mm256_and_si256(b, m3), 4);
-                        let codes = [
-                            _mm256_or_si256(_mm256_and_si256(q1, m4), top(qh)),
-                            _mm256_or_si256(
-                                _mm256_and_si256(q2, m4),
-                                top(_mm256_srli_epi16(qh, 2)),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
-                                top(_mm256_srli_epi16(qh, 4)),
-                            ),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m4),
-                                top(_mm256_srli_epi16(qh, 6)),
-                            ),
-                        ];
+                        let codes = q6_codes(
+                            ld(bx.add(64 * h)),
+                            ld(bx.add(64 * h + 32)),
+                            ld(bx.add(128 + 32 * h)),
+                        );
                         for (k, v) in codes.iter().enumerate() {
                             _mm256_storeu_si256(rp.add(128 * h + 32 * k) as *mut __m256i, *v);
                         }
@@ -461,7 +436,6 @@ macro_rules! x86_wide_k {
         #[inline]
         unsafe fn expand_q4_kx8<const K: u8>(ops: &Operands, g: usize, dst: *mut u8) {
             let grp = ops.w.as_ptr().add(g * 8 * ops.wrb);
-            let m4 = _mm256_set1_epi8(0x0F);
             for s in 0..ops.cols / 256 {
                 let gp = grp.add(s * if K == 5 { super::Q5K_X8 } else { super::Q4K_X8 });
                 let d = dst.add(s * super::body::WIDE_KX8);
@@ -474,14 +448,12 @@ macro_rules! x86_wide_k {
                         // 2c + 1 of qh bytes 4k.. (unit 3 + k).
                         let u0 = if K == 5 { 11 } else { 3 };
                         let v = ld(gp.add(32 + 32 * (u0 + 8 * c + k)));
-                        let mut lo = _mm256_and_si256(v, m4);
-                        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-                        if K == 5 {
-                            let qh = ld(gp.add(32 + 32 * (3 + k)));
-                            let b = 1i8 << (2 * c);
-                            lo = _mm256_or_si256(lo, sel_bits(qh, _mm256_set1_epi8(b)));
-                            hi = _mm256_or_si256(hi, sel_bits(qh, _mm256_set1_epi8(b << 1)));
-                        }
+                        let qh = if K == 5 {
+                            ld(gp.add(32 + 32 * (3 + k)))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let (lo, hi) = q45_codes::<K>(v, qh, c);
                         st(32 * (16 * c + k), lo);
                         st(32 * (16 * c + 8 + k), hi);
                     }
