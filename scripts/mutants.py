@@ -181,7 +181,7 @@ MUTANTS = [
 GPT_OSS_TESTS = ["-p", "onebit-model", "--test", "golden", "f32_weights"]
 OPS = "crates/onebit-kernels/src/ops.rs"
 MUTANTS += [
-    ("gpt-oss: attention sinks off", ATTENTION, "aw.sinks.as_deref(),", "None,", GPT_OSS_TESTS),
+    ("gpt-oss: attention sinks off", ATTENTION, "cap, aw.sinks.as_deref());", "cap, None);", GPT_OSS_TESTS),
     ("gpt-oss: swiglu_oai clamp off", OPS,
      "pub const SWIGLU_OAI_LIMIT: f32 = 7.0;", "pub const SWIGLU_OAI_LIMIT: f32 = 1e30;", GPT_OSS_TESTS),
     ("gpt-oss: swiglu_oai +1 on up off (AVX2 lanes)", OPS,
@@ -345,7 +345,7 @@ MUTANTS += [
      "        Mask::Bidirectional,", "        Mask::Causal,", EMBED_TESTS),
     ("gemma-embedding: no dense pooled head", GEMB,
      "s.pooled_head = Sourced::new(head, src);", "s.pooled_head = Sourced::new(Vec::new(), src); let _ = head;", EMBED_TESTS),
-    ("gemma-embedding: last instead of mean pooling", "crates/onebit-serve/src/embed.rs",
+    ("gemma-embedding: last instead of mean pooling", "crates/onebit-serve/src/pooling.rs",
      "Some(1) => (PoolKind::Mean", "Some(1) => (PoolKind::Last", EMBED_TESTS),
     ("gemma-embedding: symmetric window not halved", ATTENTION,
      "(p.saturating_sub(w / 2), (p + w / 2 + 1).min(end))", "(p.saturating_sub(w), (p + w + 1).min(end))", EMBED_TESTS),
