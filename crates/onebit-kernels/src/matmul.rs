@@ -34,7 +34,7 @@ use std::sync::{Arc, OnceLock};
 use onebit_formats::{blocks, ByteView, GgmlType};
 
 use crate::arena::Slot;
-use crate::pool::Pool;
+use crate::pool::{OutPtr, Pool};
 use crate::quant::{self, ActFormat};
 
 #[cfg(target_arch = "x86_64")]
@@ -329,14 +329,6 @@ fn kernel_rows<'a>(w: &'a QMatrix, pool: &Pool, layout: ActLayout) -> &'a [u8] {
     let _ = (pool, layout);
     &w.data
 }
-
-/// A pointer to the output that several threads write disjoint elements of.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: only used to write elements that no other thread reads or writes
-// during the call (each chunk owns its rows); the buffer outlives the call.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 /// A pointer to a byte buffer that several threads fill disjoint parts of.
 #[derive(Clone, Copy)]

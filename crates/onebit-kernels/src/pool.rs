@@ -27,10 +27,20 @@
 //! sharing one pool) run on the calling thread alone rather than wait.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+/// An output buffer that several of the pool's threads write disjoint
+/// elements of (each chunk owns its own rows or tiles).
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+// SAFETY: a kernel only hands it to chunks that each write elements no
+// other chunk reads or writes during the call, into a buffer that outlives
+// the call; the pointer itself is plain data.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
 
 /// An op as the workers see it: called with a chunk index.
 type JobRef<'a> = &'a (dyn Fn(usize) + Sync + 'a);
@@ -213,6 +223,15 @@ impl Pool {
         // sees the op closed and leaves without touching it, or we see it
         // counted and wait.
         sh.open.0.store(0, Ordering::SeqCst);
+        // A full fence between the close and the reads of `active` (Dekker's
+        // store-then-load). SeqCst on the two accesses alone orders them in
+        // the language's model and on aarch64 hardware (stlr, then ldar), but
+        // once, under qemu-aarch64 on an x86 host (CI, test-arm), a worker
+        // found `job` null after seeing the op open: qemu's translation of
+        // stlr/ldar need not fence a store from a later load, and x86 lets the
+        // load pass the buffered store. A fence (dmb ish; mfence under qemu)
+        // orders them under any translation, once per op.
+        fence(Ordering::SeqCst);
         spin_until(|| sh.active.0.load(Ordering::SeqCst) == 0);
         sh.job.store(std::ptr::null_mut(), Ordering::Relaxed);
         if sh.panicked.swap(false, Ordering::Relaxed) {
@@ -290,6 +309,8 @@ fn worker(sh: &Shared) {
         }
         seen = id;
         sh.active.0.fetch_add(1, Ordering::SeqCst);
+        // The other half of the close's fence (see `for_each_chunk`).
+        fence(Ordering::SeqCst);
         if sh.open.0.load(Ordering::SeqCst) == id {
             let p = sh.job.load(Ordering::Relaxed);
             // SAFETY: we are counted in `active` and saw op `id` still open
