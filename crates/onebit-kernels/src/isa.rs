@@ -133,6 +133,29 @@ impl Isa {
         )
     }
 
+    /// Whether the CPU's vendor is Intel (CPUID leaf 0 names
+    /// "GenuineIntel"). Kernel choices that measured differently on Intel
+    /// and AMD cores consult it (see `matmul::wide_from`); it never changes
+    /// a result, only which bit-identical kernel computes it. Detected once.
+    pub fn intel() -> bool {
+        static INTEL: OnceLock<bool> = OnceLock::new();
+        *INTEL.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let r = std::arch::x86_64::__cpuid(0);
+                let mut v = [0u8; 12];
+                v[..4].copy_from_slice(&r.ebx.to_le_bytes());
+                v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+                v[8..].copy_from_slice(&r.ecx.to_le_bytes());
+                &v == b"GenuineIntel"
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                false
+            }
+        })
+    }
+
     /// The best supported level, or the one `ONEBIT_ISA` names (scalar,
     /// avx2, avx512, neon, dotprod, i8mm) when this CPU supports it; a name
     /// this CPU cannot run, or does not know, is reported on stderr and the

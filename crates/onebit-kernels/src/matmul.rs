@@ -295,10 +295,22 @@ enum ActLayout {
 /// every token: the wide kernel sums (w + 128) * y instead); at 8 the
 /// interleaved ones (Q4_0, Q5_0, Q4_K, Q6_K) 0.5-1.2x, Q4_1 1.0-2.0x; at 16
 /// the interleaved ones 0.6-1.7x.
+///
+/// Q4_K on Intel runs the few-row kernels at every width. On an Intel Xeon
+/// (Sapphire Rapids class VM, 2 threads, quiet, examples/kernels.rs at
+/// AVX-512, alternating binaries) the few-row Q4_K kernel held 156-169
+/// GMAC/s from 8 to 512 tokens, while the wide one took 3.0-5.9 ms against
+/// 1.3 ms at 16 tokens (Qwen2.5-1.5B ffn up, 8960 x 1536) and 121-137
+/// GMAC/s against 154-159 at 512; AVX2 the same (156 / 145 GMAC/s at 16 /
+/// 512 few-row). A Qwen2.5-Coder-1.5B forward of 16 rows cost 6.7x one
+/// row with the wide kernel. The wide kernel stays the choice elsewhere (it
+/// gave the Zen 4 table's Q4_K prefill); both equal the scalar reference
+/// bit for bit, so the choice never changes a result.
 fn wide_from(t: GgmlType) -> usize {
     match t {
         GgmlType::Q8_0 => 4,
         GgmlType::Q4_1 => 8,
+        GgmlType::Q4K if Isa::intel() => usize::MAX,
         _ => 16,
     }
 }
