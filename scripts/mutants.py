@@ -555,6 +555,70 @@ MUTANTS += [
 ]
 
 
+# The F16 weight kernels (their tests: every level against the scalar
+# reference bit for bit, on partial tiles, panels and input blocks; each row
+# against the row alone); run: scripts/mutants.py f16mm:
+F16_MOD = "crates/onebit-kernels/src/f16mm/mod.rs"
+F16_X86 = "crates/onebit-kernels/src/f16mm/x86.rs"
+F16_TESTS = ["-p", "onebit-kernels", "--lib", "f16mm::"]
+MUTANTS += [
+    ("f16mm: AVX-512 multiply then add, unfused (each step rounded twice)", F16_X86,
+     "acc[i][v] = _mm512_fmadd_ps(w[v], xv, acc[i][v]);",
+     "acc[i][v] = _mm512_add_ps(_mm512_mul_ps(w[v], xv), acc[i][v]);", F16_TESTS),
+    ("f16mm: AVX2 upper 8 columns weighted by the lower 8's weights", F16_X86,
+     "acc[i][1] = _mm256_fmadd_ps(w1, xv, acc[i][1]);", "acc[i][1] = _mm256_fmadd_ps(w0, xv, acc[i][1]);",
+     F16_TESTS),
+    ("f16mm: the second panel of an AVX-512 tile reads the first panel (wrong column panel)", F16_X86,
+     "a.w.add(v * a.ps + k * NR) as *const __m256i", "a.w.add(k * NR) as *const __m256i", F16_TESTS),
+    ("f16mm: a partial row tile skips its last row", F16_MOD,
+     "(tiles.run)(&a, m, np);", "(tiles.run)(&a, if m < tiles.mr { m.max(2) - 1 } else { m }, np);", F16_TESTS),
+    ("f16mm: each input block restarts the chain from zero", F16_MOD,
+     "first: k0 == 0,", "first: true,", F16_TESTS),
+    ("f16mm: the partial last panel's results not copied back", F16_MOD,
+     "*o.add(i * rows + j) = tmp[i * ts + j];", "let _ = tmp[i * ts + j];", F16_TESTS),
+    ("f16mm: the reference sums unfused", F16_MOD,
+     "acc = f16_to_f32(wk).mul_add(xk, acc);", "acc += f16_to_f32(wk) * xk;", F16_TESTS),
+]
+
+
+# The all-keys attention kernel (its tests: every level against its reference
+# bit for bit, partial tiles and blocks); run: scripts/mutants.py attend_full:
+FULL = "crates/onebit-kernels/src/attention/full.rs"
+FULL_TESTS = ["-p", "onebit-kernels", "--lib", "attention::full::"]
+MUTANTS += [
+    ("attend_full: AVX-512 scores multiply then add, unfused", FULL,
+     "*ri = _mm512_fmadd_ps(_mm512_set1_ps(*qp.add(i)), kv, *ri);",
+     "*ri = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(*qp.add(i)), kv), *ri);", FULL_TESTS),
+    ("attend_full: the running max restarts at each block", FULL,
+     "    let mut mn = m;\n    for &x in si.iter() {",
+     "    let mut mn = f32::NEG_INFINITY;\n    for &x in si.iter() {", FULL_TESTS),
+    ("attend_full: earlier blocks' value sums not rescaled", FULL,
+     "*x = s * alpha[i];", "*x = s;", FULL_TESTS),
+    ("attend_full: a partial tile's last row computed from its neighbour's query", FULL,
+     "let qr = &c.q[(r0 + i.min(rows - 1)) * nh * dk + h * dk..][..dk];",
+     "let qr = &c.q[(r0 + i.min(rows.saturating_sub(2))) * nh * dk + h * dk..][..dk];", FULL_TESTS),
+    ("attend_full: the last key of a partial score tile dropped", FULL,
+     "let w = L.min(kn - j0);", "let w = if kn - j0 < L { kn - j0 - 1 } else { L };", FULL_TESTS),
+    ("attend_full: AVX-512 softmax's running max restarts at each block", FULL,
+     "let mut mx = _mm512_set1_ps(m);", "let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);", FULL_TESTS),
+    ("attend_full: AVX-512 softmax leaves a partial block's tail out of the sum", FULL,
+     "sum = _mm512_mask_add_ps(sum, tail, sum, e);", "sum = _mm512_mask_add_ps(sum, 0, sum, e);", FULL_TESTS),
+    ("attend_full: a key lands in its neighbour's lane of the transposed tile", FULL,
+     "+ d * L + j % L) = x", "+ d * L + (j + 1) % L) = x", FULL_TESTS),
+    ("attend_full: AVX2 softmax leaves a partial block's tail out of the sum", FULL,
+     "            lanes[j] += *x;\n", "", FULL_TESTS),
+    ("attend_full: AVX2 value tile's second pass weighted by the first pass's rows", FULL,
+     "let pj = _mm256_set1_ps(*p.add((h0 + i) * KB + j));", "let pj = _mm256_set1_ps(*p.add(i * KB + j));", FULL_TESTS),
+    ("attend_full: AVX2 score tile's upper 8 keys scored against the lower 8", FULL,
+     "ri[1] = _mm256_fmadd_ps(q, k1, ri[1]);", "ri[1] = _mm256_fmadd_ps(q, k0, ri[1]);", FULL_TESTS),
+    ("attend_full: the parallel K/V copy leaves the last key of each run behind", FULL,
+     "((run + 1) * L * COPY_TILES).min(n)", "((run + 1) * L * COPY_TILES - 1).min(n)", FULL_TESTS),
+    ("exp16: scores below the range not flushed to zero", "crates/onebit-kernels/src/ops.rs",
+     "_mm512_maskz_mov_ps(!below, ", "_mm512_maskz_mov_ps(0xFFFF, ",
+     ["-p", "onebit-kernels", "--lib", "ops::tests::exp_and"]),
+]
+
+
 def main():
     pick = sys.argv[1] if len(sys.argv) > 1 else ""
     survived = 0

@@ -41,7 +41,7 @@ trap 'rm -f "$log"' EXIT
 # printed about levels, and checks the quantizers ran at level $3.
 kernel_tests() {
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner $1" ONEBIT_ISA=$2 \
-        cargo test -q "${cross[@]}" "${kernels[@]}" -- quant:: matmul:: --nocapture >"$log" 2>&1 ||
+        cargo test -q "${cross[@]}" "${kernels[@]}" -- quant:: matmul:: f16mm:: attention::full:: pool:: --nocapture >"$log" 2>&1 ||
         { cat "$log"; echo "test-arm: kernel tests failed (qemu cpu $1, ONEBIT_ISA=$2)"; exit 1; }
     grep -E 'levels|SIMD quantizers|ONEBIT_ISA|test result' "$log" | sed 's/^\.*//' | sort -u | sed 's/^/    /'
     if [ "$3" = scalar ]; then

@@ -3,7 +3,10 @@
 //!
 //! cargo run --release -p onebit-kernels --example kernels -- [threads=1] [isa: scalar|avx2|avx512|neon|dotprod|i8mm] [tokens=1,64,512] [filter]
 //!
-//! `filter` keeps the cases whose description contains it (e.g. `Qwen`).
+//! `filter` keeps the cases whose description contains it (e.g. `Qwen`);
+//! `vision` times the vision tower's two kernels instead, at SigLIP So400m's
+//! 896 px shapes (4,096 patches): `attend_full` over 16 heads of 72 and
+//! `f16mm` on the 4304 x 1152 MLP matrix, as GFLOP/s.
 //! With 1 thread the line also gives the best on-CPU time of the calling
 //! thread (Linux's /proc/thread-self/schedstat): on a loaded machine the
 //! wall time includes the time the thread waited for a core, that does not.
@@ -15,7 +18,8 @@
 use std::time::Instant;
 
 use onebit_formats::{ByteView, GgmlType};
-use onebit_kernels::{matmul, Pool, Precision, QMatrix};
+use onebit_kernels::attention::{attend_full, AttnShape};
+use onebit_kernels::{matmul, F16Matrix, Pool, Precision, QMatrix};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -53,6 +57,10 @@ fn main() {
         s.split(',').map(|t| t.parse().unwrap()).collect()
     });
     let filter = args.get(4).cloned().unwrap_or_default();
+    if filter == "vision" {
+        vision(&pool, threads);
+        return;
+    }
     let mut seed = 1u64;
     for (t, rows, cols, what) in cases {
         if !what.contains(filter.as_str()) {
@@ -112,6 +120,65 @@ fn main() {
             );
         }
     }
+}
+
+/// The vision kernels at SigLIP So400m 896 px: best of 3 wall times, and
+/// with one thread the best on-CPU time.
+fn vision(pool: &Pool, threads: usize) {
+    let n = 4096;
+    let (nh, dh) = (16, 72);
+    let f = |i: usize| ((i * 7919 % 10007) as f32 / 10007.0 - 0.5) * 2.0;
+    let time = |what: &str, flop: f64, run: &mut dyn FnMut()| {
+        let (mut best, mut best_cpu) = (f64::MAX, f64::MAX);
+        for _ in 0..3 {
+            let c0 = cpu_ns();
+            let t0 = Instant::now();
+            run();
+            best = best.min(t0.elapsed().as_secs_f64());
+            if let (Some(a), Some(b)) = (c0, cpu_ns()) {
+                best_cpu = best_cpu.min((b - a) as f64 * 1e-9);
+            }
+        }
+        let cpu = if threads == 1 {
+            format!(
+                "  on-CPU {:8.1} ms {:6.1} GFLOP/s",
+                best_cpu * 1e3,
+                flop / best_cpu / 1e9
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "{what:34}: {:8.1} ms {:6.1} GFLOP/s{cpu}",
+            best * 1e3,
+            flop / best / 1e9
+        );
+    };
+    let s = AttnShape {
+        n_head: nh,
+        n_head_kv: nh,
+        head_dim_k: dh,
+        head_dim_v: dh,
+    };
+    let q: Vec<f32> = (0..n * nh * dh).map(f).collect();
+    let k: Vec<f32> = (0..n * nh * dh).map(|i| f(i + 3)).collect();
+    let v: Vec<f32> = (0..n * nh * dh).map(|i| f(i + 7)).collect();
+    let mut out = vec![0f32; n * nh * dh];
+    let flop = 4.0 * (n * n * nh * dh) as f64;
+    time("attend_full 4096 x 16 heads x 72", flop, &mut || {
+        attend_full(pool, s, &q, &k, &v, n, 0.1, &mut out)
+    });
+    let (rows, cols) = (4304, 1152);
+    let bits: Vec<u16> = (0..rows * cols)
+        .map(|i| half::f16::from_f32(f(i) * 0.05).to_bits())
+        .collect();
+    let w = F16Matrix::from_bits(rows, cols, &bits);
+    let x: Vec<f32> = (0..n * cols).map(f).collect();
+    let mut y = vec![0f32; n * rows];
+    let flop = 2.0 * (n * rows * cols) as f64;
+    time("f16mm 4096 x 4304 x 1152", flop, &mut || {
+        w.matmul(pool, &x, n, &mut y)
+    });
 }
 
 /// Nanoseconds the calling thread has run on a CPU, if the OS says.

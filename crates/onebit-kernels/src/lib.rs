@@ -4,6 +4,7 @@
 
 mod arena;
 pub mod attention;
+pub mod f16mm;
 pub mod isa;
 pub mod kv;
 pub mod matmul;
@@ -12,6 +13,7 @@ pub mod pool;
 pub mod quant;
 pub mod rope;
 
+pub use f16mm::F16Matrix;
 pub use isa::Isa;
 pub use matmul::{matmul, matmul_each, matmul_many, Precision, QMatrix};
 pub use pool::Pool;

@@ -219,8 +219,33 @@ pub fn glu_par(pool: &Pool, act: GluAct, gate: &mut [f32], up: &[f32]) {
     });
 }
 
+/// `x[i] = gelu_tanh(x[i])`, eight lanes at a time where AVX2 runs (the
+/// same bits as [`gelu_tanh`] for every element).
+pub fn gelu_tanh_inplace(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Isa::Avx2 {
+        // SAFETY: level() >= Avx2 means AVX2, FMA and F16C were detected.
+        return unsafe { avx2::gelu(x) };
+    }
+    x.iter_mut().for_each(|v| *v = gelu_tanh(*v));
+}
+
+/// [`gelu_tanh_inplace`] over the pool, in chunks of whole elements (the
+/// result does not depend on the split): a vision tower's MLP activation.
+pub fn gelu_tanh_par(pool: &Pool, x: &mut [f32]) {
+    if x.len() <= PAR_CHUNK || pool.threads() == 1 {
+        return gelu_tanh_inplace(x);
+    }
+    let parts: Vec<std::sync::Mutex<&mut [f32]>> =
+        x.chunks_mut(PAR_CHUNK).map(std::sync::Mutex::new).collect();
+    pool.for_each_chunk(parts.len(), |i| {
+        let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+        gelu_tanh_inplace(&mut part);
+    });
+}
+
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use super::*;
     use core::arch::x86_64::*;
 
@@ -305,6 +330,24 @@ mod avx2 {
         _mm256_mul_ps(glu, _mm256_add_ps(y, _mm256_set1_ps(1.0)))
     }
 
+    /// `x[i] = gelu_tanh(x[i])`.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn gelu(x: &mut [f32]) {
+        let n8 = x.len() / 8 * 8;
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= n8 <= x.len().
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                _mm256_storeu_ps(p, gelu8(_mm256_loadu_ps(p)));
+            }
+            i += 8;
+        }
+        for v in &mut x[n8..] {
+            *v = gelu_tanh(*v);
+        }
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub fn glu(act: GluAct, gate: &mut [f32], up: &[f32]) {
         let n = gate.len().min(up.len());
@@ -326,6 +369,46 @@ mod avx2 {
             i += 8;
         }
         glu_scalar(act, &mut gate[n8..n], &up[n8..n]);
+    }
+}
+
+/// [`exp_fast`] on sixteen lanes, for kernels compiled at the AVX-512 level
+/// (the attention tile's softmax): the same operations in the same order
+/// as [`exp_fast`] and `avx2::exp8`, so the same bits per lane.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use super::*;
+    use core::arch::x86_64::*;
+
+    /// `exp_fast` of each lane.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline]
+    pub fn exp16(x: __m512) -> __m512 {
+        // Ordered compare: false for NaN, which then stays NaN below.
+        let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(EXP_LO));
+        // vminps(a, b) returns b when either is NaN: (HI, x) keeps a NaN x.
+        let x = _mm512_min_ps(_mm512_set1_ps(EXP_HI), x);
+        let x = _mm512_max_ps(_mm512_set1_ps(EXP_LO), x);
+        let magic = _mm512_set1_ps(ROUND_MAGIC);
+        let t = _mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), magic);
+        let n = _mm512_sub_ps(t, magic);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let mut p = _mm512_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let e = _mm512_add_ps(
+            _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+            _mm512_set1_ps(1.0),
+        );
+        let ni = _mm512_sub_epi32(
+            _mm512_castps_si512(t),
+            _mm512_set1_epi32(ROUND_MAGIC.to_bits() as i32),
+        );
+        let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(ni, _mm512_set1_epi32(127)));
+        // +0.0 where x was below the range, as `exp_fast`'s `0.0`.
+        _mm512_maskz_mov_ps(!below, _mm512_mul_ps(e, _mm512_castsi512_ps(bits)))
     }
 }
 
@@ -521,6 +604,23 @@ mod tests {
                 assert!(same, "AVX2 exp differs from scalar at offset {start}");
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx512.supported() {
+            use core::arch::x86_64::*;
+            for c in x.chunks_exact(16) {
+                let mut got = [0f32; 16];
+                // SAFETY: Avx512.supported() means AVX-512F, AVX2 and FMA
+                // were detected; `c` and `got` hold 16 f32 each.
+                unsafe {
+                    let v = _mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), _mm512_set1_ps(1.5));
+                    _mm512_storeu_ps(got.as_mut_ptr(), avx512::exp16(v));
+                }
+                for (g, &v) in got.iter().zip(c) {
+                    let w = exp_fast(v - 1.5);
+                    assert_eq!(g.to_bits(), w.to_bits(), "AVX-512 exp of {v} - 1.5");
+                }
+            }
+        }
         // softmax against f64, on values a softmax sees.
         let mut s: Vec<f32> = (0..77).map(|i| f(i) / 20.0).collect();
         let m = s
@@ -538,6 +638,35 @@ mod tests {
                 e / z
             );
         }
+    }
+
+    /// `gelu_tanh_inplace` (AVX2 where it runs) and `gelu_tanh_par` give
+    /// `gelu_tanh`'s bits for every element, every offset into the lanes.
+    #[test]
+    fn gelu_inplace_and_parallel_equal_the_scalar_function() {
+        let n = 40_000 + 5;
+        let mut x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 10007) as f32 / 10007.0 - 0.5) * 24.0)
+            .collect();
+        x[3] = f32::NAN;
+        x[4] = f32::INFINITY;
+        x[5] = f32::NEG_INFINITY;
+        x[6] = -0.0;
+        x[7] = 1e-40;
+        let want: Vec<u32> = x.iter().map(|&v| gelu_tanh(v).to_bits()).collect();
+        for start in 0..9 {
+            let mut got = x[start..].to_vec();
+            gelu_tanh_inplace(&mut got);
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want[start..], "offset {start} at {:?}", level());
+        }
+        for threads in [1, 2, 3] {
+            let mut got = x.clone();
+            gelu_tanh_par(&Pool::new(threads), &mut got);
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{threads} threads");
+        }
+        eprintln!("gelu ran at {:?}; {}", level(), Isa::levels_line());
     }
 
     #[test]

@@ -54,16 +54,22 @@
 //! 1 - e^(sink - m') / l' instead of 1. A sink of -inf changes no bit.
 //!
 //! Files: `scalar.rs` the reference, `x86.rs` the AVX2/AVX-512 kernels and
-//! the FMA fold, this file the dispatch and the work split over threads.
+//! the FMA fold, this file the dispatch and the work split over threads;
+//! `full.rs` a separate kernel for rows that all see every key both ways
+//! (a vision tower's patches), tiled like a matrix product, with its own
+//! reference.
 
 use crate::isa::Isa;
 use crate::kv::KvView;
 use crate::pool::Pool;
 use std::ops::Range;
 
+mod full;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+pub use full::{attend_full, attend_full_at, attend_full_reference};
 
 use scalar::{block_scalar, combine, finish};
 
