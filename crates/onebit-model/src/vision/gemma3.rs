@@ -12,7 +12,8 @@
 //!   per patch in row-major patch order).
 //! - Pre-LN blocks (LayerNorm with bias, eps `attention.layer_norm_epsilon`):
 //!   x += attn_out(softmax(q k^T / sqrt(head_dim)) v) over every patch
-//!   (no mask, no RoPE), q/k/v/out with biases; x += ffn_down(act(ffn_up(x))),
+//!   (no mask, no RoPE; `attention::attend_full`, every row seeing every
+//!   patch, tiled like a matrix product), q/k/v/out with biases; x += ffn_down(act(ffn_up(x))),
 //!   act GELU(tanh) when `clip.use_gelu`, else llama.cpp's default GELU-quick.
 //! - `v.post_ln` (LayerNorm), then average pooling of the patch grid by
 //!   `n_merge` x `n_merge` (4 unless `projector.scale_factor` says; llama.cpp's
@@ -25,14 +26,15 @@
 //!   (mtmd's `mtmd_decode_use_non_causal` is true for gemma3), and the
 //!   template puts `<start_of_image>` before them and `<end_of_image>` after.
 //!
-//! Weights may be F32, F16 or BF16 and are widened to F32 at load; the
-//! matmuls are F32 (F16 SIMD kernels are a later step).
+//! Weights may be F32, F16 or BF16. F16 matrices stay F16 in memory and
+//! run `onebit_kernels::f16mm` (widened in registers, f32 fused chains);
+//! BF16 ones, and every vector, are widened to F32 at load, and F32 and
+//! BF16 matrices run `matmul` at `Precision::Float`.
 
 use onebit_formats::{blocks, ByteView, GgmlType};
-use onebit_kernels::attention::{attend_rows, AttnShape};
-use onebit_kernels::kv::KvView;
-use onebit_kernels::ops::{gelu_tanh, rmsnorm_inplace};
-use onebit_kernels::{matmul, Pool, Precision, QMatrix};
+use onebit_kernels::attention::{attend_full, AttnShape};
+use onebit_kernels::ops::{gelu_tanh_par, rmsnorm_inplace};
+use onebit_kernels::{matmul, F16Matrix, Pool, Precision, QMatrix};
 
 use super::{ImageEmbeddings, ImageMarkers, Preprocess, ResizeFilter, TowerTensors};
 use crate::error::{ModelError, Result};
@@ -109,10 +111,16 @@ pub enum Act {
 
 impl Act {
     /// The activation over every element.
-    pub fn apply(self, x: &mut [f32]) {
+    /// In place on `x`, over the pool (elementwise: the split changes no bit).
+    pub fn apply(self, pool: &Pool, x: &mut [f32]) {
         match self {
-            Act::GeluTanh => x.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-            Act::GeluQuick => x.iter_mut().for_each(|v| *v /= 1.0 + (-1.702 * *v).exp()),
+            Act::GeluTanh => gelu_tanh_par(pool, x),
+            Act::GeluQuick => {
+                let n = x.len();
+                par_rows(pool, n, [1], [x], |_, [xs]| {
+                    xs.iter_mut().for_each(|v| *v /= 1.0 + (-1.702 * *v).exp())
+                })
+            }
         }
     }
 
@@ -176,32 +184,32 @@ pub(super) struct Norm {
 
 struct Block {
     ln1: Norm,
-    q: QMatrix,
+    q: Matrix,
     bq: Vec<f32>,
-    k: QMatrix,
+    k: Matrix,
     bk: Vec<f32>,
-    v: QMatrix,
+    v: Matrix,
     bv: Vec<f32>,
-    out: QMatrix,
+    out: Matrix,
     bout: Vec<f32>,
     ln2: Norm,
-    up: QMatrix,
+    up: Matrix,
     bup: Vec<f32>,
-    down: QMatrix,
+    down: Matrix,
     bdown: Vec<f32>,
 }
 
 /// The loaded tower.
 pub struct Tower {
     pub rules: Rules,
-    patch: QMatrix,
+    patch: Matrix,
     patch_bias: Vec<f32>,
     pos: Vec<f32>,
     pre_ln: Option<Norm>,
     blocks: Vec<Block>,
     post_ln: Norm,
     soft_norm: Vec<f32>,
-    proj: QMatrix,
+    proj: Matrix,
 }
 
 /// Reads tensors of one file, widened to f32, shapes checked.
@@ -255,9 +263,43 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// A matrix of `rows` outputs by `cols` inputs (ggml dims [cols, rows]).
-    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix> {
-        Ok(f32_matrix(rows, cols, &self.floats(name, &[cols, rows])?))
+    /// A matrix of `rows` outputs by `cols` inputs (ggml dims [cols, rows]):
+    /// kept F16 when stored F16, else widened to F32.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        if let Some(bits) = self.f16_bits(name, &[cols, rows])? {
+            return Ok(Matrix::F16(F16Matrix::from_bits(rows, cols, &bits)));
+        }
+        Ok(Matrix::F32(f32_matrix(
+            rows,
+            cols,
+            &self.floats(name, &[cols, rows])?,
+        )))
+    }
+
+    /// The tensor's f16 bit patterns when it is stored F16 with ggml dims
+    /// exactly `dims` (None when it is another type; the shape is checked
+    /// by [`Reader::floats`] then).
+    pub fn f16_bits(&self, name: &str, dims: &[usize]) -> Result<Option<Vec<u16>>> {
+        let Some(t) = self.g.tensor(name) else {
+            return Ok(None);
+        };
+        let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+        if t.dtype != GgmlType::F16 || t.dims != want {
+            return Ok(None);
+        }
+        let n: usize = dims.iter().product();
+        if t.bytes.len() != 2 * n {
+            return Err(self.err(
+                name,
+                format!("holds {} bytes, expected {}", t.bytes.len(), 2 * n),
+            ));
+        }
+        Ok(Some(
+            t.bytes
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect(),
+        ))
     }
 
     pub fn norm(&self, prefix: &str, n: usize) -> Result<Norm> {
@@ -268,11 +310,45 @@ impl Reader<'_> {
     }
 }
 
+/// A weight matrix of the tower: F16 as stored, or F32.
+pub(super) enum Matrix {
+    F32(QMatrix),
+    F16(F16Matrix),
+}
+
+impl Matrix {
+    pub fn rows(&self) -> usize {
+        match self {
+            Matrix::F32(w) => w.rows,
+            Matrix::F16(w) => w.rows(),
+        }
+    }
+
+    /// `out` = this matrix times the `n` rows of `x`.
+    pub fn run(&self, pool: &Pool, x: &[f32], n: usize, out: &mut [f32]) {
+        match self {
+            Matrix::F32(w) => matmul(pool, Precision::Float, w, x, n, out),
+            Matrix::F16(w) => w.matmul(pool, x, n, out),
+        }
+    }
+}
+
 /// An F32 [`QMatrix`] holding `data` ([rows][cols]).
 pub(super) fn f32_matrix(rows: usize, cols: usize, data: &[f32]) -> QMatrix {
     let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
     QMatrix::new(GgmlType::F32, rows, cols, ByteView::from_vec(bytes))
         .expect("rows x cols f32 values make an F32 matrix")
+}
+
+/// `w` ([rows][cols]) transposed into [cols][rows].
+fn transpose<T: Copy + Default>(w: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut t = vec![T::default(); w.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            t[j * rows + i] = w[i * cols + j];
+        }
+    }
+    t
 }
 
 fn blk(i: usize, part: &str, what: &str) -> String {
@@ -451,11 +527,11 @@ impl Tower {
         let n_patches = side * side;
         // ggml [p, p, 3, n_embd]: each output channel's kernel is one row of
         // 3 p p values in (channel, row, column) order.
-        let patch = f32_matrix(
+        let patch = Matrix::F32(f32_matrix(
             n_embd,
             3 * p * p,
             &r.floats(names::PATCH_EMBD, &[p, p, 3, n_embd])?,
-        );
+        ));
         let patch_bias = r.floats(names::PATCH_BIAS, &[n_embd])?;
         let pos = r.floats(names::POS_EMBD, &[n_embd, n_patches])?;
         let has_pre = r.has(&format!("{}.weight", names::PRE_LN));
@@ -511,14 +587,21 @@ impl Tower {
         let soft_norm = r.floats(names::SOFT_EMB_NORM, &[n_embd])?;
         // Stored [n_text][n_embd] as ggml [n_text, n_embd]: out[j] = sum_i
         // w[i * n_text + j] x[i]; transposed here into rows of n_embd.
-        let w = r.floats(names::INPUT_PROJ, &[n_embd_out, n_embd])?;
-        let mut wt = vec![0f32; w.len()];
-        for i in 0..n_embd {
-            for j in 0..n_embd_out {
-                wt[j * n_embd + i] = w[i * n_embd_out + j];
+        let proj = match r.f16_bits(names::INPUT_PROJ, &[n_embd_out, n_embd])? {
+            Some(w) => Matrix::F16(F16Matrix::from_bits(
+                n_embd_out,
+                n_embd,
+                &transpose(&w, n_embd, n_embd_out),
+            )),
+            None => {
+                let w = r.floats(names::INPUT_PROJ, &[n_embd_out, n_embd])?;
+                Matrix::F32(f32_matrix(
+                    n_embd_out,
+                    n_embd,
+                    &transpose(&w, n_embd, n_embd_out),
+                ))
             }
-        }
-        let proj = f32_matrix(n_embd_out, n_embd, &wt);
+        };
         let rules = Rules {
             n_embd,
             n_ff,
@@ -666,9 +749,9 @@ impl Tower {
         let size = r.image_size.value;
         let n = side * side;
         let eps = r.eps.value;
-        let mm = |w: &QMatrix, x: &[f32], rows: usize| {
-            let mut out = vec![0f32; rows * w.rows];
-            matmul(pool, Precision::Float, w, x, rows, &mut out);
+        let mm = |w: &Matrix, x: &[f32], rows: usize| {
+            let mut out = vec![0f32; rows * w.rows()];
+            w.run(pool, x, rows, &mut out);
             out
         };
         // Each patch's pixels in the kernel's (channel, row, column) order.
@@ -701,7 +784,6 @@ impl Tower {
             head_dim_k: dh,
             head_dim_v: dh,
         };
-        let spans = vec![(0, n); n];
         let scale = 1.0 / (dh as f32).sqrt();
         let mut h = vec![0f32; n * e];
         for b in &self.blocks {
@@ -710,32 +792,22 @@ impl Tower {
             let mut q = mm(&b.q, &h, n);
             let mut k = mm(&b.k, &h, n);
             let mut v = mm(&b.v, &h, n);
-            add_bias(&mut q, &b.bq);
-            add_bias(&mut k, &b.bk);
-            add_bias(&mut v, &b.bv);
+            add_bias_par(pool, &mut q, &b.bq);
+            add_bias_par(pool, &mut k, &b.bk);
+            add_bias_par(pool, &mut v, &b.bv);
             let mut ctx = vec![0f32; n * r.n_head * dh];
-            attend_rows(
-                pool,
-                shape,
-                &q,
-                &spans,
-                KvView::F32(&k),
-                KvView::F32(&v),
-                scale,
-                None,
-                &mut ctx,
-            );
+            attend_full(pool, shape, &q, &k, &v, n, scale, &mut ctx);
             let mut o = mm(&b.out, &ctx, n);
-            add_bias(&mut o, &b.bout);
-            x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);
+            add_bias_par(pool, &mut o, &b.bout);
+            add_rows(pool, &mut x, &mut o, e);
             h.copy_from_slice(&x);
             layer_norm_rows(pool, &mut h, e, &b.ln2, eps);
             let mut u = mm(&b.up, &h, n);
-            add_bias(&mut u, &b.bup);
-            r.act.value.apply(&mut u);
+            add_bias_par(pool, &mut u, &b.bup);
+            r.act.value.apply(pool, &mut u);
             let mut dn = mm(&b.down, &u, n);
-            add_bias(&mut dn, &b.bdown);
-            x.iter_mut().zip(&dn).for_each(|(a, d)| *a += d);
+            add_bias_par(pool, &mut dn, &b.bdown);
+            add_rows(pool, &mut x, &mut dn, e);
         }
         layer_norm_rows(pool, &mut x, e, &self.post_ln, eps);
 
@@ -769,6 +841,20 @@ impl Tower {
             grid: None,
         }
     }
+}
+
+/// [`add_bias`] over the pool, by rows (elementwise: the same bits).
+pub(super) fn add_bias_par(pool: &Pool, x: &mut [f32], b: &[f32]) {
+    let n = x.len() / b.len();
+    par_rows(pool, n, [b.len()], [x], |_, [xs]| add_bias(xs, b));
+}
+
+/// `x += d` ([n][e] both) over the pool, by rows (the same bits).
+pub(super) fn add_rows(pool: &Pool, x: &mut [f32], d: &mut [f32], e: usize) {
+    let n = x.len() / e;
+    par_rows(pool, n, [e, e], [x, d], |_, [xs, ds]| {
+        xs.iter_mut().zip(ds.iter()).for_each(|(a, d)| *a += *d)
+    });
 }
 
 pub(super) fn add_bias(x: &mut [f32], b: &[f32]) {

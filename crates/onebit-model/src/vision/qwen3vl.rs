@@ -16,7 +16,8 @@
 //! - Pre-LN blocks (LayerNorm + bias): fused `attn_qkv` with bias, 2-D
 //!   rotary positions (ggml_rope_multi VISION: pair j of (j, j + d/2) turns
 //!   by row * 10000^(-4j/d) for j < d/4, by column * 10000^(-4(j - d/4)/d)
-//!   after), softmax over every patch, `attn_out`; MLP `ffn_up`, GELU,
+//!   after), softmax over every patch (`attention::attend_full`, tiled like
+//!   a matrix product), `attn_out`; MLP `ffn_up`, GELU,
 //!   `ffn_down`, all with biases.
 //! - Deepstack: after each block that has `v.deepstack.N.*`, the four
 //!   patches of each merge block side by side through LayerNorm (4 n_embd),
@@ -31,11 +32,12 @@
 //! [`super::VisionTower::check_text_model`] refuses a text model without
 //! IMROPE or with another deepstack count.
 
-use onebit_kernels::attention::{attend_rows, AttnShape};
-use onebit_kernels::kv::KvView;
+use onebit_kernels::attention::{attend_full, AttnShape};
 use onebit_kernels::{matmul, Pool, Precision, QMatrix};
 
-use super::gemma3::{add_bias, f32_matrix, layer_norm_rows, size, triple, Act, Norm, Reader};
+use super::gemma3::{
+    add_bias, f32_matrix, layer_norm_rows, size, triple, Act, Matrix, Norm, Reader,
+};
 use super::{ImageEmbeddings, ImageMarkers, Preprocess, ResizeFilter, TowerTensors};
 use crate::error::{ModelError, Result};
 use crate::families::decls::{keys, Decls, MAX_SIZE};
@@ -108,7 +110,7 @@ pub struct Rules {
 }
 
 struct Linear {
-    w: QMatrix,
+    w: Matrix,
     b: Vec<f32>,
 }
 
@@ -158,8 +160,8 @@ impl Linear {
     }
 
     fn run(&self, pool: &Pool, x: &[f32], n: usize) -> Vec<f32> {
-        let mut out = vec![0f32; n * self.w.rows];
-        matmul(pool, Precision::Float, &self.w, x, n, &mut out);
+        let mut out = vec![0f32; n * self.w.rows()];
+        self.w.run(pool, x, n, &mut out);
         add_bias(&mut out, &self.b);
         out
     }
@@ -535,7 +537,6 @@ impl Tower {
             head_dim_k: dh,
             head_dim_v: dh,
         };
-        let spans = vec![(0, n); n];
         let scale = 1.0 / (dh as f32).sqrt();
         let eps = r.eps.value;
         let mut feats: Vec<Vec<f32>> = Vec::new();
@@ -559,23 +560,13 @@ impl Tower {
                     .for_each(|hd| rope(hd, at));
             }
             let mut ctx = vec![0f32; n * e];
-            attend_rows(
-                pool,
-                shape,
-                &q,
-                &spans,
-                KvView::F32(&k),
-                KvView::F32(&v),
-                scale,
-                None,
-                &mut ctx,
-            );
+            attend_full(pool, shape, &q, &k, &v, n, scale, &mut ctx);
             let o = b.out.run(pool, &ctx, n);
             x.iter_mut().zip(&o).for_each(|(a, d)| *a += d);
             h.copy_from_slice(&x);
             layer_norm_rows(pool, &mut h, e, &b.ln2, eps);
             let mut u = b.up.run(pool, &h, n);
-            r.act.value.apply(&mut u);
+            r.act.value.apply(pool, &mut u);
             let dn = b.down.run(pool, &u, n);
             x.iter_mut().zip(&dn).for_each(|(a, d)| *a += d);
             if let Some(m) = merger {
@@ -583,13 +574,13 @@ impl Tower {
                 let mut f = x.clone();
                 layer_norm_rows(pool, &mut f, 4 * e, &m.norm, eps);
                 let mut g = m.fc1.run(pool, &f, n / 4);
-                Act::GeluTanh.apply(&mut g);
+                Act::GeluTanh.apply(pool, &mut g);
                 feats.push(m.fc2.run(pool, &g, n / 4));
             }
         }
         layer_norm_rows(pool, &mut x, e, &self.post_ln, eps);
         let mut g = self.mm0.run(pool, &x, n / 4);
-        Act::GeluTanh.apply(&mut g);
+        Act::GeluTanh.apply(pool, &mut g);
         let main = self.mm2.run(pool, &g, n / 4);
         let w = r.n_embd_merged;
         let n_tok = n / 4;
