@@ -58,7 +58,15 @@
 # repacking on ("ik") and off ("ik plain"), on the pp/tg rows of every level
 # (it is the same AVX2 build at every level: the avx2 rows compare like with
 # like, the native rows say what onebit's best gives against it). IK=0
-# leaves it out; the depth rows have no ik column.
+# leaves it out; the depth rows have no ik column. A model ik_llama.cpp
+# refuses (0.1.5 lacks lfm2moe, for one) is named on stderr and its ik
+# cells are dashes.
+#
+# Images: VISION (1) adds, after the table, scripts/bench-vision.sh's row:
+# images per second of the SigLIP So400m tower at 896 px (Gemma 3's mmproj
+# shape from scripts/gen-shapes.sh), onebit bench --mmproj against
+# llama.cpp's mtmd_encode_chunk, same threads, and the ratio; when the shape
+# files exist, and not with SHAPES=0 or VISION=0 (it takes minutes a round).
 #
 # Needs llama-bench: $LLAMA_BENCH, else the build for this CPU made by
 # scripts/build-llamacpp.sh (about 20 minutes on 2 cores), outside the repository.
@@ -196,14 +204,24 @@ def theirs(m, isa, args):
     g = next((r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0), 0.0)
     return p, g
 
+ik_refused = set()
+
 def ik(m, t, repack):
     """ik_llama.cpp's (prompt, decode) tok/s for a pp/tg test, or None."""
     if not ik_bench or t[6] is None:
         return None
     p, g = t[6]
-    out = subprocess.run([ik_bench, m, threads, str(p), str(g), "1", str(repack)],
-                         capture_output=True, text=True, check=True).stdout
-    o = json.loads(out)
+    r = subprocess.run([ik_bench, m, threads, str(p), str(g), "1", str(repack)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        # ik_llama.cpp 0.1.5 refuses architectures it lacks (lfm2moe): say
+        # so once per model and leave its columns empty, rather than stop.
+        if m not in ik_refused:
+            why = [l for l in r.stderr.splitlines() if "error" in l.lower()][-1:] or ["exit status %d" % r.returncode]
+            print(f"ik_llama.cpp refused {os.path.basename(m)}: {why[0].strip()}", file=sys.stderr)
+            ik_refused.add(m)
+        return None
+    o = json.loads(r.stdout)
     return (o["pp"][0] if o["pp"] else 0.0), (o["tg"][0] if o["tg"] else 0.0)
 
 def cell(xs):
@@ -254,7 +272,9 @@ for m in models:
                 th.append(theirs(m, isa, t[5]))
                 r1, r0 = ik(m, t, 1), ik(m, t, 0)
                 if r1 is not None:
-                    iks.append(r1); ikp.append(r0)
+                    iks.append(r1)
+                if r0 is not None:
+                    ikp.append(r0)
                 probes += [before, after]
                 bws.append(max(before, after))
             for label, field in ((t[0], t[1]), (t[2], t[3])):
@@ -349,3 +369,11 @@ print(f"read bandwidth probe ({threads} threads): best {max(probes):.1f} GB/s, "
       f"median {statistics.median(probes):.1f} over {len(probes)} runs")
 PY
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${VISION:-1}" != 0 ] && [ "${SHAPES:-1}" != 0 ]; then
+    if [ -f "$shapes_dir/mmproj-siglip-so400m-896-F16.gguf" ] && [ -f "$shapes_dir/gemma3-text-2560-F32.gguf" ]; then
+        echo
+        THREADS="$threads" scripts/bench-vision.sh
+    else
+        echo "note: no $shapes_dir/mmproj-siglip-so400m-896-F16.gguf (scripts/gen-shapes.sh makes it); the images row is left out" >&2
+    fi
+fi

@@ -38,6 +38,22 @@ routed layer over a prompt: each token's RMS-normed embedding row through
 the router, top-k, counted per expert. It leaves out the attention (or
 conv) block before the FFN, so it shows how evenly random router weights
 spread tokens, not what a trained router does.
+
+    scripts/gen-shapes.py mmproj-siglip-so400m-896 OUT.gguf
+    scripts/gen-shapes.py gemma3-text-2560 OUT.gguf
+
+write a vision tower (VISION_SHAPES) and the text model llama.cpp's mtmd
+needs beside it. The tower is Gemma 3's SigLIP So400m at 896 px (google/
+gemma-3-4b-it config.json vision_config: hidden 1152, 27 layers, 16 heads,
+intermediate 4304, patch 14, image 896, layer_norm_eps 1e-6; mm_tokens_per_image
+256, i.e. mtmd's default 4 x 4 pooling of the 64 x 64 patch grid; text
+hidden 2560), with the tensor names and `clip.*` keys of
+scripts/gen-vision-fixtures.py's gemma3 tower (which llama.cpp's
+tools/mtmd/clip.cpp reads; the fixtures test them), stored as llama.cpp's
+converter stores a real one with --outtype f16: the patch and position
+embeddings and 1-D tensors F32, every other matrix F16. The text model is
+that fixture's gemma3 text model at width 2560 with one layer: mtmd only
+checks that the tower's projection width equals the text model's.
 """
 
 import sys
@@ -395,7 +411,47 @@ def vocabulary(n_vocab, specials):
     return tokens + specials, types, merges
 
 
+# Vision shapes (see the module docstring): the tower's hyperparameters as
+# scripts/gen-vision-fixtures.py's spec_gemma3_tower takes them.
+VISION_SHAPES = {
+    "mmproj-siglip-so400m-896": dict(n_embd=1152, n_ff=4304, n_layer=27, n_head=16, image_size=896,
+                                     patch_size=14, eps=1e-6, mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5],
+                                     n_text=2560),
+}
+VISION_TEXT_SHAPES = {"gemma3-text-2560": dict(n_embd=2560, n_head=8, n_head_kv=4, head_dim=256, n_ff=512,
+                                               n_layer=1)}
+
+
+def write_vision(name, out):
+    """A VISION_SHAPES tower or a VISION_TEXT_SHAPES text model (see the docstring)."""
+    from load_script import load, gen_fixtures
+
+    gv = load("gen-vision-fixtures.py", "gen_vision_fixtures")
+    gf = gen_fixtures()
+    if name in VISION_TEXT_SHAPES:
+        hp = dict(gv.TEXT_HP, **VISION_TEXT_SHAPES[name], family=name)
+        keys, tensors = gv.text_spec(hp)
+        gf.write_gguf(out, "gemma3", keys, gf.make_tensors(tensors, 2561))
+        return
+    vp = VISION_SHAPES[name]
+    keys, spec = gv.spec_gemma3_tower(vp, vp["n_text"])
+    # Seeded standard normals, a different offset per tensor, scaled to each
+    # tensor's std and mean: quick for 400M values.
+    pool = np.random.default_rng(20261204).standard_normal(1 << 24, dtype=np.float32)
+    tensors = []
+    for k, (tname, (_, shape, std, mean)) in enumerate(spec):
+        n = int(np.prod(shape))
+        start = (k * 7919 * 64) % pool.size
+        x = (mean + std * np.resize(np.roll(pool, -start), n)).astype(np.float32).reshape(shape)
+        keep = x.ndim < 2 or tname in ("v.patch_embd.weight", "v.position_embd.weight")
+        tensors.append((tname, x if keep else x.astype(np.float16)))
+    gf.write_gguf(out, "clip", keys, tensors)
+
+
 def main():
+    if len(sys.argv) == 3 and (sys.argv[1] in VISION_SHAPES or sys.argv[1] in VISION_TEXT_SHAPES):
+        write_vision(sys.argv[1], sys.argv[2])
+        return
     if len(sys.argv) in (3, 4) and sys.argv[1] == "--router-histogram":
         router_histogram(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 512)
         return
@@ -403,7 +459,7 @@ def main():
         write_moe(sys.argv[1], sys.argv[2])
         return
     if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
-        names = ",".join(list(SHAPES) + list(MOE_SHAPES))
+        names = ",".join(list(SHAPES) + list(MOE_SHAPES) + list(VISION_SHAPES) + list(VISION_TEXT_SHAPES))
         sys.exit(f"usage: gen-shapes.py {{{names}}} OUT.gguf | --router-histogram FILE.gguf [TOKENS]")
     name, out = sys.argv[1], sys.argv[2]
     arch, pre, d = SHAPES[name]

@@ -6,6 +6,10 @@
 #   ~/.cache/onebit/shapes/lfm2-8b-a1b-Q4_0.gguf      (LFM2-8B-A1B shape, MoE, 4.7 GB)
 #   ~/.cache/onebit/shapes/qwen3-30b-a3b-Q4_K_M.gguf  (Qwen3-30B-A3B shape, MoE, 18.6 GB)
 #   ~/.cache/onebit/shapes/gpt-oss-20b-MXFP4_MOE.gguf (gpt-oss-20b shape, MoE, MXFP4 experts, 12 GB)
+#   ~/.cache/onebit/shapes/mmproj-siglip-so400m-896-F16.gguf (Gemma 3's SigLIP So400m
+#       vision tower at 896 px, projecting to 2560: F16 matrices as a real mmproj, 0.8 GB)
+#   ~/.cache/onebit/shapes/gemma3-text-2560-F32.gguf  (a one-layer Gemma 3 text model of
+#       width 2560, which llama.cpp's mtmd needs beside the mmproj, 0.1 GB)
 # and prints their paths. For the dense shapes scripts/gen-shapes.py writes
 # an F16 file with the gguf Python package (installed here, pinned),
 # llama.cpp's llama-quantize (scripts/build-llamacpp.sh) quantizes it, the
@@ -13,7 +17,7 @@
 # the types llama-quantize would choose (an F16 30B would not fit the disk),
 # and their routers' expert-load histogram is printed to stderr. Files
 # already there are kept; ONEBIT_SHAPES_ONLY="lfm2-8b-a1b" (names separated
-# by spaces) makes only those. A few minutes per model on 2 cores.
+# by spaces; the vision pair is "mmproj-siglip-so400m-896") makes only those. A few minutes per model on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${ONEBIT_SHAPES:-$HOME/.cache/onebit/shapes}"
@@ -28,6 +32,17 @@ need_quantize() {
 python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("gguf") != "0.19.0")' 2>/dev/null ||
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore gguf==0.19.0
 mkdir -p "$out"
+# The vision pair: written directly, no quantization.
+if [ -z "${ONEBIT_SHAPES_ONLY:-}" ] || [[ " $ONEBIT_SHAPES_ONLY " == *" mmproj-siglip-so400m-896 "* ]]; then
+    for spec in mmproj-siglip-so400m-896:F16 gemma3-text-2560:F32; do
+        dst="$out/${spec%%:*}-${spec#*:}.gguf"
+        if [ ! -s "$dst" ]; then
+            python3 scripts/gen-shapes.py "${spec%%:*}" "$dst.tmp" >&2
+            mv "$dst.tmp" "$dst"
+        fi
+        echo "$dst"
+    done
+fi
 for spec in qwen2.5-1.5b:Q4_K_M llama3.2-3b:Q4_0 lfm2-8b-a1b:Q4_0:moe qwen3-30b-a3b:Q4_K_M:moe gpt-oss-20b:MXFP4_MOE:moe; do
     shape="${spec%%:*}"; rest="${spec#*:}"; q="${rest%%:*}"
     if [ -n "${ONEBIT_SHAPES_ONLY:-}" ] && [[ " $ONEBIT_SHAPES_ONLY " != *" $shape "* ]]; then

@@ -6,7 +6,9 @@
 //! the prompt is that text and decode goes on after it; with `--lookup` or
 //! `--draft` decode is speculative and the drafting counts are reported;
 //! with `--batch N`, N independent sequences decode together and the
-//! aggregate and per-sequence decode rates are reported.
+//! aggregate and per-sequence decode rates are reported. With `--mmproj
+//! FILE` (and no model) it times the vision tower instead: one synthetic
+//! image at the tower's own size, encoded after one untimed warm-up, R times.
 
 use std::time::Instant;
 
@@ -61,6 +63,19 @@ pub struct BenchArgs {
         conflicts_with_all = ["prompt_text", "lookup", "draft", "json_schema"]
     )]
     pub batch: usize,
+    /// Time this vision projector (mmproj GGUF) instead of a text model:
+    /// encode one image at the tower's own size --repetitions times (after
+    /// one untimed warm-up) and report images/s; --model is not needed, and
+    /// the text bench's options are refused beside it.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = [
+            "prompt_tokens", "gen_tokens", "depth", "prompt_text", "json_schema",
+            "batch", "lookup", "draft", "draft_max", "ctx", "kv_type", "pull",
+        ]
+    )]
+    pub mmproj: Option<std::path::PathBuf>,
 }
 
 struct Run {
@@ -73,6 +88,12 @@ struct Run {
 pub fn bench(a: BenchArgs) -> Result<()> {
     if a.repetitions == 0 {
         bail!("--repetitions must be at least 1");
+    }
+    if let Some(p) = &a.mmproj {
+        if a.model.model_arg.is_some() {
+            bail!("--mmproj times the vision tower alone: --model is not taken with it (run the text bench without --mmproj)");
+        }
+        return bench_vision(p, &a);
     }
     if a.prompt_tokens == 0 && a.gen_tokens == 0 {
         bail!("--prompt-tokens and --gen-tokens are both 0: nothing to measure");
@@ -324,6 +345,82 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             "time to first token: median {tt_med:.1} ms, min {tt_min:.1} ms ({} threads, {} KV)",
             model.threads(),
             model.kv_type()
+        );
+    }
+    Ok(())
+}
+
+/// `bench --mmproj`: images encoded per second by the tower in `path`, one
+/// synthetic image (a fixed LCG's pixels, normalized values in -1..1) at
+/// the tower's own size, one warm-up then `a.repetitions` timed encodes on
+/// one thread pool of `--threads`.
+fn bench_vision(path: &std::path::Path, a: &BenchArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let tower = onebit_model::vision::VisionTower::open(path)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    if a.model.verbose {
+        for l in tower.lines() {
+            eprintln!("[semantics] {l}");
+        }
+    }
+    let p = tower.preprocess();
+    let n = 3 * p.width as usize * p.height as usize;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let pixels: Vec<f32> = (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect();
+    let pool = onebit_kernels::Pool::new(a.model.threads);
+    let isa = onebit_kernels::Isa::best().name();
+    let enc = || -> Result<f64> {
+        let t = Instant::now();
+        let e = tower.encode_with(&pool, &pixels)?;
+        std::hint::black_box(&e.rows);
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let warm = enc()?;
+    let mut secs = Vec::with_capacity(a.repetitions);
+    for _ in 0..a.repetitions {
+        secs.push(enc()?);
+    }
+    secs.sort_by(f64::total_cmp);
+    let med = secs[secs.len() / 2];
+    let (min, max) = (secs[0], secs[secs.len() - 1]);
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    );
+    let (w, h, toks) = (p.width, p.height, tower.n_tokens());
+    if a.json {
+        println!(
+            "{{\"mmproj\": {:?}, \"projector\": {:?}, \"width\": {w}, \"height\": {h}, \"n_tokens\": {toks}, \"threads\": {}, \"isa\": {isa:?}, \"load_s\": {load_s:.3}, \"warmup_ms\": {:.1}, \"ms_per_image\": {:.1}, \"ms_min\": {:.1}, \"ms_max\": {:.1}, \"images_per_s\": {:.4}}}",
+            name,
+            p.projector,
+            pool.threads(),
+            warm * 1e3,
+            med * 1e3,
+            min * 1e3,
+            max * 1e3,
+            1.0 / med
+        );
+    } else {
+        println!(
+            "{name}: {} {w} x {h} -> {toks} tokens, {} threads, isa {isa}, loaded in {load_s:.2} s",
+            p.projector,
+            pool.threads()
+        );
+        println!(
+            "encode: {:.4} images/s, {:.1} ms per image (median of {}; min {:.1}, max {:.1}; warm-up {:.1})",
+            1.0 / med,
+            med * 1e3,
+            secs.len(),
+            min * 1e3,
+            max * 1e3,
+            warm * 1e3
         );
     }
     Ok(())

@@ -136,8 +136,12 @@ impl Cmd {
 #[derive(Args)]
 pub struct ModelArgs {
     /// A .gguf file, a pack directory, or a model of the local store by
-    /// name (ORG/REPO[:QUANT], as `onebit pull` takes it).
-    #[arg(long)]
+    /// name (ORG/REPO[:QUANT], as `onebit pull` takes it). Required, except
+    /// by `bench --mmproj` (checked in `main`).
+    #[arg(long = "model", value_name = "MODEL")]
+    pub model_arg: Option<PathBuf>,
+    /// `--model` resolved to a path (set in `main`).
+    #[arg(skip)]
     pub model: PathBuf,
     /// Pull the model named by --model first when the store lacks it.
     #[arg(long)]
@@ -219,8 +223,13 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    if let Some(m) = cli.cmd.model_args() {
-        match models::resolve(&m.model, m.pull) {
+    let vision_bench = matches!(&cli.cmd, Cmd::Bench(a) if a.mmproj.is_some());
+    if let Some(m) = cli.cmd.model_args().filter(|_| !vision_bench) {
+        let Some(arg) = m.model_arg.clone() else {
+            eprintln!("error: the argument '--model <MODEL>' is required");
+            return ExitCode::from(2);
+        };
+        match models::resolve(&arg, m.pull) {
             Ok(p) => m.model = p,
             Err(e) => {
                 eprintln!("error: {}", error_text(&e));

@@ -258,6 +258,33 @@ fn errors_name_the_problem_and_never_panic() {
     );
 }
 
+/// `bench --mmproj` times the vision tower alone: a text model or a text
+/// bench option beside it is refused by name, never silently ignored.
+#[test]
+fn bench_mmproj_refuses_the_text_bench_options_by_name() {
+    let mmproj = onebit_testdata::fixture("gemma3-vision").join("mmproj.gguf");
+    let mmproj = mmproj.to_str().unwrap();
+    for (flag, value) in [
+        ("--gen-tokens", "5"),
+        ("--prompt-tokens", "8"),
+        ("--batch", "2"),
+        ("--draft-max", "4"),
+        ("--kv-type", "f32"),
+    ] {
+        let e = fails(&["bench", "--mmproj", mmproj, flag, value]);
+        assert!(e.contains("--mmproj") && e.contains(flag), "{flag}: {e}");
+    }
+    let smol = real_model(SMOLLM2_135M);
+    let e = fails(&[
+        "bench",
+        "--mmproj",
+        mmproj,
+        "--model",
+        smol.to_str().unwrap(),
+    ]);
+    assert!(e.contains("--mmproj") && e.contains("--model"), "{e}");
+}
+
 /// Runs onebit with `stdin` piped in.
 fn with_stdin(args: &[&str], stdin: &str) -> Output {
     use std::io::Write;
