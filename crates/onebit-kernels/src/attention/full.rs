@@ -311,6 +311,27 @@ unsafe fn tile_avx2(
     tile::<YMM>(c, h, r0, rows, sc, acc, out)
 }
 
+/// The scalar level's register tile step, for scores and values alike:
+/// `a[i] += coef(i, t) * rows[t]` for t in 0..steps, each lane one fused
+/// multiply-add chain in t order, the order the SIMD paths keep.
+#[inline(always)]
+fn fma_rows(
+    a: &mut [[f32; L]; QT],
+    rows: &[f32],
+    steps: usize,
+    coef: impl Fn(usize, usize) -> f32,
+) {
+    for t in 0..steps {
+        let r: &[f32; L] = rows[t * L..][..L].try_into().unwrap();
+        for (i, ai) in a.iter_mut().enumerate() {
+            let s = coef(i, t);
+            for (x, &v) in ai.iter_mut().zip(r) {
+                *x = s.mul_add(v, *x);
+            }
+        }
+    }
+}
+
 /// [`tile`]'s code paths: plain Rust (the scalar level), AVX2 intrinsics,
 /// AVX-512 intrinsics.
 const SCALAR: u8 = 0;
@@ -370,15 +391,7 @@ unsafe fn tile<const V: u8>(
                 y::scores(&mut a, kb.as_ptr(), qt.as_ptr(), dk);
             }
             if V == SCALAR {
-                for d in 0..dk {
-                    let kr: &[f32; L] = kb[d * L..][..L].try_into().unwrap();
-                    for (i, ai) in a.iter_mut().enumerate() {
-                        let qv = qt[d * QT + i];
-                        for (x, &kx) in ai.iter_mut().zip(kr) {
-                            *x = qv.mul_add(kx, *x);
-                        }
-                    }
-                }
+                fma_rows(&mut a, kb, dk, |i, d| qt[d * QT + i]);
             }
             let w = L.min(kn - j0);
             for (i, ai) in a.iter().enumerate() {
@@ -419,15 +432,7 @@ unsafe fn tile<const V: u8>(
                 y::values(&mut a, vb.as_ptr(), sc.as_ptr(), kn);
             }
             if V == SCALAR {
-                for j in 0..kn {
-                    let vr: &[f32; L] = vb[j * L..][..L].try_into().unwrap();
-                    for (i, ai) in a.iter_mut().enumerate() {
-                        let p = sc[i * KB + j];
-                        for (x, &vx) in ai.iter_mut().zip(vr) {
-                            *x = p.mul_add(vx, *x);
-                        }
-                    }
-                }
+                fma_rows(&mut a, vb, kn, |i, j| sc[i * KB + j]);
             }
             for (i, ai) in a.iter().enumerate() {
                 acc[i * dvp + c0..][..L].copy_from_slice(ai);
