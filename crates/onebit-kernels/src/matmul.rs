@@ -306,11 +306,24 @@ enum ActLayout {
 /// row with the wide kernel. The wide kernel stays the choice elsewhere (it
 /// gave the Zen 4 table's Q4_K prefill); both equal the scalar reference
 /// bit for bit, so the choice never changes a result.
+///
+/// Q8_0 and Q4_1 on Intel go wide from 16 and 32 tokens instead of 4 and 8.
+/// Same Xeon, 2 threads, examples/kernels.rs, once the one-token kernels
+/// stopped multiplying subnormals: the SmolLM2 Q8_0 output (49152 x 576)
+/// took 1.04-1.06 ms few-row against 1.96-2.15 wide at 4 tokens, 2.0 against
+/// 2.55 at 8, and the same at 16 (3.8-3.9 against 3.9-4.1); SmolLM2's Q4_1
+/// ffn down 47-51 against 62-63 us at 8 tokens, 90-93 against 100 at 16, the
+/// same at 32; at 64 and 512 tokens the wide kernels win (Q8_0 141 against
+/// 108 GMAC/s at 64, Q4_1 174 against 158). A SmolLM2 forward of 8 rows
+/// went from 15.4-15.6 to 10.1-10.4 ms, of 16 from 21.7-23.2 to 17.3-17.8.
 fn wide_from(t: GgmlType) -> usize {
+    let intel = Isa::intel();
     match t {
+        GgmlType::Q4K if intel => usize::MAX,
+        GgmlType::Q8_0 if intel => 16,
+        GgmlType::Q4_1 if intel => 32,
         GgmlType::Q8_0 => 4,
         GgmlType::Q4_1 => 8,
-        GgmlType::Q4K if Isa::intel() => usize::MAX,
         _ => 16,
     }
 }
