@@ -490,7 +490,7 @@ macro_rules! x86_one_token {
                     // the next bytes: the blocks' code sums, small i32s,
                     // which read as f32 are subnormal. Intel cores multiply
                     // a subnormal through a microcode assist (about 100
-                    // cycles; AMD's do not), and Gemma 3's rows of 20
+                    // cycles; the Zen 4 VM showed no such cost), and Gemma 3's rows of 20
                     // blocks end in such a group: its 262144 x 640 Q8_0
                     // output ran at 7.4 GB/s from memory and 8.4 from L2
                     // on one thread of an Intel Xeon (Q6_K: 12 and 27).
