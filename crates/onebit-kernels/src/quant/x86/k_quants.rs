@@ -441,8 +441,13 @@ macro_rules! x86_k_quants {
                             let ylo = _mm256_set1_epi32((y as *const i32).read_unaligned());
                             let yhi = _mm256_set1_epi32((y.add(32) as *const i32).read_unaligned());
                             if VNNI {
-                                slo[t] = dpa(slo[t], lo, ylo);
-                                shi[t] = dpa(shi[t], hi, yhi);
+                                if T == 1 {
+                                    slo[t] = dpa(slo[t], lo, ylo);
+                                    shi[t] = dpa(shi[t], hi, yhi);
+                                } else {
+                                    slo[t] = dp(slo[t], lo, ylo);
+                                    shi[t] = dp(shi[t], hi, yhi);
+                                }
                             } else {
                                 slo[t] = _mm256_add_epi16(slo[t], _mm256_maddubs_epi16(lo, ylo));
                                 shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, yhi));
@@ -742,7 +747,11 @@ macro_rules! x86_k_quants {
                                     let y = ya[t].add(4 + 128 * h + 32 * k + 4 * u) as *const i32;
                                     let yv = _mm256_set1_epi32(y.read_unaligned());
                                     if VNNI {
-                                        sk[k][t] = dpa(sk[k][t], *code, yv);
+                                        sk[k][t] = if T == 1 {
+                                            dpa(sk[k][t], *code, yv)
+                                        } else {
+                                            dp(sk[k][t], *code, yv)
+                                        };
                                     } else {
                                         pk[k][t] = _mm256_add_epi16(
                                             pk[k][t],

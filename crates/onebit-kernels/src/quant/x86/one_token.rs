@@ -467,7 +467,14 @@ macro_rules! x86_one_token {
                         for i in 0..R {
                             let w = q8_prep(ld(wp[i].add(wg + 2 * n + stride * k)));
                             for j in 0..T {
-                                acc[i][j] = q8_pair(acc[i][j], w, y[j]);
+                                // Several tokens: chains enough to hide
+                                // `vpdpbusd`'s latency, so the product goes
+                                // straight into the accumulator (see `dpa`).
+                                acc[i][j] = if T == 1 {
+                                    q8_pair(acc[i][j], w, y[j])
+                                } else {
+                                    dp(acc[i][j], w.0, _mm256_sign_epi8(y[j], w.1))
+                                };
                             }
                         }
                     }
