@@ -8,6 +8,8 @@ use core::arch::x86_64::*;
 /// Tile shape: 16 vector registers fit 4 rows x 2 tokens of accumulators.
 const TR: usize = 4;
 const TT: usize = 2;
+/// The widest token tile of [`tile_q4_kx16`] (here two [`tile_q4_kx8`]s).
+const TT16: usize = TT;
 
 /// AVX2 has no unsigned-offset trick for Q8_0 (it would overflow i16).
 const Q8_BIAS: bool = false;
@@ -76,3 +78,19 @@ fn sel_bits(x: __m256i, sel: __m256i) -> __m256i {
 }
 
 simd_kernels!("avx2,fma,f16c");
+
+/// Groups g and g + 1 of an interleaved Q4_K/Q5_K matrix times tokens
+/// t0..t0 + T: AVX2 has 256-bit vectors only, so one group after the other
+/// (the AVX-512 level holds both in one vector).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
+    ops: &Operands,
+    g: usize,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    tile_q4_kx8::<T, K>(ops, g, t0, out, os);
+    tile_q4_kx8::<T, K>(ops, g + 1, t0, out, os);
+}

@@ -7,6 +7,12 @@ use core::arch::x86_64::*;
 
 const TR: usize = 4;
 const TT: usize = 4;
+/// The widest token tile of [`tile_q4_kx16`]: 8 tokens keep 16 `vpdpbusd`
+/// chains in flight (4 tokens: 8, too few for its 5-cycle latency at two a
+/// cycle). Qwen2.5-1.5B's Q4_K ffn up (8960 x 1536) at 8 tokens, 2 threads:
+/// 422-429 us with tiles of 4, 388-389 with tiles of 8 (examples/kernels.rs,
+/// alternating binaries, Intel Xeon).
+const TT16: usize = 8;
 
 /// The wide Q8_0 kernel may sum (w + 128) * y in i32 (`vpdpbusd`) and
 /// subtract 128 * sum(y).
@@ -74,3 +80,169 @@ fn sel_bits(x: __m256i, sel: __m256i) -> __m256i {
 }
 
 simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+
+/// Groups g and g + 1 of an interleaved Q4_K matrix (rows 8g..8g + 16)
+/// times tokens t0..t0 + T, both groups in one 512-bit vector: lanes 0..8
+/// are group g's rows, lanes 8..16 group g + 1's, each half loaded from its
+/// own group. Every lane runs [`tile_q4_kx8`]'s operations for its row in
+/// the same order (the exact integer sums, then the unfused float formula),
+/// so the bits are that tile's; each `vpdpbusd` does 64 products instead of
+/// 32, and the per-token scale, min and float work covers 16 rows per
+/// instruction. Measured on an Intel Xeon (Sapphire Rapids class), which
+/// issues two 512-bit `vpdpbusd` a cycle as it does 256-bit ones. Q5_K runs
+/// the two groups through [`tile_q4_kx8`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
+    ops: &Operands,
+    g: usize,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    if K != 4 {
+        tile_q4_kx8::<T, K>(ops, g, t0, out, os);
+        tile_q4_kx8::<T, K>(ops, g + 1, t0, out, os);
+        return;
+    }
+    let nsb = ops.cols / 256;
+    let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+    // Group g + 1 starts 8 rows on.
+    let gs = 8 * ops.wrb;
+    let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+    let ld2 = |p: *const u8| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(p)), ld(p.add(gs)));
+    let h2 = |p: *const u8| {
+        let lo = _mm_loadu_si128(p as *const __m128i);
+        let hi = _mm_loadu_si128(p.add(gs) as *const __m128i);
+        _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+    };
+    let zero = _mm512_setzero_si512();
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mf0 = _mm512_set1_epi8(0xF0u8 as i8);
+    let m6 = _mm512_set1_epi32(0x3F3F_3F3F);
+    let m4w = _mm512_set1_epi32(0x0F0F_0F0F);
+    let m2 = _mm512_set1_epi32(0x0303_0303);
+    // Byte j of each lane's word as an i32 (scales) or as an i16 pair
+    // (mins), the same pattern in every 128-bit lane (`vpshufb` is per
+    // 128-bit lane).
+    let z = -128i8;
+    let pick = |j: i8| {
+        _mm512_broadcast_i32x4(_mm_setr_epi8(
+            j,
+            z,
+            z,
+            z,
+            j + 4,
+            z,
+            z,
+            z,
+            j + 8,
+            z,
+            z,
+            z,
+            j + 12,
+            z,
+            z,
+            z,
+        ))
+    };
+    let pair = |j: i8| {
+        _mm512_broadcast_i32x4(_mm_setr_epi8(
+            j,
+            z,
+            j,
+            z,
+            j + 4,
+            z,
+            j + 4,
+            z,
+            j + 8,
+            z,
+            j + 8,
+            z,
+            j + 12,
+            z,
+            j + 12,
+            z,
+        ))
+    };
+    let picks = [pick(0), pick(1), pick(2), pick(3)];
+    let pairs = [pair(0), pair(1), pair(2), pair(3)];
+    let gb = super::Q4K_X8;
+    let mut acc = [_mm512_setzero_ps(); T];
+    for s in 0..nsb {
+        let bx = gw.add(s * gb);
+        prefetch(bx.wrapping_add(PF_AHEAD), gb);
+        prefetch(bx.wrapping_add(gs + PF_AHEAD), gb);
+        let a = ld2(bx.add(32));
+        let b = ld2(bx.add(64));
+        let c = ld2(bx.add(96));
+        let sc_lo = _mm512_and_si512(a, m6);
+        let mn_lo = _mm512_and_si512(b, m6);
+        let sc_hi = _mm512_or_si512(
+            _mm512_and_si512(c, m4w),
+            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(a), m2)),
+        );
+        let mn_hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32::<4>(c), m4w),
+            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(b), m2)),
+        );
+        let mut ya = [ap[0]; T];
+        for j in 0..T {
+            ya[j] = ap[j].add(s * 292);
+        }
+        // Mins: sum_j m_j * (bsums[2j] + bsums[2j + 1]).
+        let mut summ = [zero; T];
+        for j in 0..8 {
+            let mn = if j < 4 { mn_lo } else { mn_hi };
+            let mp = _mm512_shuffle_epi8(mn, pairs[j % 4]);
+            for t in 0..T {
+                let bs = _mm512_set1_epi32((ya[t].add(260 + 4 * j) as *const i32).read_unaligned());
+                summ[t] = _mm512_add_epi32(summ[t], _mm512_madd_epi16(mp, bs));
+            }
+        }
+        let mut isum = [zero; T];
+        for cc in 0..4 {
+            let (j0, j1) = (2 * cc, 2 * cc + 1);
+            let sc = |j: usize| {
+                let v = if j < 4 { sc_lo } else { sc_hi };
+                _mm512_shuffle_epi8(v, picks[j % 4])
+            };
+            let (s0, s1) = (sc(j0), sc(j1));
+            let mut slo = [zero; T];
+            let mut shi = [zero; T];
+            for k in 0..8 {
+                let v = ld2(bx.add(128 + 256 * cc + 32 * k));
+                let lo = _mm512_and_si512(v, m4);
+                let hi = _mm512_and_si512(v, mf0);
+                for t in 0..T {
+                    let y = ya[t].add(4 + 64 * cc + 4 * k);
+                    let ylo = _mm512_set1_epi32((y as *const i32).read_unaligned());
+                    let yhi = _mm512_set1_epi32((y.add(32) as *const i32).read_unaligned());
+                    slo[t] = _mm512_dpbusd_epi32(slo[t], lo, ylo);
+                    shi[t] = _mm512_dpbusd_epi32(shi[t], hi, yhi);
+                }
+            }
+            for t in 0..T {
+                let hi = _mm512_srai_epi32::<4>(shi[t]);
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(slo[t], s0));
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(hi, s1));
+            }
+        }
+        let dx = h2(bx);
+        let dmx = h2(bx.add(16));
+        for t in 0..T {
+            let dy = _mm512_set1_ps((ya[t] as *const f32).read_unaligned());
+            let d = _mm512_mul_ps(dx, dy);
+            let dmin = _mm512_mul_ps(dmx, dy);
+            let term = _mm512_sub_ps(
+                _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[t])),
+                _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(summ[t])),
+            );
+            acc[t] = _mm512_add_ps(acc[t], term);
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(out.add((t0 + t) * os + 8 * g), *a);
+    }
+}

@@ -46,13 +46,24 @@ macro_rules! drive {
 }
 
 /// Runs `$call` with `$t` the first token of each tile and `$T` (a const)
-/// its width over tokens `0..$ntok`: tiles of `TT` tokens, then of 2, then
-/// one, so no token runs alone unless one is left (the few-row kernels:
+/// its width over tokens `0..$ntok`: tiles of `TT` tokens (or first of a
+/// wider constant `$w`), then of 2, then one, so no token runs alone unless one is left (the few-row kernels:
 /// each tile decodes a weight group once for all its tokens).
 macro_rules! token_tiles {
-    ($ntok:expr, |$t:ident, $T:ident| $call:expr) => {{
+    ($ntok:expr, |$t:ident, $T:ident| $call:expr) => {
+        token_tiles!($ntok, TT, |$t, $T| $call)
+    };
+    // Tiles of the constant `$w` tokens first, then of TT (when narrower).
+    ($ntok:expr, $w:ident, |$t:ident, $T:ident| $call:expr) => {{
         let ntok = $ntok;
         let mut $t = 0;
+        while $w > TT && $t + $w <= ntok {
+            {
+                const $T: usize = $w;
+                $call;
+            }
+            $t += $w;
+        }
         while $t + TT <= ntok {
             {
                 const $T: usize = TT;

@@ -214,7 +214,13 @@ macro_rules! x86_k_quants {
             os: usize,
         ) {
             let groups = nrows / 8;
-            for g in 0..groups {
+            let mut g = 0;
+            // Several tokens: two groups at a time ([`tile_q4_kx16`]).
+            while ntok > 1 && g + 2 <= groups {
+                token_tiles!(ntok, TT16, |t, T| tile_q4_kx16::<T, K>(ops, g, t, out, os));
+                g += 2;
+            }
+            for g in g..groups {
                 token_tiles!(ntok, |t, T| tile_q4_kx8::<T, K>(ops, g, t, out, os));
             }
             for r in groups * 8..nrows {
