@@ -94,3 +94,18 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
     tile_q4_kx8::<T, K>(ops, g, t0, out, os);
     tile_q4_kx8::<T, K>(ops, g + 1, t0, out, os);
 }
+
+/// Groups g and g + 1 of an interleaved Q6_K matrix times tokens t0..t0 +
+/// T, one after the other (as [`tile_q4_kx16`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn tile_q6_kx16<const T: usize>(
+    ops: &Operands,
+    g: usize,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    tile_q6_kx8::<T>(ops, g, t0, out, os);
+    tile_q6_kx8::<T>(ops, g + 1, t0, out, os);
+}

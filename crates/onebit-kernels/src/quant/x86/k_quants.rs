@@ -591,7 +591,13 @@ macro_rules! x86_k_quants {
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q6_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
             let groups = nrows / 8;
-            for g in 0..groups {
+            let mut g = 0;
+            // Several tokens: two groups at a time ([`tile_q6_kx16`]).
+            while ntok > 1 && g + 2 <= groups {
+                token_tiles!(ntok, |t, T| tile_q6_kx16::<T>(ops, g, t, out, os));
+                g += 2;
+            }
+            for g in g..groups {
                 token_tiles!(ntok, |t, T| tile_q6_kx8::<T>(ops, g, t, out, os));
             }
             for r in groups * 8..nrows {
