@@ -317,21 +317,22 @@ enum ActLayout {
 /// 108 GMAC/s at 64, Q4_1 174 against 158). A SmolLM2 forward of 8 rows
 /// went from 15.4-15.6 to 10.1-10.4 ms, of 16 from 21.7-23.2 to 17.3-17.8.
 ///
-/// Q5_0 and Q6_K on Intel go wide from 128 and 32 tokens (were 16), once
-/// the Q6_K few-row kernel held two interleaved groups per AVX-512 vector.
-/// Same Xeon, 2 threads, examples/kernels.rs, alternating binaries: Gemma
-/// 3's Q5_0 ffn up (2048 x 640) took 161 us few-row against 360 wide at 16
-/// tokens, 314 against 474 at 32, 642 against 751 at 64, but 1320-1360
-/// against 1170-1190 at 128 (and 5390 against 4130 at 512); the Q6_K
-/// matrices at 16 tokens 135 against 179 us (Gemma ffn down), 1.35 against
-/// 1.69 ms (Qwen2.5-1.5B ffn down), 25 against 33 ms (its output), and
-/// about the same at 32. Q4_0 stays at 16 (Llama-3.2-3B ffn up: 2.52
-/// against 2.42 ms at 16 tokens).
+/// Q5_0 on Intel never goes wide, Q4_0 from 64 tokens and Q6_K from 32
+/// (were 16), once their few-row kernels held two interleaved groups per
+/// AVX-512 vector. Same Xeon, 2 threads, examples/kernels.rs, alternating
+/// binaries: Gemma 3's Q5_0 ffn up (2048 x 640) took 124 us few-row against
+/// 360 wide at 16 tokens, 1000-1020 against 1180 at 128 and 4000-4140
+/// against 4100-4200 at 512; Llama-3.2-3B's Q4_0 ffn up (8192 x 3072) 1.80-
+/// 1.86 ms against 2.37-2.74 at 16 tokens, 3.4-3.7 against 3.8-4.1 at 32,
+/// about the same at 64; the Q6_K matrices at 16 tokens 135 against 179 us
+/// (Gemma ffn down), 1.35 against 1.69 ms (Qwen2.5-1.5B ffn down), 25
+/// against 33 ms (its output), and about the same at 32.
 fn wide_from(t: GgmlType) -> usize {
     let intel = Isa::intel();
     match t {
         GgmlType::Q4K if intel => usize::MAX,
-        GgmlType::Q5_0 if intel => 128,
+        GgmlType::Q5_0 if intel => usize::MAX,
+        GgmlType::Q4_0 if intel => 64,
         GgmlType::Q6K if intel => 32,
         GgmlType::Q8_0 if intel => 16,
         GgmlType::Q4_1 if intel => 32,

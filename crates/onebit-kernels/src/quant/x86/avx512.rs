@@ -408,3 +408,109 @@ unsafe fn prefetch_pair(gw: *const u8, gs: usize, o: usize, len: usize) {
     prefetch(gw.wrapping_add(lo), len);
     prefetch(gw.wrapping_add(gs + lo), len);
 }
+
+/// Groups g and g + 1 of an interleaved Q4_0 (K = 0) or Q5_0 (K = 2)
+/// matrix (rows 8g..8g + 16) times tokens t0..t0 + T, both groups in one
+/// 512-bit vector as in [`tile_q4_kx16`]: every lane runs
+/// [`tile_qx8_rows`]'s operations for its row in the same order (exact
+/// block sums, (dx * dy) * sumi into float vector b % 8, `reduce8` per
+/// row), so the bits are that tile's.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
+    ops: &Operands,
+    g: usize,
+    t0: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let (gb, qo) = if K == 2 {
+        (super::Q5_0_X8, 48)
+    } else {
+        (super::Q4_0_X8, 16)
+    };
+    let nb = ops.cols / 32;
+    let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
+    let gs = 8 * ops.wrb;
+    let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
+    let ld2 = |p: *const u8| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(p)), ld(p.add(gs)));
+    let zero = _mm512_setzero_si512();
+    let m4 = _mm512_set1_epi8(0x0F);
+    let bit5 = _mm512_set1_epi8(0x10);
+    // Q5_0: byte u of each 32-bit lane to all four of its bytes, as in
+    // `tile_qx8` (the same pattern in every 128-bit lane).
+    let spread = |u: i8| {
+        let (a, b, c, d) = (u, 4 + u, 8 + u, 12 + u);
+        _mm512_broadcast_i32x4(_mm_setr_epi8(
+            a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d,
+        ))
+    };
+    let spreads = [spread(0), spread(1), spread(2), spread(3)];
+    let sel_lo = _mm512_set1_epi32(0x0804_0201);
+    let sel_hi = _mm512_set1_epi32(0x8040_2010u32 as i32);
+    let mut facc = [[_mm512_setzero_ps(); 8]; T];
+    for bg in 0..nb.div_ceil(8) {
+        let n = (nb - 8 * bg).min(8);
+        let gx = gw.add(bg * 8 * gb);
+        prefetch_pair(gw, gs, bg * 8 * gb, n * gb);
+        let mut ag = ap;
+        for j in 0..T {
+            ag[j] = ap[j].add(bg * 8 * 40);
+        }
+        for l in 0..n {
+            let bx = gx.add(l * gb);
+            let qh = if K == 2 { ld2(bx.add(16)) } else { zero };
+            let mut s = [zero; T];
+            let mut s2 = [zero; T];
+            for u in 0..4 {
+                let v = ld2(bx.add(qo + 32 * u));
+                let mut lo = _mm512_and_si512(v, m4);
+                let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                if K == 2 {
+                    let x = _mm512_shuffle_epi8(qh, spreads[u]);
+                    lo = _mm512_or_si512(
+                        lo,
+                        _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(x, sel_lo), bit5),
+                    );
+                    hi = _mm512_or_si512(
+                        hi,
+                        _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(x, sel_hi), bit5),
+                    );
+                }
+                for j in 0..T {
+                    let yw = ag[j].add(8 * n + 4 * l);
+                    let word = |k: usize| {
+                        _mm512_set1_epi32((yw.add(4 * n * k) as *const i32).read_unaligned())
+                    };
+                    s[j] = _mm512_dpbusd_epi32(s[j], lo, word(u));
+                    s2[j] = _mm512_dpbusd_epi32(s2[j], hi, word(u + 4));
+                }
+            }
+            let dx = {
+                let lo = _mm_loadu_si128(bx as *const __m128i);
+                let hi = _mm_loadu_si128(bx.add(gs) as *const __m128i);
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+            };
+            for j in 0..T {
+                let isum = _mm512_add_epi32(s[j], s2[j]);
+                let sy = (ag[j].add(4 * n + 4 * l) as *const i32).read_unaligned();
+                let off = if K == 2 { sy << 4 } else { sy << 3 };
+                let isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(off));
+                let dy = _mm512_set1_ps((ag[j].add(4 * l) as *const f32).read_unaligned());
+                let term = _mm512_mul_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum));
+                facc[j][l] = _mm512_add_ps(facc[j][l], term);
+            }
+        }
+    }
+    // facc[j][l] lane r = token j's row r (of 16), lane l: transpose, reduce.
+    for (j, fj) in facc.iter().enumerate() {
+        let mut lanes = [[0f32; 16]; 8];
+        for (l, f) in fj.iter().enumerate() {
+            _mm512_storeu_ps(lanes[l].as_mut_ptr(), *f);
+        }
+        for r in 0..16 {
+            let row: [f32; 8] = core::array::from_fn(|l| lanes[l][r]);
+            *out.add((t0 + j) * os + 8 * g + r) = reduce8(&row);
+        }
+    }
+}

@@ -248,7 +248,18 @@ macro_rules! x86_one_token {
             os: usize,
         ) {
             let groups = nrows / 8;
-            for g in 0..groups {
+            let mut g = 0;
+            // Several tokens: two groups at a time ([`tile_qx16_rows`]).
+            while ntok > 1 && g + 2 <= groups {
+                token_tiles!(ntok, |t, T| if T == 1 {
+                    tile_qx8::<K>(ops, g, t, out, os);
+                    tile_qx8::<K>(ops, g + 1, t, out, os);
+                } else {
+                    tile_qx16_rows::<K, T>(ops, g, t, out, os)
+                });
+                g += 2;
+            }
+            for g in g..groups {
                 token_tiles!(ntok, |t, T| if T == 1 {
                     tile_qx8::<K>(ops, g, t, out, os)
                 } else {
