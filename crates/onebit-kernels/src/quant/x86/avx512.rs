@@ -417,6 +417,9 @@ unsafe fn prefetch_pair(gw: *const u8, gs: usize, o: usize, len: usize) {
 /// row), so the bits are that tile's.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
+// The block, unit and row indices each address several arrays (codes,
+// activation words, accumulators), as in the macro-built tiles.
+#[allow(clippy::needless_range_loop)]
 unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
     ops: &Operands,
     g: usize,
