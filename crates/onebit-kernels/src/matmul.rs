@@ -317,6 +317,12 @@ enum ActLayout {
 /// 108 GMAC/s at 64, Q4_1 174 against 158). A SmolLM2 forward of 8 rows
 /// went from 15.4-15.6 to 10.1-10.4 ms, of 16 from 21.7-23.2 to 17.3-17.8.
 ///
+/// Q5_K on Intel runs the few-row kernels at every width too, once they
+/// held two interleaved groups per AVX-512 vector (Qwen3-30B-A3B's expert
+/// gate, 768 x 2048: 112-125 us against 378-393 wide at 16 tokens, 429-469
+/// against 945-974 at 64, 5.2-5.5 ms against 6.6-7.0 at 512; same Xeon,
+/// 2 threads, examples/kernels.rs, alternating binaries).
+///
 /// Q5_0 on Intel never goes wide, Q4_0 from 64 tokens and Q6_K from 32
 /// (were 16), once their few-row kernels held two interleaved groups per
 /// AVX-512 vector. Same Xeon, 2 threads, examples/kernels.rs, alternating
@@ -330,7 +336,7 @@ enum ActLayout {
 fn wide_from(t: GgmlType) -> usize {
     let intel = Isa::intel();
     match t {
-        GgmlType::Q4K if intel => usize::MAX,
+        GgmlType::Q4K | GgmlType::Q5K if intel => usize::MAX,
         GgmlType::Q5_0 if intel => usize::MAX,
         GgmlType::Q4_0 if intel => 64,
         GgmlType::Q6K if intel => 32,

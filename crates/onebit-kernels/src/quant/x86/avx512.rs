@@ -81,7 +81,7 @@ fn sel_bits(x: __m256i, sel: __m256i) -> __m256i {
 
 simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
 
-/// Groups g and g + 1 of an interleaved Q4_K matrix (rows 8g..8g + 16)
+/// Groups g and g + 1 of an interleaved Q4_K or Q5_K matrix (rows 8g..8g + 16)
 /// times tokens t0..t0 + T, both groups in one 512-bit vector: lanes 0..8
 /// are group g's rows, lanes 8..16 group g + 1's, each half loaded from its
 /// own group. Every lane runs [`tile_q4_kx8`]'s operations for its row in
@@ -89,8 +89,8 @@ simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
 /// so the bits are that tile's; each `vpdpbusd` does 64 products instead of
 /// 32, and the per-token scale, min and float work covers 16 rows per
 /// instruction. Measured on an Intel Xeon (Sapphire Rapids class), which
-/// issues two 512-bit `vpdpbusd` a cycle as it does 256-bit ones. Q5_K runs
-/// the two groups through [`tile_q4_kx8`].
+/// issues two 512-bit `vpdpbusd` a cycle as it does 256-bit ones. Q5_K
+/// (K = 5) adds each code's fifth bit as [`tile_q4_kx8`] does.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
@@ -100,11 +100,6 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
     out: *mut f32,
     os: usize,
 ) {
-    if K != 4 {
-        tile_q4_kx8::<T, K>(ops, g, t0, out, os);
-        tile_q4_kx8::<T, K>(ops, g + 1, t0, out, os);
-        return;
-    }
     let nsb = ops.cols / 256;
     let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
     // Group g + 1 starts 8 rows on.
@@ -168,7 +163,13 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
     };
     let picks = [pick(0), pick(1), pick(2), pick(3)];
     let pairs = [pair(0), pair(1), pair(2), pair(3)];
-    let gb = super::Q4K_X8;
+    // Q5_K: qh word k (unit 3 + k) at 128 + 32k, codes 8 units on.
+    let (gb, qo) = if K == 5 {
+        (super::Q5K_X8, 384)
+    } else {
+        (super::Q4K_X8, 128)
+    };
+    let bit5 = _mm512_set1_epi8(0x10);
     let mut acc = [_mm512_setzero_ps(); T];
     for s in 0..nsb {
         let bx = gw.add(s * gb);
@@ -211,9 +212,25 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
             let mut slo = [zero; T];
             let mut shi = [zero; T];
             for k in 0..8 {
-                let v = ld2(bx.add(128 + 256 * cc + 32 * k));
-                let lo = _mm512_and_si512(v, m4);
-                let hi = _mm512_and_si512(v, mf0);
+                let v = ld2(bx.add(qo + 256 * cc + 32 * k));
+                let (lo, hi) = if K == 4 {
+                    (_mm512_and_si512(v, m4), _mm512_and_si512(v, mf0))
+                } else {
+                    // `q45_codes`: the nibbles with bit 2cc (2cc + 1) of
+                    // qh as their fifth bit.
+                    let qh = ld2(bx.add(128 + 32 * k));
+                    let b = 1i8 << (2 * cc);
+                    let fifth = |b: i8| {
+                        _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, _mm512_set1_epi8(b)), bit5)
+                    };
+                    (
+                        _mm512_or_si512(_mm512_and_si512(v, m4), fifth(b)),
+                        _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
+                            fifth(b << 1),
+                        ),
+                    )
+                };
                 for t in 0..T {
                     let y = ya[t].add(4 + 64 * cc + 4 * k);
                     let ylo = _mm512_set1_epi32((y as *const i32).read_unaligned());
@@ -223,7 +240,12 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
                 }
             }
             for t in 0..T {
-                let hi = _mm512_srai_epi32::<4>(shi[t]);
+                // Q4_K's high nibbles were summed in place (16 x the code).
+                let hi = if K == 4 {
+                    _mm512_srai_epi32::<4>(shi[t])
+                } else {
+                    shi[t]
+                };
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(slo[t], s0));
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(hi, s1));
             }
