@@ -1,7 +1,9 @@
-//! AVX-512 (F, BW, VL, VNNI) kernels on 256-bit vectors: `vpdpbusd` and
-//! `vpdpwssd` do the integer dot products in one instruction, masks expand
-//! Q5 fifth bits, and 32 registers hold 4 rows x 4 tokens of accumulators.
-//! The results are the same bits as the AVX2 and scalar kernels.
+//! AVX-512 (F, BW, VL, VNNI) kernels, mostly on 256-bit vectors: `vpdpbusd`
+//! and `vpdpwssd` do the integer dot products in one instruction, masks
+//! expand Q5 fifth bits, and 32 registers hold 4 rows x 4 tokens of
+//! accumulators. The few-row tiles of the interleaved types (`tile_*x16`)
+//! hold two groups of 8 rows in one 512-bit vector. The results are the
+//! same bits as the AVX2 and scalar kernels.
 
 use core::arch::x86_64::*;
 
@@ -91,6 +93,9 @@ simd_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
 /// instruction. Measured on an Intel Xeon (Sapphire Rapids class), which
 /// issues two 512-bit `vpdpbusd` a cycle as it does 256-bit ones. Q5_K
 /// (K = 5) adds each code's fifth bit as [`tile_q4_kx8`] does.
+///
+/// Safety: as the 8-row tile's, for both groups: the caller passes whole
+/// groups g and g + 1 of the matrix (`ops.w` holds their rows).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
@@ -272,6 +277,9 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
 /// times tokens t0..t0 + T, both groups in one 512-bit vector as in
 /// [`tile_q4_kx16`]: every lane runs [`tile_q6_kx8`]'s operations for its
 /// row in the same order, so the bits are that tile's.
+///
+/// Safety: as the 8-row tile's, for both groups: the caller passes whole
+/// groups g and g + 1 of the matrix (`ops.w` holds their rows).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn tile_q6_kx16<const T: usize>(
@@ -437,6 +445,9 @@ unsafe fn prefetch_pair(gw: *const u8, gs: usize, o: usize, len: usize) {
 /// [`tile_qx8_rows`]'s operations for its row in the same order (exact
 /// block sums, (dx * dy) * sumi into float vector b % 8, `reduce8` per
 /// row), so the bits are that tile's.
+///
+/// Safety: as the 8-row tile's, for both groups: the caller passes whole
+/// groups g and g + 1 of the matrix (`ops.w` holds their rows).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 // The block, unit and row indices each address several arrays (codes,
