@@ -110,12 +110,7 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
     // Group g + 1 starts 8 rows on.
     let gs = 8 * ops.wrb;
     let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
-    let ld2 = |p: *const u8| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(p)), ld(p.add(gs)));
-    let h2 = |p: *const u8| {
-        let lo = _mm_loadu_si128(p as *const __m128i);
-        let hi = _mm_loadu_si128(p.add(gs) as *const __m128i);
-        _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
-    };
+    let ld2 = |p: *const u8| ld_pair(p, gs);
     let zero = _mm512_setzero_si512();
     let m4 = _mm512_set1_epi8(0x0F);
     let mf0 = _mm512_set1_epi8(0xF0u8 as i8);
@@ -123,49 +118,10 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
     let m4w = _mm512_set1_epi32(0x0F0F_0F0F);
     let m2 = _mm512_set1_epi32(0x0303_0303);
     // Byte j of each lane's word as an i32 (scales) or as an i16 pair
-    // (mins), the same pattern in every 128-bit lane (`vpshufb` is per
-    // 128-bit lane).
+    // (mins).
     let z = -128i8;
-    let pick = |j: i8| {
-        _mm512_broadcast_i32x4(_mm_setr_epi8(
-            j,
-            z,
-            z,
-            z,
-            j + 4,
-            z,
-            z,
-            z,
-            j + 8,
-            z,
-            z,
-            z,
-            j + 12,
-            z,
-            z,
-            z,
-        ))
-    };
-    let pair = |j: i8| {
-        _mm512_broadcast_i32x4(_mm_setr_epi8(
-            j,
-            z,
-            j,
-            z,
-            j + 4,
-            z,
-            j + 4,
-            z,
-            j + 8,
-            z,
-            j + 8,
-            z,
-            j + 12,
-            z,
-            j + 12,
-            z,
-        ))
-    };
+    let pick = |j: i8| per_word(|w| [j + w, z, z, z]);
+    let pair = |j: i8| per_word(|w| [j + w, z, j + w, z]);
     let picks = [pick(0), pick(1), pick(2), pick(3)];
     let pairs = [pair(0), pair(1), pair(2), pair(3)];
     // Q5_K: qh word k (unit 3 + k) at 128 + 32k, codes 8 units on.
@@ -255,8 +211,8 @@ unsafe fn tile_q4_kx16<const T: usize, const K: u8>(
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(hi, s1));
             }
         }
-        let dx = h2(bx);
-        let dmx = h2(bx.add(16));
+        let dx = f16_pair(bx, gs);
+        let dmx = f16_pair(bx.add(16), gs);
         for t in 0..T {
             let dy = _mm512_set1_ps((ya[t] as *const f32).read_unaligned());
             let d = _mm512_mul_ps(dx, dy);
@@ -293,53 +249,15 @@ unsafe fn tile_q6_kx16<const T: usize>(
     let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
     let gs = 8 * ops.wrb;
     let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
-    let ld2 = |p: *const u8| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(p)), ld(p.add(gs)));
+    let ld2 = |p: *const u8| ld_pair(p, gs);
     let zero = _mm512_setzero_si512();
     let m4 = _mm512_set1_epi8(0x0F);
     let m3 = _mm512_set1_epi8(3);
     let z = -128i8;
     // Byte b of each lane into the top of an i32, and bytes b0, b1 into
     // the tops of its i16 halves: `tile_q6_kx8`'s shuffles per 128-bit lane.
-    let top32 = |b: i8| {
-        _mm512_broadcast_i32x4(_mm_setr_epi8(
-            z,
-            z,
-            z,
-            b,
-            z,
-            z,
-            z,
-            b + 4,
-            z,
-            z,
-            z,
-            b + 8,
-            z,
-            z,
-            z,
-            b + 12,
-        ))
-    };
-    let top16 = |b0: i8, b1: i8| {
-        _mm512_broadcast_i32x4(_mm_setr_epi8(
-            z,
-            b0,
-            z,
-            b1,
-            z,
-            b0 + 4,
-            z,
-            b1 + 4,
-            z,
-            b0 + 8,
-            z,
-            b1 + 8,
-            z,
-            b0 + 12,
-            z,
-            b1 + 12,
-        ))
-    };
+    let top32 = |b: i8| per_word(|w| [z, z, z, b + w]);
+    let top16 = |b0: i8, b1: i8| per_word(|w| [z, b0 + w, z, b1 + w]);
     let sel32 = [top32(0), top32(1), top32(2), top32(3)];
     let (sel01, sel23) = (top16(0, 1), top16(2, 3));
     let mut acc = [_mm512_setzero_ps(); T];
@@ -404,11 +322,7 @@ unsafe fn tile_q6_kx16<const T: usize>(
                 }
             }
         }
-        let dx = {
-            let lo = _mm_loadu_si128(bx as *const __m128i);
-            let hi = _mm_loadu_si128(bx.add(gs) as *const __m128i);
-            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
-        };
+        let dx = f16_pair(bx, gs);
         for t in 0..T {
             let isum = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(corr[t]));
             let dy = _mm512_set1_ps((ya[t] as *const f32).read_unaligned());
@@ -469,18 +383,13 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
     let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
     let gs = 8 * ops.wrb;
     let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
-    let ld2 = |p: *const u8| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(p)), ld(p.add(gs)));
+    let ld2 = |p: *const u8| ld_pair(p, gs);
     let zero = _mm512_setzero_si512();
     let m4 = _mm512_set1_epi8(0x0F);
     let bit5 = _mm512_set1_epi8(0x10);
     // Q5_0: byte u of each 32-bit lane to all four of its bytes, as in
-    // `tile_qx8` (the same pattern in every 128-bit lane).
-    let spread = |u: i8| {
-        let (a, b, c, d) = (u, 4 + u, 8 + u, 12 + u);
-        _mm512_broadcast_i32x4(_mm_setr_epi8(
-            a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d,
-        ))
-    };
+    // `tile_qx8`.
+    let spread = |u: i8| per_word(|w| [u + w; 4]);
     let spreads = [spread(0), spread(1), spread(2), spread(3)];
     let sel_lo = _mm512_set1_epi32(0x0804_0201);
     let sel_hi = _mm512_set1_epi32(0x8040_2010u32 as i32);
@@ -522,11 +431,7 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
                     s2[j] = _mm512_dpbusd_epi32(s2[j], hi, word(u + 4));
                 }
             }
-            let dx = {
-                let lo = _mm_loadu_si128(bx as *const __m128i);
-                let hi = _mm_loadu_si128(bx.add(gs) as *const __m128i);
-                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
-            };
+            let dx = f16_pair(bx, gs);
             for j in 0..T {
                 let isum = _mm512_add_epi32(s[j], s2[j]);
                 let sy = (ag[j].add(4 * n + 4 * l) as *const i32).read_unaligned();
@@ -549,4 +454,36 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
             *out.add((t0 + j) * os + 8 * g + r) = reduce8(&row);
         }
     }
+}
+
+/// The 32 bytes at `p` (group g) and at `p + gs` (group g + 1) as the low
+/// and high halves of one vector: the x16 tiles' load.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn ld_pair(p: *const u8, gs: usize) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(p)), ld(p.add(gs)))
+}
+
+/// Eight f16 at `p` (group g's rows) and eight at `p + gs` (group g + 1's)
+/// as sixteen f32 lanes, exactly.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn f16_pair(p: *const u8, gs: usize) -> __m512 {
+    let lo = _mm_loadu_si128(p as *const __m128i);
+    let hi = _mm_loadu_si128(p.add(gs) as *const __m128i);
+    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi))
+}
+
+/// A `vpshufb` control with the same pattern in every 128-bit lane (it
+/// shuffles within lanes): the four bytes of the lane's 32-bit word w
+/// (w = 0, 4, 8, 12: the word's first byte) are `f(w)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn per_word(f: impl Fn(i8) -> [i8; 4]) -> __m512i {
+    let mut b = [0i8; 16];
+    for (w, dst) in b.chunks_exact_mut(4).enumerate() {
+        dst.copy_from_slice(&f(4 * w as i8));
+    }
+    // SAFETY: `b` is 16 bytes, the unaligned load's size.
+    _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(b.as_ptr() as *const __m128i) })
 }
