@@ -18,9 +18,9 @@
 //! tokens with AVX-512), so a decoded weight block serves several tokens and a
 //! loaded activation block several rows.
 //!
-//! Weights of the types the SIMD kernels repack (Q4_1, Q8_0 per row; Q4_0,
-//! Q5_0, Q4_K, Q5_K, Q6_K by groups of 8 rows, Q4_0's and Q5_0's rows past the
-//! last group per row, so work chunks start on a multiple of 8 rows) are
+//! Weights of the types the SIMD kernels repack (Q8_0 per row; Q4_0, Q4_1,
+//! Q5_0, Q4_K, Q5_K, Q6_K by groups of 8 rows, the blocks of 32's rows past
+//! the last group per row, so work chunks start on a multiple of 8 rows) are
 //! repacked on first use (or by [`QMatrix::prepare_all`], a model's matrices
 //! side by side in one huge-page mapping, see `arena`), dropping the
 //! original's mapped pages, into a copy the size of the original; clones of a
@@ -333,6 +333,12 @@ enum ActLayout {
 /// about the same at 64; the Q6_K matrices at 16 tokens 135 against 179 us
 /// (Gemma ffn down), 1.35 against 1.69 ms (Qwen2.5-1.5B ffn down), 25
 /// against 33 ms (its output), and about the same at 32.
+///
+/// Q4_1 is interleaved like Q4_0 since 2026-12-05 and runs the same few-row
+/// kernels (`gemm_qx8::<1>`): on the Intel Xeon SmolLM2's Q4_1 ffn up and
+/// down held 100-190 GMAC/s few-row and wide alike from 32 to 512 tokens
+/// (2 threads, noisy), so the Intel crossover stays 32; elsewhere it takes
+/// Q4_0's (16) instead of the per-row layout's 8, unmeasured on AMD.
 fn wide_from(t: GgmlType) -> usize {
     let intel = Isa::intel();
     match t {
@@ -343,7 +349,6 @@ fn wide_from(t: GgmlType) -> usize {
         GgmlType::Q8_0 if intel => 16,
         GgmlType::Q4_1 if intel => 32,
         GgmlType::Q8_0 => 4,
-        GgmlType::Q4_1 => 8,
         _ => 16,
     }
 }

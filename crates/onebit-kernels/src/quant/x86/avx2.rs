@@ -110,8 +110,8 @@ unsafe fn tile_q6_kx16<const T: usize>(
     tile_q6_kx8::<T>(ops, g + 1, t0, out, os);
 }
 
-/// Groups g and g + 1 of an interleaved Q4_0 (K = 0) or Q5_0 (K = 2)
-/// matrix times tokens t0..t0 + T, one after the other (as
+/// Groups g and g + 1 of an interleaved Q4_0 (K = 0), Q4_1 (K = 1) or
+/// Q5_0 (K = 2) matrix times tokens t0..t0 + T, one after the other (as
 /// [`tile_q4_kx16`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

@@ -353,11 +353,11 @@ unsafe fn prefetch_pair(gw: *const u8, gs: usize, o: usize, len: usize) {
     prefetch(gw.wrapping_add(gs + lo), len);
 }
 
-/// Groups g and g + 1 of an interleaved Q4_0 (K = 0) or Q5_0 (K = 2)
-/// matrix (rows 8g..8g + 16) times tokens t0..t0 + T, both groups in one
+/// Groups g and g + 1 of an interleaved Q4_0 (K = 0), Q4_1 (K = 1) or
+/// Q5_0 (K = 2) matrix (rows 8g..8g + 16) times tokens t0..t0 + T, both groups in one
 /// 512-bit vector as in [`tile_q4_kx16`]: every lane runs
 /// [`tile_qx8_rows`]'s operations for its row in the same order (exact
-/// block sums, (dx * dy) * sumi into float vector b % 8, `reduce8` per
+/// block sums, (dx * dy) * sumi (Q4_1: + m * s) into float vector b % 8, `reduce8` per
 /// row), so the bits are that tile's.
 ///
 /// Safety: as the 8-row tile's, for both groups: the caller passes whole
@@ -374,11 +374,7 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
     out: *mut f32,
     os: usize,
 ) {
-    let (gb, qo) = if K == 2 {
-        (super::Q5_0_X8, 48)
-    } else {
-        (super::Q4_0_X8, 16)
-    };
+    let (gb, qo) = super::x8_group(K);
     let nb = ops.cols / 32;
     let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
     let gs = 8 * ops.wrb;
@@ -432,13 +428,26 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
                 }
             }
             let dx = f16_pair(bx, gs);
+            let mx = if K == 1 {
+                f16_pair(bx.add(16), gs)
+            } else {
+                _mm512_setzero_ps()
+            };
             for j in 0..T {
                 let isum = _mm512_add_epi32(s[j], s2[j]);
-                let sy = (ag[j].add(4 * n + 4 * l) as *const i32).read_unaligned();
-                let off = if K == 2 { sy << 4 } else { sy << 3 };
-                let isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(off));
+                let second = ag[j].add(4 * n + 4 * l);
                 let dy = _mm512_set1_ps((ag[j].add(4 * l) as *const f32).read_unaligned());
-                let term = _mm512_mul_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum));
+                let term = if K == 1 {
+                    // (dx * dy) * sumi + m * s, as `tile_qx8`.
+                    let sy = _mm512_set1_ps((second as *const f32).read_unaligned());
+                    let scaled = _mm512_mul_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum));
+                    _mm512_add_ps(scaled, _mm512_mul_ps(mx, sy))
+                } else {
+                    let sy = (second as *const i32).read_unaligned();
+                    let off = if K == 2 { sy << 4 } else { sy << 3 };
+                    let isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(off));
+                    _mm512_mul_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum))
+                };
                 facc[j][l] = _mm512_add_ps(facc[j][l], term);
             }
         }

@@ -179,7 +179,7 @@ macro_rules! simd_kernels {
         pub fn gemm_fn(t: GgmlType) -> Option<GemmFn> {
             let f: GemmFn = match t {
                 GgmlType::Q4_0 => gemm_qx8::<0>,
-                GgmlType::Q4_1 => gemm_q4::<1>,
+                GgmlType::Q4_1 => gemm_qx8::<1>,
                 GgmlType::Q5_0 => gemm_qx8::<2>,
                 GgmlType::Q8_0 => gemm_q8_0,
                 GgmlType::MXFP4 => gemm_q4::<3>,

@@ -48,10 +48,10 @@
 //! sum the codes for Q4_0's and Q5_0's offsets once per row), then the code
 //! vectors.
 //!
-//! # Interleaved layout (Q4_0, K-quants)
+//! # Interleaved layout (Q4_0, Q4_1, Q5_0, K-quants)
 //!
-//! Q4_0, Q5_0, Q4_K, Q5_K and Q6_K matrices are repacked by groups of 8 rows
-//! ([`Q4_0_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q5K_X8`], [`Q6K_X8`]): per block (super-block), each
+//! Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K matrices are repacked by groups of 8 rows
+//! ([`Q4_0_X8`], [`Q4_1_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q5K_X8`], [`Q6K_X8`]): per block (super-block), each
 //! row's block cut in 4-byte units, unit u of the 8 rows side by side, so a
 //! 256-bit vector holds one row per 32-bit lane. A row's integer sums then stay in its lane (no horizontal
 //! reduction), each activation word is broadcast to all lanes, and the
@@ -61,11 +61,11 @@
 //! unsigned codes and decoded scales, still one row per lane, and run tiles
 //! of 1 or 2 groups times several tokens over them; those of Q4_0 / Q5_0
 //! gather a row's blocks back into standard blocks as they expand them. Rows
-//! past a matrix's last whole group stay standard (Q4_0, Q5_0: packed per row
+//! past a matrix's last whole group stay standard (Q4_0, Q4_1, Q5_0: packed per row
 //! as above) and run the standard-layout kernels (the wide K-quant ones
 //! gather them into the [`WIDE_KW`] layout).
 //!
-//! For Q4_0 and Q5_0 the blocks of 32 keep the per-row kernels' float order: a
+//! For Q4_0, Q4_1 and Q5_0 the blocks of 32 keep the per-row kernels' float order: a
 //! row's block b adds into its accumulator b % 8, so the one-token kernel
 //! keeps eight float vectors (lane = row), block b into vector b % 8, and
 //! transposes them at the end into each row's eight lanes for `reduce8`.
@@ -140,13 +140,19 @@ pub fn pack_weight_row(t: GgmlType, row: &[u8], out: &mut [u8]) {
 }
 
 /// Whether `t` matrices are interleaved by groups of [`ROW_GROUP`] rows for
-/// the SIMD kernels (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K; see [`Q4_0_X8`],
-/// [`Q5_0_X8`], [`Q4K_X8`], [`Q5K_X8`], [`Q6K_X8`]). Q4_0 and Q5_0 also
-/// [`packs`]: their rows past the last whole group are packed per row.
+/// the SIMD kernels (Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K; see [`Q4_0_X8`],
+/// [`Q4_1_X8`], [`Q5_0_X8`], [`Q4K_X8`], [`Q5K_X8`], [`Q6K_X8`]). Q4_0, Q4_1
+/// and Q5_0 also [`packs`]: their rows past the last whole group are packed
+/// per row.
 pub fn interleaves(t: GgmlType) -> bool {
     matches!(
         t,
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K
+        GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
     )
 }
 
@@ -157,6 +163,14 @@ pub fn interleaves(t: GgmlType) -> bool {
 /// elements 16 + 4u... A matrix's block b of rows 8g..8g + 8 is at
 /// 8g * row bytes + b * Q4_0_X8.
 pub const Q4_0_X8: usize = 8 * 18;
+
+/// Bytes of one interleaved Q4_1 block group: eight rows' 20-byte blocks,
+/// d[8] as f16 at 0 (row r at 2r), the mins m[8] as f16 at 16 (row r at
+/// 16 + 2r), then unit u (0..4) of row r at 32 + 32u + 4r, the code bytes
+/// 4u..4u + 4 (block bytes 4 + 4u..8 + 4u), low nibbles elements 4u..,
+/// high nibbles 16 + 4u... The byte places are [`Q4K_X8`]'s (d, dmin,
+/// then 4-byte units), so the two share [`q4k_x8_at`].
+pub const Q4_1_X8: usize = 8 * 20;
 
 /// Bytes of one interleaved Q5_0 block group: eight rows' 22-byte blocks,
 /// d[8] as f16 at 0 (row r at 2r), row r's fifth bits at 16 + 4r as four
@@ -226,13 +240,23 @@ pub const Q5K_X8: usize = 8 * 176;
 /// [`Q4K_X8`], rows past the last whole group stay standard.
 pub const Q6K_X8: usize = 8 * 210;
 
-/// Where byte `b` of row `r`'s Q4_K (or Q5_K) block lands in an
+/// Where byte `b` of row `r`'s Q4_K, Q5_K (or Q4_1) block lands in an
 /// interleaved group.
 fn q4k_x8_at(b: usize, r: usize) -> usize {
     match b {
         0..=1 => 2 * r + b,
         2..=3 => 16 + 2 * r + (b - 2),
         _ => 32 + 32 * ((b - 4) / 4) + 4 * r + (b - 4) % 4,
+    }
+}
+
+/// (group bytes, offset of code unit 0) of the interleaved blocks of 32
+/// the kernels' `K` names: Q4_0 (0), Q4_1 (1), Q5_0 (2).
+const fn x8_group(k: u8) -> (usize, usize) {
+    match k {
+        0 => (Q4_0_X8, 16),
+        1 => (Q4_1_X8, 32),
+        _ => (Q5_0_X8, 48),
     }
 }
 
@@ -281,7 +305,7 @@ fn x8_runs(t: GgmlType) -> (Vec<(usize, usize)>, X8At) {
             .chain((2..22).step_by(4).map(|b| (b, 4)))
             .collect();
         (runs, q5_0_x8_at)
-    } else if t == GgmlType::Q4K || t == GgmlType::Q5K {
+    } else if t == GgmlType::Q4K || t == GgmlType::Q5K || t == GgmlType::Q4_1 {
         let runs = [(0, 2), (2, 2)]
             .into_iter()
             .chain((4..t.block_bytes()).step_by(4).map(|b| (b, 4)))

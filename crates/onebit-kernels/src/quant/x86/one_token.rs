@@ -229,8 +229,9 @@ macro_rules! x86_one_token {
         }
 
         // -------------------------------------------------------------------
-        // Q4_0 (K = 0), Q5_0 (K = 2) · Q8_0, rows interleaved by 8
-        // (`super::Q4_0_X8`, `super::Q5_0_X8`), one row per 32-bit lane: one
+        // Q4_0 (K = 0), Q5_0 (K = 2) · Q8_0 and Q4_1 (K = 1) · Q8_1, rows
+        // interleaved by 8 (`super::Q4_0_X8`, `super::Q5_0_X8`,
+        // `super::Q4_1_X8`), one row per 32-bit lane: one
         // sequential stream per group of rows, every activation word
         // broadcast to all lanes, no horizontal sums.
 
@@ -278,12 +279,13 @@ macro_rules! x86_one_token {
 
         /// Rows 8g..8g + 8 times token `t`. Per block and row (lane): the
         /// exact integer sum of codes times activation codes, less the
-        /// offset (Q4_0 8, Q5_0 16) x the activations' code sum; then (dx * dy) * sumi added into float
+        /// offset (Q4_0 8, Q5_0 16) x the activations' code sum; then (dx * dy) * sumi
+        /// (Q4_1: plus m * s) added into float
         /// vector b % 8, as the scalar reference adds block b into lane
         /// b % 8 of each row; the eight vectors are transposed at the end so
         /// each row's eight lanes reduce as `reduce8`.
         ///
-        /// Code sums: Q4_0 with VNNI, `vpdpbusd` of the low nibbles and of
+        /// Code sums: Q4_0 and Q4_1 with VNNI, `vpdpbusd` of the low nibbles and of
         /// the high nibbles left in place (16 x the code: the sum is
         /// shifted back exactly). Otherwise `vpmaddubsw` pairs (at most
         /// 2 x 31 x 128), the low and the high nibbles' added in two i16
@@ -300,11 +302,7 @@ macro_rules! x86_one_token {
             out: *mut f32,
             os: usize,
         ) {
-            let (gb, qo) = if K == 2 {
-                (super::Q5_0_X8, 48)
-            } else {
-                (super::Q4_0_X8, 16)
-            };
+            let (gb, qo) = super::x8_group(K);
             let nb = ops.cols / 32;
             let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
             let ap = ops.a.as_ptr().add(t * ops.arb);
@@ -374,7 +372,7 @@ macro_rules! x86_one_token {
                     for u in 0..4 {
                         let v = ld(bx.add(qo + 32 * u));
                         let (ylo, yhi) = (word(u), word(u + 4));
-                        if VNNI && K == 0 {
+                        if VNNI && K != 2 {
                             s = dpa(s, _mm256_and_si256(v, m4), ylo);
                             s2 = dpa(s2, _mm256_and_si256(v, mf0), yhi);
                             continue;
@@ -394,18 +392,26 @@ macro_rules! x86_one_token {
                             s2 = _mm256_add_epi16(s2, _mm256_maddubs_epi16(hi, yhi));
                         }
                     }
-                    let isum = if VNNI && K == 0 {
+                    let isum = if VNNI && K != 2 {
                         _mm256_add_epi32(s, _mm256_srai_epi32::<4>(s2))
                     } else if VNNI {
                         _mm256_add_epi32(s, s2)
                     } else {
                         _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_madd_epi16(s2, ones))
                     };
-                    let sy = (ag.add(4 * n + 4 * l) as *const i32).read_unaligned();
-                    let off = if K == 2 { sy << 4 } else { sy << 3 };
-                    let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
                     let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
                     let dy = _mm256_set1_ps((ag.add(4 * l) as *const f32).read_unaligned());
+                    let second = ag.add(4 * n + 4 * l);
+                    if K == 1 {
+                        // (dx * dy) * sumi + m * s, as the scalar reference.
+                        let mx = _mm256_cvtph_ps(_mm_loadu_si128(bx.add(16) as *const __m128i));
+                        let sy = _mm256_set1_ps((second as *const f32).read_unaligned());
+                        let scaled = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum));
+                        return _mm256_add_ps(scaled, _mm256_mul_ps(mx, sy));
+                    }
+                    let sy = (second as *const i32).read_unaligned();
+                    let off = if K == 2 { sy << 4 } else { sy << 3 };
+                    let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
                     _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum))
                 };
                 // Constant indices only (written out: the compiler does not

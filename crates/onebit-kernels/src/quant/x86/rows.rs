@@ -10,14 +10,16 @@
 macro_rules! x86_rows {
     ($feat:literal) => {
         // -------------------------------------------------------------------
-        // Q4_0 (K = 0), Q5_0 (K = 2) · Q8_0, rows interleaved by 8
-        // (`super::Q4_0_X8`, `super::Q5_0_X8`), T tokens at a time.
+        // Q4_0 (K = 0), Q5_0 (K = 2) · Q8_0 and Q4_1 (K = 1) · Q8_1, rows
+        // interleaved by 8 (`super::Q4_0_X8`, `super::Q5_0_X8`,
+        // `super::Q4_1_X8`), T tokens at a time.
 
         /// Rows 8g..8g + 8 times tokens t0..t0 + T: per block and row
         /// (lane) the code vectors are decoded once (nibbles, Q5_0's fifth
         /// bits) and multiplied with every token's activation words; then,
         /// per token, exactly [`tile_qx8`]'s float operations: (dx * dy) *
-        /// (sumi - offset x code sum) added into float vector b % 8, the
+        /// (sumi - offset x code sum) (Q4_1: (dx * dy) * sumi + m * s)
+        /// added into float vector b % 8, the
         /// eight vectors transposed at the end so each row's lanes reduce as
         /// `reduce8`. The integer sums are exact (as in [`tile_qx8`]: i16
         /// pairs of at most 2 x 31 x 128, four of them summed before they
@@ -31,11 +33,7 @@ macro_rules! x86_rows {
             out: *mut f32,
             os: usize,
         ) {
-            let (gb, qo) = if K == 2 {
-                (super::Q5_0_X8, 48)
-            } else {
-                (super::Q4_0_X8, 16)
-            };
+            let (gb, qo) = super::x8_group(K);
             let nb = ops.cols / 32;
             let gw = ops.w.as_ptr().add(g * 8 * ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
@@ -98,6 +96,11 @@ macro_rules! x86_rows {
                         }
                     }
                     let dx = _mm256_cvtph_ps(_mm_loadu_si128(bx as *const __m128i));
+                    let mx = if K == 1 {
+                        _mm256_cvtph_ps(_mm_loadu_si128(bx.add(16) as *const __m128i))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
                     for j in 0..T {
                         let isum = if VNNI {
                             _mm256_add_epi32(s[j], s2[j])
@@ -107,11 +110,20 @@ macro_rules! x86_rows {
                                 _mm256_madd_epi16(s2[j], ones),
                             )
                         };
-                        let sy = (ag[j].add(4 * n + 4 * l) as *const i32).read_unaligned();
-                        let off = if K == 2 { sy << 4 } else { sy << 3 };
-                        let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
+                        let second = ag[j].add(4 * n + 4 * l);
                         let dy = _mm256_set1_ps((ag[j].add(4 * l) as *const f32).read_unaligned());
-                        let term = _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum));
+                        let term = if K == 1 {
+                            // (dx * dy) * sumi + m * s, as `tile_qx8`.
+                            let sy = _mm256_set1_ps((second as *const f32).read_unaligned());
+                            let scaled =
+                                _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum));
+                            _mm256_add_ps(scaled, _mm256_mul_ps(mx, sy))
+                        } else {
+                            let sy = (second as *const i32).read_unaligned();
+                            let off = if K == 2 { sy << 4 } else { sy << 3 };
+                            let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
+                            _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum))
+                        };
                         facc[j][l] = _mm256_add_ps(facc[j][l], term);
                     }
                 }

@@ -360,6 +360,8 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
     for (t, nrows, cols) in [
         (GgmlType::Q4_0, 8, 256),
         (GgmlType::Q4_0, 19, 640),
+        (GgmlType::Q4_1, 8, 256),
+        (GgmlType::Q4_1, 19, 640),
         (GgmlType::Q5_0, 8, 256),
         (GgmlType::Q5_0, 19, 640),
         (GgmlType::Q4K, 8, 256),
@@ -394,6 +396,19 @@ fn interleaving_restores_every_row_and_moves_each_byte() {
                 w[5 * wrb + 6..5 * wrb + 10]
             );
             assert_eq!(packed[144 + 16..144 + 20], w[20..24]);
+        }
+        if nrows >= 8 && t == GgmlType::Q4_1 {
+            // Q4_1_X8: row 5's d at bytes 10..12, its min (block bytes
+            // 2..4) at 16 + 10, its code bytes 4..8 (block bytes 8..12,
+            // unit 1) at 32 + 32 + 4 * 5; block 1 of the group 160 bytes
+            // on, its row 0's first code bytes (row bytes 24..28) at 32.
+            assert_eq!(packed[10..12], w[5 * wrb..5 * wrb + 2]);
+            assert_eq!(packed[26..28], w[5 * wrb + 2..5 * wrb + 4]);
+            assert_eq!(
+                packed[32 + 32 + 20..32 + 32 + 24],
+                w[5 * wrb + 8..5 * wrb + 12]
+            );
+            assert_eq!(packed[160 + 32..160 + 36], w[24..28]);
         }
         if nrows >= 8 && t == GgmlType::Q5_0 {
             // Q5_0_X8: row 5's d at 10..12, its fifth bits at 16 + 20 in

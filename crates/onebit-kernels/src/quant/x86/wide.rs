@@ -16,21 +16,18 @@ macro_rules! x86_wide {
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn expand_row_at<const K: u8>(ops: &Operands, nrows: usize, r: usize, dst: *mut u8) {
-            if (K == 0 || K == 2) && r < nrows / 8 * 8 {
-                // Q4_0 / Q5_0 rows in a whole group are interleaved
-                // (`super::Q4_0_X8`, `super::Q5_0_X8`): each group of 8
-                // blocks of row r is gathered straight into the per-row
-                // packed layout (d[n] at 2l; Q5_0's fifth bits at 2n, qh bit
+            if K <= 2 && r < nrows / 8 * 8 {
+                // Q4_0 / Q4_1 / Q5_0 rows in a whole group are interleaved
+                // (`super::Q4_0_X8`, `super::Q4_1_X8`, `super::Q5_0_X8`):
+                // each group of 8 blocks of row r is gathered straight into
+                // the per-row packed layout (d[n] at 2l; Q4_1's mins at
+                // 2n + 2l; Q5_0's fifth bits at 2n, qh bit
                 // 4k + i of block l at bit 4n * k + 4l + i; code vector k at
                 // `codes` + 4n * k + 4l) and expanded. In the interleaved
                 // qh, byte u holds qh bits 4u.. in its low nibble and
                 // 16 + 4u.. in its high one, so nibble k of the packed
                 // fifth-bit area is a half-byte of it.
-                let (x8, units) = if K == 0 {
-                    (super::Q4_0_X8, 16)
-                } else {
-                    (super::Q5_0_X8, 48)
-                };
+                let (x8, units) = super::x8_group(K);
                 let grp = ops.w.as_ptr().add(r / 8 * 8 * ops.wrb);
                 let i = r % 8;
                 let nb = ops.cols / 32;
@@ -38,13 +35,24 @@ macro_rules! x86_wide {
                 let tp = tmp.as_mut_ptr();
                 for g in 0..nb.div_ceil(8) {
                     let n = (nb - 8 * g).min(8);
-                    let codes = if K == 0 { 2 * n } else { 6 * n };
+                    let codes = match K {
+                        0 => 2 * n,
+                        1 => 4 * n,
+                        _ => 6 * n,
+                    };
                     if K == 2 {
                         core::ptr::write_bytes(tp.add(2 * n), 0, 4 * n);
                     }
                     for l in 0..n {
                         let bx = grp.add((8 * g + l) * x8);
                         core::ptr::copy_nonoverlapping(bx.add(2 * i), tp.add(2 * l), 2);
+                        if K == 1 {
+                            core::ptr::copy_nonoverlapping(
+                                bx.add(16 + 2 * i),
+                                tp.add(2 * n + 2 * l),
+                                2,
+                            );
+                        }
                         if K == 2 {
                             let x =
                                 u32::from_le((bx.add(16 + 4 * i) as *const u32).read_unaligned());
