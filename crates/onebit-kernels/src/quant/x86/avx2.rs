@@ -112,7 +112,7 @@ unsafe fn tile_q6_kx16<const T: usize>(
 
 /// Groups g and g + 1 of an interleaved Q4_0 (K = 0), Q4_1 (K = 1) or
 /// Q5_0 (K = 2) matrix times tokens t0..t0 + T, one after the other (as
-/// [`tile_q4_kx16`]).
+/// [`tile_q4_kx16`]); one token runs the one-token tile [`tile_qx8`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
@@ -122,6 +122,11 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
     out: *mut f32,
     os: usize,
 ) {
-    tile_qx8_rows::<K, T>(ops, g, t0, out, os);
-    tile_qx8_rows::<K, T>(ops, g + 1, t0, out, os);
+    if T == 1 {
+        tile_qx8::<K>(ops, g, t0, out, os);
+        tile_qx8::<K>(ops, g + 1, t0, out, os);
+    } else {
+        tile_qx8_rows::<K, T>(ops, g, t0, out, os);
+        tile_qx8_rows::<K, T>(ops, g + 1, t0, out, os);
+    }
 }

@@ -215,8 +215,15 @@ macro_rules! x86_k_quants {
         ) {
             let groups = nrows / 8;
             let mut g = 0;
-            // Several tokens: two groups at a time ([`tile_q4_kx16`]).
-            while ntok > 1 && g + 2 <= groups {
+            // Two groups at a time ([`tile_q4_kx16`]), one token too: at
+            // AVX-512 one instruction then covers 16 rows, and the two
+            // groups are two streams. On the Intel Xeon (2 threads,
+            // examples/kernels.rs, alternating binaries) one token of a
+            // 1.1 GB Q4_K matrix from memory went from 22.0-23.0 to
+            // 27.0-29.0 GB/s, Qwen2.5-1.5B's attn q (1536 x 1536) from 39 to
+            // 19 us, Qwen3-30B-A3B's Q5_K expert down from 22 to 18-20 us;
+            // AVX2 runs the 8-row one-token tile twice, as before.
+            while g + 2 <= groups {
                 token_tiles!(ntok, TT16, |t, T| tile_q4_kx16::<T, K>(ops, g, t, out, os));
                 g += 2;
             }
@@ -592,7 +599,11 @@ macro_rules! x86_k_quants {
         unsafe fn gemm_q6_kx8(ops: &Operands, nrows: usize, ntok: usize, out: *mut f32, os: usize) {
             let groups = nrows / 8;
             let mut g = 0;
-            // Several tokens: two groups at a time ([`tile_q6_kx16`]).
+            // Several tokens: two groups at a time ([`tile_q6_kx16`]). One
+            // token stays on the 8-row tile: two groups per vector gained
+            // nothing for Q6_K (Qwen2.5-1.5B's 233 MB output 8.3 against
+            // 8.8 ms, Llama-3.2-3B's 14.6 against 14.3; Qwen2.5-1.5B decode
+            // 23.3-23.8 tok/s either way; Intel Xeon, 2 threads).
             while ntok > 1 && g + 2 <= groups {
                 token_tiles!(ntok, |t, T| tile_q6_kx16::<T>(ops, g, t, out, os));
                 g += 2;

@@ -235,11 +235,13 @@ macro_rules! x86_one_token {
         // sequential stream per group of rows, every activation word
         // broadcast to all lanes, no horizontal sums.
 
-        /// Whole groups of 8 rows run [`tile_qx8`] for one token and
-        /// [`tile_qx8_rows`] for tiles of several (each group decoded once
-        /// per tile, its few KiB in L1 for the next tile; prefill widths
-        /// are the wide kernel's job); the rows past the last whole group
-        /// are packed per row and run [`tile_q4`].
+        /// Pairs of whole groups of 8 rows run [`tile_qx16_rows`] (AVX2:
+        /// [`tile_qx8`] for one token, [`tile_qx8_rows`] for several), a
+        /// last odd group [`tile_qx8`] for one token and [`tile_qx8_rows`]
+        /// for tiles of several (each group decoded once per tile, its few
+        /// KiB in L1 for the next tile; prefill widths are the wide
+        /// kernel's job); the rows past the last whole group are packed per
+        /// row and run [`tile_q4`].
         #[target_feature(enable = $feat)]
         unsafe fn gemm_qx8<const K: u8>(
             ops: &Operands,
@@ -250,14 +252,14 @@ macro_rules! x86_one_token {
         ) {
             let groups = nrows / 8;
             let mut g = 0;
-            // Several tokens: two groups at a time ([`tile_qx16_rows`]).
-            while ntok > 1 && g + 2 <= groups {
-                token_tiles!(ntok, |t, T| if T == 1 {
-                    tile_qx8::<K>(ops, g, t, out, os);
-                    tile_qx8::<K>(ops, g + 1, t, out, os);
-                } else {
-                    tile_qx16_rows::<K, T>(ops, g, t, out, os)
-                });
+            // Two groups at a time ([`tile_qx16_rows`]), one token too (as
+            // `gemm_q4_kx8`): one token of a 1.2 GB Q4_0 matrix from
+            // memory went from 23.3-23.6 to 26.8-27.2 GB/s, Q4_1 from 23.1-
+            // 23.5 to 26.1-26.3, Q5_0 from 22.0-22.6 to 23.8-24.0 (Intel
+            // Xeon, 2 threads, examples/kernels.rs, alternating binaries).
+            // AVX2's pair tile runs [`tile_qx8`] twice for one token.
+            while g + 2 <= groups {
+                token_tiles!(ntok, |t, T| tile_qx16_rows::<K, T>(ops, g, t, out, os));
                 g += 2;
             }
             for g in g..groups {
