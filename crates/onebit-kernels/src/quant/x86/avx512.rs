@@ -56,8 +56,11 @@ fn q8_prep(w: __m256i) -> (__m256i, __m256i) {
 }
 
 /// acc + per lane the sum of four w x y (i8 x i8), as |w| x sign(y, w)
-/// (|-128| is 128 as u8: exact). Summing (w + 128) * y instead needs one
-/// more `vpdpbusd` per activation vector for 128 * sum(y): on a Zen 4 VM
+/// (|-128| is 128 as u8: exact). The packed Q8_0 tiles at this level sum
+/// (w + 128) * y instead and take off 128 x the code sums the packed
+/// activations carry (`tile_q8_0`), so this form is the AVX2 level's. Summing
+/// (w + 128) * y with 128 * sum(y) computed by one more `vpdpbusd` per
+/// activation vector was slower: on a Zen 4 VM
 /// (load 6-8, 1 thread, alternating runs of examples/kernels.rs) the
 /// one-token kernel took ~20% less on-CPU time on the Gemma 3 output
 /// (262144 x 640) and ~10% less wall time on the SmolLM2 output this way.
