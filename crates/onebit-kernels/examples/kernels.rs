@@ -52,6 +52,8 @@ fn main() {
         (GgmlType::Q6K, 128256, 3072, "Llama3B output"),
         (GgmlType::Q5K, 768, 2048, "Qwen3-30B-A3B expert gate (Q5_K)"),
         (GgmlType::Q5K, 2048, 768, "Qwen3-30B-A3B expert down (Q5_K)"),
+        (GgmlType::MXFP4, 2880, 2880, "gpt-oss-20b expert (MXFP4)"),
+        (GgmlType::MXFP4, 184320, 2880, "MXFP4 1.0 GB (DRAM)"),
     ];
     let tokens: Vec<usize> = args.get(3).map_or(vec![1, 64, 512], |s| {
         s.split(',').map(|t| t.parse().unwrap()).collect()
@@ -73,9 +75,14 @@ fn main() {
                 (seed >> 56) as u8
             })
             .collect();
-        // Sane f16 scales: overwrite every block's first 2 bytes (and Q6_K's d).
+        // Sane f16 scales: overwrite every block's first 2 bytes (and Q6_K's
+        // d; MXFP4's exponent byte is 2^-1).
         let bb = t.block_bytes();
         for b in data.chunks_exact_mut(bb) {
+            if t == GgmlType::MXFP4 {
+                b[0] = 127;
+                continue;
+            }
             let at = if t == GgmlType::Q6K { 208 } else { 0 };
             b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
         }
