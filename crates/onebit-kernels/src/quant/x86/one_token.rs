@@ -1,5 +1,5 @@
 //! The one-token kernels of the blocks of 32 (Q4_0, Q4_1, Q5_0, MXFP4 per packed
-//! row; Q4_0 and Q5_0 interleaved by 8 rows; Q8_0 per packed row) and F32,
+//! row; Q4_0, Q4_1 and Q5_0 interleaved by 8 rows; Q8_0 per packed row) and F32,
 //! instantiated per level inside [`simd_kernels!`]. Every output equals
 //! the scalar reference's bits: exact integer block sums, then the
 //! reference's float operations in its order (block b into lane b % 8).
