@@ -447,8 +447,7 @@ unsafe fn tile_qx16_rows<const K: u8, const T: usize>(
                     _mm512_add_ps(scaled, _mm512_mul_ps(mx, sy))
                 } else {
                     let sy = (second as *const i32).read_unaligned();
-                    let off = if K == 2 { sy << 4 } else { sy << 3 };
-                    let isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(off));
+                    let isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(x8_offset::<K>(sy)));
                     _mm512_mul_ps(_mm512_mul_ps(dx, dy), _mm512_cvtepi32_ps(isum))
                 };
                 facc[j][l] = _mm512_add_ps(facc[j][l], term);

@@ -260,6 +260,16 @@ const fn x8_group(k: u8) -> (usize, usize) {
     }
 }
 
+/// The type of the interleaved blocks of 32 the kernels' `K` names (as
+/// [`x8_group`]).
+const fn x8_type(k: u8) -> GgmlType {
+    match k {
+        0 => GgmlType::Q4_0,
+        1 => GgmlType::Q4_1,
+        _ => GgmlType::Q5_0,
+    }
+}
+
 /// Where byte `b` of row `r`'s Q4_0 block lands in an interleaved group.
 fn q4_0_x8_at(b: usize, r: usize) -> usize {
     match b {

@@ -412,8 +412,7 @@ macro_rules! x86_one_token {
                         return _mm256_add_ps(scaled, _mm256_mul_ps(mx, sy));
                     }
                     let sy = (second as *const i32).read_unaligned();
-                    let off = if K == 2 { sy << 4 } else { sy << 3 };
-                    let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
+                    let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(x8_offset::<K>(sy)));
                     _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum))
                 };
                 // Constant indices only (written out: the compiler does not
@@ -467,6 +466,20 @@ macro_rules! x86_one_token {
             let wp = row_ptrs::<R>(ops.w.as_ptr(), r0, ops.wrb);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
             let zero = _mm256_setzero_si256();
+            // With VNNI: (w + 128) x y summed by `vpdpbusd` (u8 x i8
+            // into i32, exact), the weight vector biased once for all
+            // the tile's tokens, then 128 x each block's code sum
+            // (stored with the activations) taken off: one instruction
+            // per vector and token where the sign trick takes two (the
+            // one-token form adds each product apart, see `dpa`). The
+            // same i32 sums, so the same bits. On the Intel Xeon (2
+            // threads, alternating binaries) Gemma 3 270M, whose 178 MB
+            // Q8_0 output is 70 % of a token's bytes, decoded at 93.6-
+            // 96.5 tok/s with the sign trick and 98.9-103.4 this way;
+            // SmolLM2's Q8_0 output at 8 tokens went from 1844-1871 to
+            // 1605-1721 us.
+            let bias = Q8_BIAS && VNNI;
+            let x80 = _mm256_set1_epi8(0x80u8 as i8);
             let mut facc = [[_mm256_setzero_ps(); T]; R];
             for g in 0..nb.div_ceil(8) {
                 let n = (nb - 8 * g).min(8);
@@ -475,20 +488,6 @@ macro_rules! x86_one_token {
                     prefetch(wp[i].wrapping_add(wg + PF_AHEAD), n * 34);
                 }
                 let mut acc = [[zero; T]; R];
-                // With VNNI: (w + 128) x y summed by `vpdpbusd` (u8 x i8
-                // into i32, exact), the weight vector biased once for all
-                // the tile's tokens, then 128 x each block's code sum
-                // (stored with the activations) taken off: one instruction
-                // per vector and token where the sign trick takes two (the
-                // one-token form adds each product apart, see `dpa`). The
-                // same i32 sums, so the same bits. On the Intel Xeon (2
-                // threads, alternating binaries) Gemma 3 270M, whose 178 MB
-                // Q8_0 output is 70 % of a token's bytes, decoded at 93.6-
-                // 96.5 tok/s with the sign trick and 98.9-103.4 this way;
-                // SmolLM2's Q8_0 output at 8 tokens went from 1844-1871 to
-                // 1605-1721 us.
-                let bias = Q8_BIAS && VNNI;
-                let x80 = _mm256_set1_epi8(0x80u8 as i8);
                 // As in `tile_q4`: a partial group of 2 or 4 blocks is read
                 // 32 bytes (8/n code vectors) at a time, then folded.
                 let mut run = |iters: usize, stride: usize| {

@@ -120,7 +120,7 @@ macro_rules! x86_rows {
                             _mm256_add_ps(scaled, _mm256_mul_ps(mx, sy))
                         } else {
                             let sy = (second as *const i32).read_unaligned();
-                            let off = if K == 2 { sy << 4 } else { sy << 3 };
+                            let off = x8_offset::<K>(sy);
                             let isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(off));
                             _mm256_mul_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum))
                         };

@@ -19,6 +19,19 @@ macro_rules! x86_shared {
             _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, is_big))
         }
 
+        /// What the interleaved Q4_0 (K = 0) and Q5_0 (K = 2) blocks take
+        /// off a block's integer sum for their codes' offset, given the
+        /// activations' code sum `sy`: 8 x `sy` or 16 x (exact in i32:
+        /// |sy| <= 32 x 128).
+        #[inline]
+        fn x8_offset<const K: u8>(sy: i32) -> i32 {
+            if K == 2 {
+                sy << 4
+            } else {
+                sy << 3
+            }
+        }
+
         /// Sum of the eight i32 lanes (exact up to i32 wrap, which the
         /// formats' ranges rule out).
         #[target_feature(enable = $feat)]

@@ -35,11 +35,7 @@ macro_rules! x86_wide {
                 let tp = tmp.as_mut_ptr();
                 for g in 0..nb.div_ceil(8) {
                     let n = (nb - 8 * g).min(8);
-                    let codes = match K {
-                        0 => 2 * n,
-                        1 => 4 * n,
-                        _ => 6 * n,
-                    };
+                    let codes = super::wgroup(super::x8_type(K), n).1;
                     if K == 2 {
                         core::ptr::write_bytes(tp.add(2 * n), 0, 4 * n);
                     }
