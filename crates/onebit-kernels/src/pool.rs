@@ -69,6 +69,8 @@ struct Shared {
     job: AtomicPtr<JobRef<'static>>,
     panicked: AtomicBool,
     spin: Duration,
+    /// Workers whose thread has started (counted once, before their loop).
+    started: AtomicUsize,
 }
 
 struct Inner {
@@ -154,6 +156,7 @@ impl Pool {
             job: AtomicPtr::new(std::ptr::null_mut()),
             panicked: AtomicBool::new(false),
             spin,
+            started: AtomicUsize::new(0),
         });
         let workers = (1..threads)
             .map(|idx| {
@@ -164,6 +167,12 @@ impl Pool {
                     .expect("spawning a pool thread")
             })
             .collect();
+        // The pool is ready when it is returned: every worker's thread has
+        // started. A thread's start-up allocates (the standard library
+        // records its name for the stack-overflow handler), and a worker
+        // the OS starts late would otherwise do so during the first ops,
+        // which then never claim a chunk of it (decode_alloc saw 1 in 30).
+        spin_until(|| shared.started.load(Ordering::Acquire) == threads - 1);
         Pool {
             inner: Arc::new(Inner {
                 threads,
@@ -280,6 +289,7 @@ impl Drop for Inner {
 }
 
 fn worker(sh: &Shared) {
+    sh.started.fetch_add(1, Ordering::Release);
     let mut seen = 0u64;
     loop {
         let mut since: Option<Instant> = None;
@@ -329,6 +339,15 @@ fn worker(sh: &Shared) {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_worker_has_started_when_new_returns() {
+        for threads in [1, 2, 5] {
+            let pool = Pool::new(threads);
+            let started = pool.inner.shared.started.load(Ordering::Acquire);
+            assert_eq!(started, threads - 1, "threads {threads}");
+        }
+    }
 
     #[test]
     fn map_ranges_covers_in_order() {
