@@ -615,6 +615,12 @@ pub unsafe fn gemm(
 /// 4k..4k+4 of block l. A row's last group is padded to 8 blocks with
 /// zeros, so every load is a whole vector and padded lanes add +0.0.
 ///
+/// A row's last group of 2 or 4 blocks keeps its code vectors compact, as
+/// the packed rows do: code vector k at 64 + 4n·k, lane l of it at + 4l
+/// ([`wide_code_stride`]), so the kernels read n vectors instead of 8 and
+/// fold the lanes (a 576-column row, 18 blocks, is 2.25 groups: 18 vectors
+/// a row instead of 24).
+///
 /// Weight codes are unsigned (Q4: 0..15, Q5: 0..31, Q8_0: w + 128), so one
 /// `u8 x i8` dot product per code vector serves every type; the offset is
 /// taken off by starting each integer sum at -offset * sum(y). Weight rows
@@ -622,6 +628,17 @@ pub unsafe fn gemm(
 /// kernel (once per call, into a few KiB reused by every token tile), so the
 /// expansion costs nothing in memory and is amortized over the tokens.
 pub const WIDE_GROUP: usize = 320;
+
+/// Bytes between code vectors k and k + 1 of a wide group of `n` blocks:
+/// 4n for a partial group of 2 or 4 blocks (compact, so the kernels fold
+/// lanes), else 32 (lanes past `n` zero).
+pub fn wide_code_stride(n: usize) -> usize {
+    if n == 2 || n == 4 {
+        4 * n
+    } else {
+        32
+    }
+}
 
 /// Bytes of one expanded Q4_K/Q5_K/Q6_K super-block in the wide K-quant
 /// kernels: the 256 codes as 8 code vectors (lane l of vector k = elements
@@ -666,6 +683,7 @@ pub fn pack_act_row_wide(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
     let qs = if fmt == ActFormat::Q8_1 { 4 } else { 2 };
     for (b, src) in row.chunks_exact(bb).enumerate() {
         let (g, l) = (b / 8, b % 8);
+        let cv = wide_code_stride((nb - 8 * g).min(8));
         let dst = &mut out[g * WIDE_GROUP..(g + 1) * WIDE_GROUP];
         let d = onebit_formats::blocks::f16_at(src, 0);
         dst[4 * l..4 * l + 4].copy_from_slice(&d.to_le_bytes());
@@ -677,7 +695,7 @@ pub fn pack_act_row_wide(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
         };
         dst[32 + 4 * l..36 + 4 * l].copy_from_slice(&second);
         for k in 0..8 {
-            let at = 64 + 32 * k + 4 * l;
+            let at = 64 + cv * k + 4 * l;
             dst[at..at + 4].copy_from_slice(&src[qs + 4 * k..qs + 4 * k + 4]);
         }
     }

@@ -158,7 +158,9 @@ macro_rules! x86_shared {
             _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), idx))
         }
 
-        /// Reduces each accumulator's 8 lanes (as `reduce8`) into its output.
+        /// Reduces each accumulator's 8 lanes (as `reduce8`) into its output:
+        /// eight accumulators at a time in registers ([`reduce8x8`]), any
+        /// left over lane by lane.
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn write_facc<const R: usize, const T: usize>(
@@ -168,13 +170,49 @@ macro_rules! x86_shared {
             out: *mut f32,
             os: usize,
         ) {
-            let mut lanes = [[[0f32; 8]; T]; R];
-            for i in 0..R {
-                for j in 0..T {
-                    _mm256_storeu_ps(lanes[i][j].as_mut_ptr(), facc[i][j]);
+            let at = |k: usize| (t0 + k % T) * os + r0 + k / T;
+            let whole = R * T / 8 * 8;
+            for k0 in (0..whole).step_by(8) {
+                let v: [__m256; 8] = core::array::from_fn(|m| facc[(k0 + m) / T][(k0 + m) % T]);
+                let mut sums = [0f32; 8];
+                _mm256_storeu_ps(sums.as_mut_ptr(), reduce8x8(v));
+                // Lane l holds accumulator 2l (l < 4), 2(l - 4) + 1 (l >= 4).
+                for (l, &x) in sums.iter().enumerate() {
+                    let m = if l < 4 { 2 * l } else { 2 * (l - 4) + 1 };
+                    *out.add(at(k0 + m)) = x;
                 }
             }
-            write_tile(&lanes, r0, t0, out, os);
+            for k in whole..R * T {
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), facc[k / T][k % T]);
+                *out.add(at(k)) = reduce8(&lanes);
+            }
+        }
+
+        /// `reduce8` of eight vectors at once, each sum in `reduce8`'s order
+        /// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): the halves
+        /// added, then lanes two apart, then neighbours (`vhaddps` adds
+        /// lane 0 and 1 of each pair; float addition is commutative, so the
+        /// bits are `reduce8`'s). Lanes 0..4 of the result are v0, v2, v4,
+        /// v6; lanes 4..8 are v1, v3, v5, v7.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn reduce8x8(v: [__m256; 8]) -> __m256 {
+            let halves = |a: __m256, b: __m256| {
+                _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                )
+            };
+            let (t01, t23) = (halves(v[0], v[1]), halves(v[2], v[3]));
+            let (t45, t67) = (halves(v[4], v[5]), halves(v[6], v[7]));
+            let apart = |a: __m256, b: __m256| {
+                _mm256_add_ps(
+                    _mm256_shuffle_ps::<0b01_00_01_00>(a, b),
+                    _mm256_shuffle_ps::<0b11_10_11_10>(a, b),
+                )
+            };
+            _mm256_hadd_ps(apart(t01, t23), apart(t45, t67))
         }
 
         /// The sums of four vectors' eight i32 lanes, as [s0, s1, s2, s3].

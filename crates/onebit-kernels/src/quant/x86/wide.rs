@@ -193,6 +193,9 @@ macro_rules! x86_wide {
                     }
                 } else {
                     // A partial group: byte by byte, lanes >= n left zero.
+                    // Of 2 or 4 blocks, the code vectors are stored
+                    // compact (see `super::WIDE_GROUP`).
+                    let cv = super::wide_code_stride(n);
                     core::ptr::write_bytes(d, 0, super::WIDE_GROUP);
                     for l in 0..n {
                         let dl = if K == 5 {
@@ -228,7 +231,7 @@ macro_rules! x86_wide {
                                     }
                                     c
                                 };
-                                *d.add(64 + 32 * k + 4 * l + i) = c;
+                                *d.add(64 + cv * k + 4 * l + i) = c;
                             }
                         }
                     }
@@ -260,10 +263,99 @@ macro_rules! x86_wide {
             );
         }
 
+        /// The integer sums of one wide group (at byte `go` of the rows) for
+        /// R rows x T tokens, per lane sum((w - offset) * y): over NV code
+        /// vectors, 8 for a whole group; 2 or 4 for a last group of as many
+        /// blocks, stored compact (`super::wide_code_stride`), whose lanes
+        /// are then folded (lanes past NV hold copies). Integer sums are
+        /// exact, so the order (the offset taken first or last) is free.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn wide_sums<const R: usize, const T: usize, const K: u8, const NV: usize>(
+            wp: &[*const u8; R],
+            ap: &[*const u8; T],
+            go: usize,
+        ) -> [[__m256i; T]; R] {
+            let zero = _mm256_setzero_si256();
+            let mut acc = [[zero; T]; R];
+            let offset = |acc: &mut [[__m256i; T]; R]| {
+                for j in 0..T {
+                    let ys = ld(ap[j].add(go + 32));
+                    let off = match K {
+                        0 => _mm256_slli_epi32::<3>(ys),
+                        2 => _mm256_slli_epi32::<4>(ys),
+                        5 => {
+                            _mm256_add_epi32(_mm256_slli_epi32::<3>(ys), _mm256_slli_epi32::<2>(ys))
+                        }
+                        _ => _mm256_slli_epi32::<7>(ys),
+                    };
+                    for row in acc.iter_mut() {
+                        row[j] = _mm256_sub_epi32(row[j], off);
+                    }
+                }
+            };
+            if K != 1 && NV == 8 {
+                offset(&mut acc);
+            }
+            if !VNNI && K != 3 {
+                // Without VNNI: `vpmaddubsw` pair sums added in i16 over
+                // as many code vectors as stay below 2^15 (Q4: 8, |sum|
+                // <= 8 * 2 * 15 * 127 = 30,480; Q5_0: 4, <= 31,496;
+                // MXFP4: 4, <= 4 * 2 * 24 * 127 = 24,384), then one
+                // `vpmaddwd` by ones into the i32 sums.
+                let step = if K == 2 || K == 5 { 4 } else { 8 };
+                let ones = _mm256_set1_epi16(1);
+                let mut k = 0;
+                while k < NV {
+                    let mut a16 = [[zero; T]; R];
+                    for kk in k..(k + step).min(NV) {
+                        let mut y = [zero; T];
+                        for j in 0..T {
+                            y[j] = ld(ap[j].add(go + 64 + 32 * kk));
+                        }
+                        for i in 0..R {
+                            let wv = ld(wp[i].add(go + 64 + 32 * kk));
+                            for j in 0..T {
+                                a16[i][j] =
+                                    _mm256_add_epi16(a16[i][j], _mm256_maddubs_epi16(wv, y[j]));
+                            }
+                        }
+                    }
+                    for i in 0..R {
+                        for j in 0..T {
+                            acc[i][j] =
+                                _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a16[i][j], ones));
+                        }
+                    }
+                    k += step;
+                }
+            } else {
+                for k in 0..NV {
+                    let mut y = [zero; T];
+                    for j in 0..T {
+                        y[j] = ld(ap[j].add(go + 64 + 32 * k));
+                    }
+                    for i in 0..R {
+                        let wv = ld(wp[i].add(go + 64 + 32 * k));
+                        for j in 0..T {
+                            acc[i][j] = dp(acc[i][j], wv, y[j]);
+                        }
+                    }
+                }
+            }
+            if NV < 8 {
+                fold_all(&mut acc, &mut [zero; T], NV);
+                if K != 1 {
+                    offset(&mut acc);
+                }
+            }
+            acc
+        }
+
         /// R expanded rows (at `w`, `ws` bytes apart) times T wide activation
-        /// rows from token `t0`: per group, integer sums started at
-        /// -offset * sum(y) (so they end as sum((w - offset) * y)), then
-        /// (dx * dy) * sumi [+ m * s] per lane, as the scalar reference.
+        /// rows from token `t0`: per group, the integer sums
+        /// ([`wide_sums`]), then (dx * dy) * sumi [+ m * s] per lane, as
+        /// the scalar reference.
         #[target_feature(enable = $feat)]
         #[inline]
         #[allow(clippy::too_many_arguments)]
@@ -279,75 +371,20 @@ macro_rules! x86_wide {
         ) {
             let wp = row_ptrs::<R>(w, 0, ws);
             let ap = row_ptrs::<T>(ops.a.as_ptr(), t0, ops.arb);
-            let zero = _mm256_setzero_si256();
+            // A last group of 2 or 4 blocks is stored compact.
+            let tail = ops.cols / 32 % 8;
+            let compact = super::wide_code_stride(tail) != 32;
             let mut facc = [[_mm256_setzero_ps(); T]; R];
             for g in 0..ng {
                 let go = g * super::WIDE_GROUP;
-                let mut acc = [[zero; T]; R];
-                if K != 1 {
-                    for j in 0..T {
-                        let ys = ld(ap[j].add(go + 32));
-                        let off = match K {
-                            0 => _mm256_slli_epi32::<3>(ys),
-                            2 => _mm256_slli_epi32::<4>(ys),
-                            5 => _mm256_add_epi32(
-                                _mm256_slli_epi32::<3>(ys),
-                                _mm256_slli_epi32::<2>(ys),
-                            ),
-                            _ => _mm256_slli_epi32::<7>(ys),
-                        };
-                        let start = _mm256_sub_epi32(zero, off);
-                        for row in acc.iter_mut() {
-                            row[j] = start;
-                        }
-                    }
-                }
-                if !VNNI && K != 3 {
-                    // Without VNNI: `vpmaddubsw` pair sums added in i16 over
-                    // as many code vectors as stay below 2^15 (Q4: 8, |sum|
-                    // <= 8 * 2 * 15 * 127 = 30,480; Q5_0: 4, <= 31,496;
-                    // MXFP4: 4, <= 4 * 2 * 24 * 127 = 24,384), then one
-                    // `vpmaddwd` by ones into the i32 sums.
-                    let step = if K == 2 || K == 5 { 4 } else { 8 };
-                    let ones = _mm256_set1_epi16(1);
-                    let mut k = 0;
-                    while k < 8 {
-                        let mut a16 = [[zero; T]; R];
-                        for kk in k..k + step {
-                            let mut y = [zero; T];
-                            for j in 0..T {
-                                y[j] = ld(ap[j].add(go + 64 + 32 * kk));
-                            }
-                            for i in 0..R {
-                                let wv = ld(wp[i].add(go + 64 + 32 * kk));
-                                for j in 0..T {
-                                    a16[i][j] =
-                                        _mm256_add_epi16(a16[i][j], _mm256_maddubs_epi16(wv, y[j]));
-                                }
-                            }
-                        }
-                        for i in 0..R {
-                            for j in 0..T {
-                                acc[i][j] =
-                                    _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a16[i][j], ones));
-                            }
-                        }
-                        k += step;
-                    }
+                let last = compact && g + 1 == ng;
+                let acc = if !last {
+                    wide_sums::<R, T, K, 8>(&wp, &ap, go)
+                } else if tail == 2 {
+                    wide_sums::<R, T, K, 2>(&wp, &ap, go)
                 } else {
-                    for k in 0..8 {
-                        let mut y = [zero; T];
-                        for j in 0..T {
-                            y[j] = ld(ap[j].add(go + 64 + 32 * k));
-                        }
-                        for i in 0..R {
-                            let wv = ld(wp[i].add(go + 64 + 32 * k));
-                            for j in 0..T {
-                                acc[i][j] = dp(acc[i][j], wv, y[j]);
-                            }
-                        }
-                    }
-                }
+                    wide_sums::<R, T, K, 4>(&wp, &ap, go)
+                };
                 let mut dy = [_mm256_setzero_ps(); T];
                 let mut sy = [_mm256_setzero_ps(); T];
                 for j in 0..T {
@@ -368,6 +405,13 @@ macro_rules! x86_wide {
                             _mm256_mul_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(acc[i][j]));
                         if K == 1 {
                             term = _mm256_add_ps(term, _mm256_mul_ps(mx, sy[j]));
+                        }
+                        if last {
+                            // Lanes past the tail's blocks hold folded
+                            // copies; their d is 0, but 0 x a negative sum
+                            // is -0: +0 instead, as a whole group's padded
+                            // lane gives.
+                            term = _mm256_and_ps(term, lane_mask(tail));
                         }
                         facc[i][j] = _mm256_add_ps(facc[i][j], term);
                     }
