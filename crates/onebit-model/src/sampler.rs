@@ -225,8 +225,63 @@ pub fn bias_logits(logits: &mut [f32], bias: &[(u32, f32)]) {
     }
 }
 
-/// Index of the largest logit; the lowest index among equals.
+/// Index of the largest logit; the lowest index among equals (0.0 and -0.0
+/// are equal), NaNs passed over, and 0 when logits[0] is NaN or nothing
+/// beats it: exactly what a scan keeping the first strictly larger value
+/// returns ([`argmax_scan`], which the tests hold it to).
+///
+/// It runs as [`LANES`] such scans side by side, lane l over the indices
+/// congruent to l, then takes the best lane (its value, then its index).
+/// The lanes compile to vector compares and blends; the one scan's
+/// dependence on the previous best did not, and a greedy step over Gemma
+/// 3's 262,144 logits spent 0.15 ms in it (1.7 % of a decode step on the
+/// Intel Xeon VM; a verify step pays it once per row).
 pub fn argmax(logits: &[f32]) -> u32 {
+    const LANES: usize = 16;
+    if logits.first().is_none_or(|v| v.is_nan()) {
+        return 0;
+    }
+    let mut best = [f32::NEG_INFINITY; LANES];
+    let mut at = [u32::MAX; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for (c, chunk) in chunks.enumerate() {
+        let base = (c * LANES) as u32;
+        for l in 0..LANES {
+            let v = chunk[l];
+            let win = v > best[l];
+            best[l] = if win { v } else { best[l] };
+            at[l] = if win { base + l as u32 } else { at[l] };
+        }
+    }
+    let base = (logits.len() - tail.len()) as u32;
+    for (l, &v) in tail.iter().enumerate() {
+        if v > best[l] {
+            best[l] = v;
+            at[l] = base + l as u32;
+        }
+    }
+    // Every lane's value is its first occurrence of its maximum; the
+    // answer is the lowest index holding the largest of them. A lane that
+    // saw only -inf and NaN (at u32::MAX) never wins; if all did, the scan
+    // would have stayed at 0.
+    let mut pick: Option<(f32, u32)> = None;
+    for l in 0..LANES {
+        if at[l] == u32::MAX {
+            continue;
+        }
+        pick = match pick {
+            Some((v, i)) if best[l] < v || (best[l] == v && at[l] > i) => Some((v, i)),
+            _ => Some((best[l], at[l])),
+        };
+    }
+    pick.map_or(0, |(_, i)| i)
+}
+
+/// The definition [`argmax`] keeps: one scan, moving to each value strictly
+/// larger than the best so far.
+#[cfg(test)]
+fn argmax_scan(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in logits.iter().enumerate() {
         if v > logits[best] {
@@ -255,6 +310,47 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argmax_equals_the_one_scan_on_ties_signed_zeros_nans_and_tails() {
+        // Lengths around the lane count, values from a small set so ties
+        // are common, with -0.0, infinities and NaNs mixed in; the scan is
+        // the definition. A seeded generator makes it reproducible.
+        let set = [
+            0.0,
+            -0.0,
+            1.0,
+            1.0,
+            -1.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            2.5,
+        ];
+        let mut rng = SplitMix64(7);
+        let mut checked = 0;
+        for len in [1usize, 2, 15, 16, 17, 31, 32, 33, 100, 1000] {
+            for round in 0..400 {
+                // Some rounds draw only from the awkward values.
+                let pool = if round % 4 == 0 { &set[5..8] } else { &set[..] };
+                let v: Vec<f32> = (0..len)
+                    .map(|_| pool[(rng.next_u64() % pool.len() as u64) as usize])
+                    .collect();
+                assert_eq!(argmax(&v), argmax_scan(&v), "{v:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 4000);
+        // The cases named in the doc comment, by hand.
+        assert_eq!(argmax(&[f32::NAN, 5.0, 6.0]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 40]), 0);
+        assert_eq!(argmax(&[-0.0, 0.0]), 0);
+        let mut v = vec![-1.0f32; 40];
+        v[3] = 4.0;
+        v[35] = 4.0;
+        assert_eq!(argmax(&v), 3);
+        assert_eq!(argmax(&[]), 0);
+    }
 
     #[test]
     fn a_masked_token_is_never_chosen_greedy_or_sampled() {
