@@ -62,8 +62,91 @@ impl Sampler {
         if self.plain(logits.len()) {
             return self.sample_plain(logits);
         }
+        if self.heads(logits.len()) {
+            let (idx, w) = self.head_candidates(logits);
+            return self.pick(&idx, &w);
+        }
         let (idx, probs) = self.distribution(logits);
         self.pick(&idx, &probs)
+    }
+
+    /// True when top-p or min-p cut the whole vocabulary (top-k keeps every
+    /// token, typical-p is off): the candidates are a prefix of the ranked
+    /// tokens, found by [`Sampler::head_candidates`] without ranking them all.
+    fn heads(&self, vocab: usize) -> bool {
+        (self.cfg.top_k == 0 || self.cfg.top_k >= vocab) && self.cfg.typical_p >= 1.0
+    }
+
+    /// The candidates top-p and min-p keep, highest first, with their
+    /// weights (unnormalized: [`Sampler::pick`] normalizes): the
+    /// [`Sampler::distribution`] prefix, found by ranking a head of the
+    /// vocabulary (the best 256 tokens, then 4,096, then all of them) until
+    /// the cut falls inside it. The mass top-p compares with is
+    /// summed in id order rather than rank order, so a cut can differ from
+    /// [`Sampler::distribution`]'s only where the two sums differ in their
+    /// last bits.
+    fn head_candidates(&mut self, logits: &[f32]) -> (Vec<u32>, Vec<f64>) {
+        let total = self.weigh(logits);
+        let w = &self.weights;
+        let mass = if self.cfg.top_p < 1.0 {
+            self.cfg.top_p as f64 * total
+        } else {
+            f64::INFINITY
+        };
+        let mut keys: Vec<u64> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| rank_key(l, i as u32))
+            .collect();
+        let n = keys.len();
+        let mut m = n.min(256);
+        loop {
+            if m < n {
+                keys.select_nth_unstable(m - 1);
+                keys[..m].sort_unstable();
+            } else {
+                // The whole vocabulary: the radix sort wants the keys in id
+                // order, which the selections above have lost.
+                for (i, k) in keys.iter_mut().enumerate() {
+                    *k = rank_key(logits[i], i as u32);
+                }
+                sort_by_rank(&mut keys);
+            }
+            let floor = w[keys[0] as u32 as usize] * self.cfg.min_p.max(0.0) as f64;
+            let mut acc = 0.0;
+            for (j, &key) in keys[..m].iter().enumerate() {
+                let p = w[key as u32 as usize];
+                if j > 0 && p < floor {
+                    return cut(&keys[..j], w);
+                }
+                acc += p;
+                if acc >= mass {
+                    return cut(&keys[..=j], w);
+                }
+            }
+            if m == n {
+                return cut(&keys, w);
+            }
+            // A second head 16 times the first, then everything: each
+            // selection reads the whole vocabulary.
+            m = if m < 4096 { n.min(16 * m) } else { n };
+        }
+    }
+
+    /// Fills `self.weights` with every token's exp((logit - max) / T), the
+    /// f64 expression [`Sampler::distribution`] uses, max by total_cmp as
+    /// its first candidate's; returns their sum in id order.
+    fn weigh(&mut self, logits: &[f32]) -> f64 {
+        let max = logits
+            .iter()
+            .copied()
+            .max_by(|a, b| a.total_cmp(b))
+            .unwrap_or(0.0);
+        let inv_t = 1.0 / self.cfg.temperature as f64;
+        let w = &mut self.weights;
+        w.clear();
+        w.extend(logits.iter().map(|&l| ((l - max) as f64 * inv_t).exp()));
+        w.iter().sum()
     }
 
     /// True when temperature is the only filter (top-k keeps every token,
@@ -83,17 +166,8 @@ impl Sampler {
     /// token a given uniform draw lands on differs. Ordering 262,144 logits
     /// (Gemma 3) cost 5 ms a token, more than half a decode step.
     fn sample_plain(&mut self, logits: &[f32]) -> u32 {
-        // The largest logit by total_cmp, as the sorted list's first.
-        let max = logits
-            .iter()
-            .copied()
-            .max_by(|a, b| a.total_cmp(b))
-            .unwrap_or(0.0);
-        let inv_t = 1.0 / self.cfg.temperature as f64;
-        let w = &mut self.weights;
-        w.clear();
-        w.extend(logits.iter().map(|&l| ((l - max) as f64 * inv_t).exp()));
-        let total: f64 = w.iter().sum();
+        let total = self.weigh(logits);
+        let w = &self.weights;
         let mut r = self.rng.next_f64() * total;
         for (i, p) in w.iter().enumerate() {
             if r < *p {
@@ -199,6 +273,13 @@ impl Sampler {
         let last = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
         idx[last]
     }
+}
+
+/// The ids of `keys` ([`rank_key`]s) and their weights in `w`.
+fn cut(keys: &[u64], w: &[f64]) -> (Vec<u32>, Vec<f64>) {
+    let idx: Vec<u32> = keys.iter().map(|&k| k as u32).collect();
+    let p = idx.iter().map(|&i| w[i as usize]).collect();
+    (idx, p)
 }
 
 /// A key whose ascending order is `logit` descending by `f32::total_cmp`,
@@ -469,6 +550,51 @@ mod tests {
         ] {
             assert!(!Sampler::new(cfg).plain(l.len()));
         }
+    }
+
+    #[test]
+    fn top_p_and_min_p_over_a_ranked_head_keep_the_sorted_candidates() {
+        // The head search must keep exactly the candidates the full sort
+        // keeps, with the same probabilities once normalized, whether the
+        // cut falls in the first head of 256, a later one, or nowhere (top-p
+        // near 1 at a high temperature keeps most of 5,000 tokens).
+        let mut rng = SplitMix64(5);
+        // Multiples of 1/64: about 770 values over 5,000 tokens, so equal
+        // logits (ranked by id) are everywhere.
+        let logits: Vec<f32> = (0..5000)
+            .map(|_| ((rng.next_f64() * 12.0 - 6.0) * 64.0).round() as f32 / 64.0)
+            .collect();
+        let mut heads_seen = 0;
+        for (t, top_p, min_p) in [
+            (0.7f32, 0.9f32, 0.0f32),
+            (1.0, 0.5, 0.0),
+            (2.0, 0.99, 0.0),
+            (8.0, 0.999, 0.0),
+            (1.0, 1.0, 0.05),
+            (3.0, 1.0, 0.3),
+            (1.0, 0.95, 0.01),
+        ] {
+            let cfg = SamplerConfig {
+                temperature: t,
+                top_p,
+                min_p,
+                ..SamplerConfig::default()
+            };
+            let mut s = Sampler::new(cfg);
+            assert!(s.heads(logits.len()) && !s.plain(logits.len()));
+            let (want_idx, want_p) = s.distribution(&logits);
+            let (idx, w) = s.head_candidates(&logits);
+            assert_eq!(idx, want_idx, "T {t} top_p {top_p} min_p {min_p}");
+            let total: f64 = w.iter().sum();
+            for (a, b) in w.iter().zip(&want_p) {
+                assert!((a / total - b).abs() <= 1e-12 * b.max(1e-300) + 1e-300);
+            }
+            if idx.len() > 256 {
+                heads_seen += 1;
+            }
+        }
+        // At least one cut fell past the first head.
+        assert!(heads_seen >= 2, "{heads_seen}");
     }
 
     #[test]
