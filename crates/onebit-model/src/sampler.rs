@@ -8,6 +8,12 @@
 //! typical-p, top-p, min-p. Each filter keeps at least one candidate, and a
 //! filter at its neutral value (top_k 0, typical_p 1, top_p 1, min_p 0)
 //! changes nothing.
+//!
+//! A vocabulary of 262,144 is ranked only as far as a choice needs: greedy
+//! is a lane-wise argmax, temperature alone draws from the weights in id
+//! order, top-p and min-p rank a growing head, top-k selects; only
+//! typical-p ranks everything. Each shortcut is tested against the full
+//! ranking ([`Sampler::distribution`]).
 
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
