@@ -258,8 +258,18 @@ macro_rules! x86_one_token {
             // 23.5 to 26.1-26.3, Q5_0 from 22.0-22.6 to 23.8-24.0 (Intel
             // Xeon, 2 threads, examples/kernels.rs, alternating binaries).
             // AVX2's pair tile runs [`tile_qx8`] twice for one token.
+            // Tiles of TT16 tokens (8 at AVX-512, as the Q4_K pair tile):
+            // each group's decoded codes serve twice the tokens, which
+            // frees ports 0 and 5 for `vpdpbusd` and the float terms. One
+            // thread, examples/kernels.rs, alternating binaries on the Intel
+            // Xeon: SmolLM2's Q4_1 ffn up 55-60 -> 49-51 us at 8 tokens and
+            // 108-119 -> 100-101 at 16, Gemma 3's Q5_0 ffn up 103-109 -> 89-91
+            // at 8 and 408-422 -> 348-359 at 32; Llama-3.2-3B's Q4_0 ffn up
+            // on 2 threads 811-816 -> 670-748 us at 8 tokens.
             while g + 2 <= groups {
-                token_tiles!(ntok, |t, T| tile_qx16_rows::<K, T>(ops, g, t, out, os));
+                token_tiles!(ntok, TT16, |t, T| tile_qx16_rows::<K, T>(
+                    ops, g, t, out, os
+                ));
                 g += 2;
             }
             for g in g..groups {
