@@ -603,9 +603,13 @@ macro_rules! x86_k_quants {
             // token stays on the 8-row tile: two groups per vector gained
             // nothing for Q6_K (Qwen2.5-1.5B's 233 MB output 8.3 against
             // 8.8 ms, Llama-3.2-3B's 14.6 against 14.3; Qwen2.5-1.5B decode
-            // 23.3-23.8 tok/s either way; Intel Xeon, 2 threads).
+            // 23.3-23.8 tok/s either way; Intel Xeon, 2 threads). Tiles of
+            // TT16 tokens (8 at AVX-512): Qwen2.5-1.5B's ffn down (2
+            // threads) 613-623 -> 538-542 us at 8 tokens and 1151-1214 ->
+            // 1033-1035 at 16, its output 14.1-14.2 -> 13.2-13.4 ms at 8;
+            // Gemma 3's ffn down (1 thread) 103-104 -> 92-96 us at 8.
             while ntok > 1 && g + 2 <= groups {
-                token_tiles!(ntok, |t, T| tile_q6_kx16::<T>(ops, g, t, out, os));
+                token_tiles!(ntok, TT16, |t, T| tile_q6_kx16::<T>(ops, g, t, out, os));
                 g += 2;
             }
             for g in g..groups {
