@@ -339,14 +339,35 @@ enum ActLayout {
 /// down held 100-190 GMAC/s few-row and wide alike from 32 to 512 tokens
 /// (2 threads, noisy), so the Intel crossover stays 32; elsewhere it takes
 /// Q4_0's (16) instead of the per-row layout's 8, unmeasured on AMD.
+///
+/// With the few-row tiles at 8 tokens (2026-12-05) the Intel crossovers
+/// depend on the level. Same Xeon, 2 threads, examples/kernels.rs,
+/// alternating builds. At AVX-512: SmolLM2's Q4_1 ffn up and down few-row
+/// 127-230 against 206-378 us wide at 32 tokens, 262-268 against 321-326
+/// at 64, 492-526 against 605-667 at 128, 1060-1146 against 1235-1445 at
+/// 256 and about the same at 512 (wide from 512); Llama-3.2-3B's Q4_0 ffn
+/// up 5.5 against 6.5-6.8 ms at 64, the same at 128 and wide ahead from
+/// 256 (wide from 128); the Q6_K ffn downs of Gemma 3 and Qwen2.5-1.5B
+/// few-row ahead or level to 128 and behind from 256 (wide from 128). At
+/// AVX2 the few-row Q6_K tile lost from 8 tokens (Qwen2.5-1.5B's ffn down
+/// 1.39-1.40 ms against 0.92-0.93 wide at 8, 2.63-2.65 against 1.50-1.54
+/// at 16; level at 4, ahead at 2), so AVX2 on Intel goes wide from 8; its
+/// Q4_0 and Q4_1 keep 64 and 32 (the few-row Q4_0 lost at 64 and above).
 fn wide_from(t: GgmlType) -> usize {
     let intel = Isa::intel();
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = Isa::best() == Isa::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
     match t {
         GgmlType::Q4K | GgmlType::Q5K if intel => usize::MAX,
         GgmlType::Q5_0 if intel => usize::MAX,
+        GgmlType::Q4_0 if intel && avx512 => 128,
         GgmlType::Q4_0 if intel => 64,
-        GgmlType::Q6K if intel => 32,
+        GgmlType::Q6K if intel && avx512 => 128,
+        GgmlType::Q6K if intel => 8,
         GgmlType::Q8_0 if intel => 16,
+        GgmlType::Q4_1 if intel && avx512 => 512,
         GgmlType::Q4_1 if intel => 32,
         GgmlType::Q8_0 => 4,
         _ => 16,
