@@ -99,25 +99,17 @@ impl Sampler {
         } else {
             f64::INFINITY
         };
-        let mut keys: Vec<u64> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| rank_key(l, i as u32))
-            .collect();
+        let mut keys = rank_keys(logits);
         let n = keys.len();
         let mut m = n.min(256);
         loop {
-            if m < n {
-                keys.select_nth_unstable(m - 1);
-                keys[..m].sort_unstable();
-            } else {
-                // The whole vocabulary: the radix sort wants the keys in id
-                // order, which the selections above have lost.
-                for (i, k) in keys.iter_mut().enumerate() {
-                    *k = rank_key(logits[i], i as u32);
-                }
-                sort_by_rank(&mut keys);
+            if m == n && n > 256 {
+                // The whole vocabulary after a selection (the first head
+                // was short of it): the radix sort wants the keys back in
+                // id order.
+                keys = rank_keys(logits);
             }
+            rank_head(&mut keys, m);
             let floor = w[keys[0] as u32 as usize] * self.cfg.min_p.max(0.0) as f64;
             let mut acc = 0.0;
             for (j, &key) in keys[..m].iter().enumerate() {
@@ -159,10 +151,7 @@ impl Sampler {
     /// typical-p, top-p and min-p are off): OpenAI's default when a request
     /// sets only `temperature`.
     fn plain(&self, vocab: usize) -> bool {
-        (self.cfg.top_k == 0 || self.cfg.top_k >= vocab)
-            && self.cfg.typical_p >= 1.0
-            && self.cfg.top_p >= 1.0
-            && self.cfg.min_p <= 0.0
+        self.heads(vocab) && self.cfg.top_p >= 1.0 && self.cfg.min_p <= 0.0
     }
 
     /// Temperature sampling without ordering the vocabulary: every token's
@@ -173,16 +162,7 @@ impl Sampler {
     /// (Gemma 3) cost 5 ms a token, more than half a decode step.
     fn sample_plain(&mut self, logits: &[f32]) -> u32 {
         let total = self.weigh(logits);
-        let w = &self.weights;
-        let mut r = self.rng.next_f64() * total;
-        for (i, p) in w.iter().enumerate() {
-            if r < *p {
-                return i as u32;
-            }
-            r -= p;
-        }
-        // Rounding left r past the end: the last token with any weight.
-        w.iter().rposition(|&p| p > 0.0).unwrap_or(0) as u32
+        draw(&mut self.rng, &self.weights, total) as u32
     }
 
     /// True when sampling is greedy (temperature 0).
@@ -206,18 +186,9 @@ impl Sampler {
         } else {
             self.cfg.top_k.min(logits.len())
         };
-        let mut keys: Vec<u64> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| rank_key(l, i as u32))
-            .collect();
-        if k < keys.len() {
-            keys.select_nth_unstable(k - 1);
-            keys.truncate(k);
-            keys.sort_unstable();
-        } else {
-            sort_by_rank(&mut keys);
-        }
+        let mut keys = rank_keys(logits);
+        rank_head(&mut keys, k);
+        keys.truncate(k);
         let mut idx: Vec<u32> = keys.iter().map(|&key| key as u32).collect();
         let max = logits[idx[0] as usize];
         let inv_t = 1.0 / self.cfg.temperature as f64;
@@ -267,18 +238,23 @@ impl Sampler {
     /// Draws one of `idx` with the (not necessarily normalized) weights `probs`.
     pub fn pick(&mut self, idx: &[u32], probs: &[f64]) -> u32 {
         let total: f64 = probs.iter().sum();
-        let mut r = self.rng.next_f64() * total;
-        for (i, p) in probs.iter().enumerate() {
-            if r < *p {
-                return idx[i];
-            }
-            r -= p;
-        }
-        // Rounding left r past the end: the last candidate with any mass (a
-        // masked token, at probability 0, is never chosen).
-        let last = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
-        idx[last]
+        idx[draw(&mut self.rng, probs, total)]
     }
+}
+
+/// The position a uniform draw lands on among `weights` (summing to
+/// `total`), walked in order.
+fn draw(rng: &mut SplitMix64, weights: &[f64], total: f64) -> usize {
+    let mut r = rng.next_f64() * total;
+    for (i, p) in weights.iter().enumerate() {
+        if r < *p {
+            return i;
+        }
+        r -= p;
+    }
+    // Rounding left r past the end: the last candidate with any mass (a
+    // masked token, at probability 0, is never chosen).
+    weights.iter().rposition(|&p| p > 0.0).unwrap_or(0)
 }
 
 /// The ids of `keys` ([`rank_key`]s) and their weights in `w`.
@@ -297,6 +273,27 @@ fn rank_key(logit: f32, id: u32) -> u64 {
     let b = logit.to_bits();
     let ascending = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
     (u64::from(!ascending) << 32) | u64::from(id)
+}
+
+/// Every token's [`rank_key`], in id order.
+fn rank_keys(logits: &[f32]) -> Vec<u64> {
+    logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| rank_key(l, i as u32))
+        .collect()
+}
+
+/// Puts the `m` smallest of `keys` (the best-ranked tokens) first, in
+/// order: selected then sorted when `m` is short of all of them, else the
+/// radix sort, which wants `keys` in id order ([`rank_keys`]).
+fn rank_head(keys: &mut Vec<u64>, m: usize) {
+    if m < keys.len() {
+        keys.select_nth_unstable(m - 1);
+        keys[..m].sort_unstable();
+    } else {
+        sort_by_rank(keys);
+    }
 }
 
 /// Sorts `keys` ([`rank_key`]s built in id order) ascending: a stable
