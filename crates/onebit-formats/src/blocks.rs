@@ -120,7 +120,7 @@ pub fn u32_at(b: &[u8], at: usize) -> u32 {
 /// Byte layouts of the blocks (offsets of each field within a block).
 pub mod layout {
     /// Q4_0: d (f16), 16 bytes of nibbles. Element j < 16 is the low nibble
-    /// of qs[j], element j + 16 its high nibble; value d * (q - 8).
+    /// of qs\[j\], element j + 16 its high nibble; value d * (q - 8).
     pub mod q4_0 {
         pub const D: usize = 0;
         pub const QS: usize = 2;
@@ -203,7 +203,7 @@ pub mod layout {
         pub const BSUMS: usize = 260;
     }
     /// MXFP4: e (E8M0 exponent byte), 16 bytes of E2M1 nibbles placed as
-    /// Q4_0's (element j < 16 the low nibble of qs[j], j + 16 its high one);
+    /// Q4_0's (element j < 16 the low nibble of qs\[j\], j + 16 its high one);
     /// value `MXFP4_CODES[q] * e8m0_half(e)`.
     pub mod mxfp4 {
         pub const E: usize = 0;

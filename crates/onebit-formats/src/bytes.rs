@@ -40,7 +40,7 @@ impl ByteView {
         }
     }
     /// A view of `map[start..start + len]`, where `map` is a read-only map of
-    /// a file that nothing writes while it is open (what [`crate::Gguf::open`]
+    /// a file that nothing writes while it is open (what `crate::Gguf::open`
     /// makes), so [`ByteView::release_pages`] may drop its pages.
     pub fn file_mapped(map: Arc<memmap2::Mmap>, start: usize, len: usize) -> Self {
         let mut v = ByteView::new(map.clone(), start, len);

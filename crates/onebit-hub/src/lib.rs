@@ -1,6 +1,6 @@
 //! Models by name. A reference (`ORG/REPO[:QUANT]`, `hf.co/ORG/REPO[:QUANT]`)
 //! names a repository on the Hugging Face Hub and, for a GGUF repository, a
-//! quant; [`pull`] fetches what it names into the local [`store`], which is
+//! quant; [`pull()`] fetches what it names into the local [`store`], which is
 //! the Hub's own cache layout (`~/.cache/huggingface/hub`), so that files
 //! other tools fetched are found and ours are found by them.
 //!

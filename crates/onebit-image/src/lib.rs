@@ -9,7 +9,7 @@
 //! fixed square, or the "smart resize" to multiples of patch x merge within
 //! a pixel budget, in f32 as `mtmd` computes it), the same aspect-keeping
 //! fit (scaled by the smaller ratio, centred on black), the same resampling
-//! (Pillow's, [`resize`]) and the same normalization ((x / 255 - mean) /
+//! (Pillow's, [`resize()`]) and the same normalization ((x / 255 - mean) /
 //! std in f32). Every failure is an [`ImageError`] whose message names the
 //! image by the place the caller gave (`messages[0].content[1]`).
 

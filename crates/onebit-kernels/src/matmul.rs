@@ -469,8 +469,8 @@ fn chunk_rows(rows: usize, threads: usize, per_thread: usize) -> usize {
     per.div_ceil(8).max(1) * 8
 }
 
-/// `out[t][r] = sum_k w[r][k] * x[t][k]` for `n_tok` rows of `x` ([n_tok][cols]);
-/// `out` is [n_tok][rows].
+/// `out[t][r] = sum_k w[r][k] * x[t][k]` for `n_tok` rows of `x` (\[n_tok\]\[cols\]);
+/// `out` is \[n_tok\]\[rows\].
 pub fn matmul(
     pool: &Pool,
     precision: Precision,

@@ -74,7 +74,7 @@ const EXP_P: [f32; 6] = [
 /// e^x within a few ulp of `f32::exp` for x in [-87, 88]; 0 below it (where
 /// e^x is denormal or less), e^88 above it, NaN for NaN. Every step is a
 /// single IEEE operation with an AVX2 twin, in the same order as
-/// [`avx2::exp8`].
+/// `avx2::exp8`.
 #[inline]
 pub fn exp_fast(x: f32) -> f32 {
     let below = x < EXP_LO;

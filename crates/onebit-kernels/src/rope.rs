@@ -12,9 +12,9 @@
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
-    /// Adjacent pairs (x[2i], x[2i+1]): ggml's NORM mode, GGUF llama weights.
+    /// Adjacent pairs (x\[2i\], x[2i+1]): ggml's NORM mode, GGUF llama weights.
     Interleaved,
-    /// Halves (x[i], x[i + n_rot/2]): ggml's NEOX mode, HF's rotate_half.
+    /// Halves (x\[i\], x[i + n_rot/2]): ggml's NEOX mode, HF's rotate_half.
     Halves,
 }
 
@@ -22,7 +22,7 @@ pub enum RopeStyle {
 pub struct Rope {
     pub style: RopeStyle,
     pub n_rot: usize,
-    /// theta_i = pos * inv_freq[i], i < n_rot / 2
+    /// theta_i = pos * inv_freq\[i\], i < n_rot / 2
     pub inv_freq: Vec<f64>,
     /// Multiplies cos and sin (LongRoPE's attention factor); 1 elsewhere.
     pub attn_factor: f64,
@@ -33,9 +33,9 @@ pub struct Rope {
 
 /// IMROPE's component of each of `n_pairs` pairs for `sections` (ggml's
 /// `ggml_mrope_cache_init` with `is_imrope`): pair i is sector
-/// s = i % sum(sections); s % 3 == 1 and s < 3 sections[1] turns by h,
-/// else s % 3 == 2 and s < 3 sections[2] by w, else s % 3 == 0 and
-/// s < 3 sections[0] by t, else by e. None when the sections sum to 0.
+/// s = i % sum(sections); s % 3 == 1 and s < 3 sections\[1\] turns by h,
+/// else s % 3 == 2 and s < 3 sections\[2\] by w, else s % 3 == 0 and
+/// s < 3 sections\[0\] by t, else by e. None when the sections sum to 0.
 pub fn imrope_axes(sections: [usize; 4], n_pairs: usize) -> Option<Vec<u8>> {
     let total: usize = sections.iter().sum();
     if total == 0 {

@@ -53,14 +53,14 @@ impl Default for ExecConfig {
 /// Which logits the caller wants back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {
-    /// Only the last position's ([n_vocab]).
+    /// Only the last position's (\[n_vocab\]).
     Last,
-    /// Every position's ([n_tokens][n_vocab]).
+    /// Every position's (\[n_tokens\]\[n_vocab\]).
     All,
     /// None (an empty vector): the state advances, the output matrix is not
     /// run (the leading micro-batches of a long prompt).
     None,
-    /// Every position's final normed hidden state ([n_tokens][n_embd]),
+    /// Every position's final normed hidden state (\[n_tokens\]\[n_embd\]),
     /// the output matrix not run: what embeddings pool.
     Hidden,
 }

@@ -84,8 +84,8 @@ pub fn route(
     }
 }
 
-/// The FFN of `n` rows into `out` ([n][n_embd]): `x` is the residual
-/// stream, `h` the FFN input norm(x; ffn_norm) (both [n][n_embd]); `eps`
+/// The FFN of `n` rows into `out` (\[n\]\[n_embd\]): `x` is the residual
+/// stream, `h` the FFN input norm(x; ffn_norm) (both \[n\]\[n_embd\]); `eps`
 /// the model's RMSNorm epsilon.
 #[allow(clippy::too_many_arguments)]
 pub fn routed_ffn(

@@ -19,7 +19,7 @@
 //! A token's weight is `exp((logit - max) / T)` in f32 through the kernels'
 //! `exp_fast` (within a few ulp of `exp`, eight lanes at a time where AVX2
 //! runs, the same bits on every level), summed in f64; a draw walks blocks
-//! of [`DRAW_BLOCK`] weights by their sums, then the one it lands in. Both
+//! of `DRAW_BLOCK` weights by their sums, then the one it lands in. Both
 //! were f64 `exp` and a walk of every weight: 1.4 ms a token at temperature
 //! alone over 262,144 logits, a sixth of Gemma 3 270M's decode step.
 
@@ -516,11 +516,11 @@ pub fn bias_logits(logits: &mut [f32], bias: &[(u32, f32)]) {
 }
 
 /// Index of the largest logit; the lowest index among equals (0.0 and -0.0
-/// are equal), NaNs passed over, and 0 when logits[0] is NaN or nothing
+/// are equal), NaNs passed over, and 0 when logits\[0\] is NaN or nothing
 /// beats it: exactly what a scan keeping the first strictly larger value
-/// returns ([`argmax_scan`], which the tests hold it to).
+/// returns (`argmax_scan`, which the tests hold it to).
 ///
-/// It runs as [`LANES`] such scans side by side, lane l over the indices
+/// It runs as `LANES` such scans side by side, lane l over the indices
 /// congruent to l, then takes the best lane (its value, then its index).
 /// The lanes compile to vector compares and blends; the one scan's
 /// dependence on the previous best did not, and a greedy step over Gemma

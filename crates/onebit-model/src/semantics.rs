@@ -272,7 +272,7 @@ pub struct Moe {
     /// What the router reads.
     pub router_input: Sourced<RouterInput>,
     /// Each chosen expert's output is multiplied by its entry of this
-    /// [n_expert] tensor (llama.cpp's `ffn_down_exps_s`), before its weight.
+    /// \[n_expert\] tensor (llama.cpp's `ffn_down_exps_s`), before its weight.
     pub expert_scale: Sourced<Option<&'static str>>,
     /// Gemma 4's per-branch norms around the experts and the shared expert.
     pub branch_norms: Sourced<Option<BranchNorms>>,
@@ -288,7 +288,7 @@ pub enum RouterInput {
     /// The FFN input `h = norm(x; ffn_norm)`.
     FfnInput,
     /// Gemma 4: the residual `x` RMS-normed without a weight, times
-    /// 1/sqrt(n_embd), times this [n_embd] tensor (`ffn_gate_inp.scale`).
+    /// 1/sqrt(n_embd), times this \[n_embd\] tensor (`ffn_gate_inp.scale`).
     ScaledRms(&'static str),
 }
 

@@ -45,7 +45,7 @@ pub struct AttnWeights {
     pub wq: QMatrix,
     pub wo: QMatrix,
     pub bq: Option<Vec<f32>>,
-    /// `attn_output.bias` (`Semantics::attn_out_bias`), [n_embd].
+    /// `attn_output.bias` (`Semantics::attn_out_bias`), \[n_embd\].
     pub bo: Option<Vec<f32>>,
     /// `Semantics::attn_sinks`: one logit per query head.
     pub sinks: Option<Vec<f32>>,
@@ -68,17 +68,17 @@ pub struct KvWeights {
 pub struct PerLayerInput {
     /// [n_vocab rows][n_layer * width]
     pub token_embd: QMatrix,
-    /// [n_layer * width rows][n_embd]
+    /// [n_layer * width rows]\[n_embd\]
     pub model_proj: QMatrix,
-    /// [width]
+    /// \[width\]
     pub proj_norm: Vec<f32>,
 }
 
 /// One layer's per-layer-embedding branch.
 pub struct PerLayerBranch {
-    /// [width rows][n_embd]
+    /// [width rows]\[n_embd\]
     pub inp_gate: QMatrix,
-    /// [n_embd rows][width]
+    /// [n_embd rows]\[width\]
     pub proj: QMatrix,
     pub post_norm: Vec<f32>,
 }
@@ -86,7 +86,7 @@ pub struct PerLayerBranch {
 pub struct ShortConvWeights {
     /// [3 * n_embd] rows: B, C, x.
     pub in_proj: QMatrix,
-    /// [n_embd][L] taps; tap j multiplies input t - (L - 1) + j.
+    /// \[n_embd\]\[L\] taps; tap j multiplies input t - (L - 1) + j.
     pub kernel: Vec<f32>,
     pub out_proj: QMatrix,
 }
@@ -101,7 +101,7 @@ pub struct DeltaNetWeights {
     pub dt_bias: Vec<f32>,
     /// -exp(A_log), per v head.
     pub a: Vec<f32>,
-    /// [channels][kernel] taps over the q|k|v channels.
+    /// \[channels\]\[kernel\] taps over the q|k|v channels.
     pub conv: Vec<f32>,
     pub norm: Vec<f32>,
     pub out: QMatrix,
@@ -121,7 +121,7 @@ pub struct FfnWeights {
 
 /// A routed-experts FFN's weights (`Semantics::moe`).
 pub struct RoutedWeights {
-    /// `ffn_gate_inp`: [n_expert rows][n_embd].
+    /// `ffn_gate_inp`: [n_expert rows]\[n_embd\].
     pub router: QMatrix,
     pub router_bias: Option<Vec<f32>>,
     /// `exp_probs_b`: added to the scores to choose the experts.
@@ -131,13 +131,13 @@ pub struct RoutedWeights {
     pub experts: Vec<FfnWeights>,
     /// The shared expert (`Moe::shared_names`).
     pub shared: Option<FfnWeights>,
-    /// `ffn_gate_inp_shexp`: [1 row][n_embd].
+    /// `ffn_gate_inp_shexp`: [1 row]\[n_embd\].
     pub shared_gate: Option<QMatrix>,
-    /// `Moe::router_input`'s per-channel scale (`ffn_gate_inp.scale`), [n_embd].
+    /// `Moe::router_input`'s per-channel scale (`ffn_gate_inp.scale`), \[n_embd\].
     pub router_scale: Option<Vec<f32>>,
-    /// `Moe::expert_scale`'s values, [n_expert].
+    /// `Moe::expert_scale`'s values, \[n_expert\].
     pub expert_scale: Option<Vec<f32>>,
-    /// `Moe::expert_biases`: per expert, [n_ff_exp], [n_ff_exp], [n_embd].
+    /// `Moe::expert_biases`: per expert, \[n_ff_exp\], \[n_ff_exp\], \[n_embd\].
     pub expert_biases: Option<Vec<[Vec<f32>; 3]>>,
     /// `Moe::branch_norms`'s weights.
     pub branch_norms: Option<BranchNormWeights>,
@@ -171,10 +171,10 @@ pub struct LayerWeights {
 }
 
 pub struct Weights {
-    /// [n_vocab rows][n_embd]
+    /// [n_vocab rows]\[n_embd\]
     pub token_embd: QMatrix,
     pub output_norm: Vec<f32>,
-    /// [n_vocab rows][n_embd]; the embedding itself when tied.
+    /// [n_vocab rows]\[n_embd\]; the embedding itself when tied.
     pub output: QMatrix,
     /// RoPE per-pair factors by tensor name, for the tables the semantics name.
     pub rope_factors: Vec<(String, Vec<f32>)>,

@@ -9,7 +9,7 @@
 //! Invariants: the streamed events (message_start, then each block's
 //! content_block_start / _delta / _stop with one `ping` after the first
 //! start, then message_delta with the stop reason and usage, message_stop)
-//! build exactly the blocks the whole answer has (one builder, [`Blocks`],
+//! build exactly the blocks the whole answer has (one builder, `Blocks`,
 //! makes both); `stop_reason` is `stop_sequence` (with the sequence) only
 //! when one of `stop_sequences` ended the text, `max_tokens` when the limit
 //! did, `tool_use` when the answer holds a call, else `end_turn`; every

@@ -41,13 +41,13 @@ impl Pooling {
         Ok(Pooling { kind, source })
     }
 
-    /// Pools `rows` ([n][width]) into one L2-normalized vector; the mean is
+    /// Pools `rows` (\[n\]\[width\]) into one L2-normalized vector; the mean is
     /// kept in f64 up to the normalization.
     pub fn pool(&self, rows: &[f32], width: usize) -> Vec<f32> {
         normalize(&self.pooled(rows, width))
     }
 
-    /// Pools `rows` ([n][width]), passes the pooled vector (rounded to f32,
+    /// Pools `rows` (\[n\]\[width\]), passes the pooled vector (rounded to f32,
     /// what the head's matrices read) through the model's pooled head
     /// (`Model::pooled_head`: EmbeddingGemma's dense layers), and
     /// L2-normalizes the result, in llama.cpp's order.
@@ -94,7 +94,7 @@ pub struct PoolSum {
 }
 
 impl PoolSum {
-    /// Adds the next `rows` ([n][width]) of the text.
+    /// Adds the next `rows` (\[n\]\[width\]) of the text.
     pub fn push(&mut self, rows: &[f32]) {
         let w = self.width;
         let pick: &[f32] = match self.kind {

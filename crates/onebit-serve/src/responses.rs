@@ -7,7 +7,7 @@
 //! block), a `message` with one `output_text` part, `function_call` items.
 //!
 //! Invariants: the streamed events build, in order, exactly the output the
-//! whole answer has (one builder, [`Output`], makes both); every field is
+//! whole answer has (one builder, `Output`, makes both); every field is
 //! honoured, reported as ignored in `x-onebit-ignored-fields` (those that
 //! change nothing here), or refused by name with a 400 in OpenAI's error
 //! shape; a response made with `store` (the default) is kept in memory

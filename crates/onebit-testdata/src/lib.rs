@@ -45,7 +45,7 @@ pub fn real_model(file: &str) -> PathBuf {
     p
 }
 
-/// Reads a little-endian f32 file (llama.cpp logits: [n_tokens][n_vocab]).
+/// Reads a little-endian f32 file (llama.cpp logits: \[n_tokens\]\[n_vocab\]).
 pub fn read_f32(path: impl Into<PathBuf>) -> Vec<f32> {
     let path = path.into();
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -142,7 +142,7 @@ impl Fixture {
     }
 }
 
-/// Comparison of two [n_tokens][n_vocab] logit arrays.
+/// Comparison of two \[n_tokens\]\[n_vocab\] logit arrays.
 #[derive(Debug)]
 pub struct Comparison {
     pub max_abs_diff: f32,

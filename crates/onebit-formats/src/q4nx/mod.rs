@@ -374,12 +374,12 @@ fn value(form: TileForm, tile: &[u8], kind: Q4Kind, r: usize, c: usize) -> f32 {
     bf16_at(tile, at) * code_value(nibble(form, tile, r, c), kind) + m
 }
 
-/// Decodes one full tile as `kind` into `out` ([32][256], row-major).
+/// Decodes one full tile as `kind` into `out` (\[32\]\[256\], row-major).
 pub fn decode_tile_as(tile: &[u8], kind: Q4Kind, out: &mut [f32]) {
     decode_tile_of(TileForm::Full, tile, kind, out)
 }
 
-/// Decodes one tile of `form` as `kind` into `out` ([rows][cols], row-major;
+/// Decodes one tile of `form` as `kind` into `out` (\[rows\]\[cols\], row-major;
 /// a tile's pad columns read as 0, since their scales and minimums are 0).
 pub fn decode_tile_of(form: TileForm, tile: &[u8], kind: Q4Kind, out: &mut [f32]) {
     assert_eq!(tile.len(), form.bytes());
@@ -428,7 +428,7 @@ pub fn decode_row(data: &[u8], shape: Q4Shape, row: usize, out: &mut [f32]) -> R
     Ok(())
 }
 
-/// Decodes the whole tensor ([n][k], padding dropped), the kind from every tile.
+/// Decodes the whole tensor (\[n\]\[k\], padding dropped), the kind from every tile.
 pub fn decode_tensor(data: &[u8], shape: Q4Shape) -> Result<(Q4Kind, Vec<f32>)> {
     shape.check(data)?;
     let kind = tensor_kind_of(shape.form, data)?;
@@ -501,11 +501,11 @@ pub fn to_ggml_as(data: &[u8], shape: Q4Shape, kind: Q4Kind) -> (Vec<u8>, usize)
 pub struct Q4Groups {
     pub shape: Q4Shape,
     pub kind: Q4Kind,
-    /// [n][k/32]
+    /// \[n\]\[k/32\]
     pub d: Vec<u16>,
-    /// [n][k/32]; all zero for the symmetric kind.
+    /// \[n\]\[k/32\]; all zero for the symmetric kind.
     pub m: Vec<u16>,
-    /// [n][k]
+    /// \[n\]\[k\]
     pub nib: Vec<u8>,
 }
 

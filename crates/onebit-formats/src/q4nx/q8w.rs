@@ -69,7 +69,7 @@ pub fn q8w_to_q8_0(data: &[u8], shape: Q8wShape) -> Result<(Vec<u8>, usize), sup
     Q8W_TILE.to_q8_0(shape.n, shape.k, data)
 }
 
-/// Quantizes f32 rows (`w`, [n][k], k a multiple of 32) to ggml Q8_0 blocks
+/// Quantizes f32 rows (`w`, \[n\]\[k\], k a multiple of 32) to ggml Q8_0 blocks
 /// by ggml's reference rule (d = max|x| / 127, q = round(x / d)), with d
 /// rounded to bf16 first, as the tile will store it, and codes computed
 /// against that scale.

@@ -11,7 +11,7 @@ fn round_bf16(x: f32) -> (f32, u16) {
     (b.to_f32(), b.to_bits())
 }
 
-/// Quantizes `w` ([n][k] row-major) into tiles of `kind`, in the form of
+/// Quantizes `w` (\[n\]\[k\] row-major) into tiles of `kind`, in the form of
 /// `shape`. Panics if that form cannot hold `kind` ([`super::TileForm::holds`]).
 pub fn quantize(w: &[f32], shape: Q4Shape, kind: Q4Kind) -> Vec<u8> {
     assert_eq!(w.len(), shape.n * shape.k);

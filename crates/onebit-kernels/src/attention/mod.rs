@@ -26,7 +26,7 @@
 //! for all of them. The work is cut into units (a sequence's rows, up to
 //! [`ROW_GROUP`] at a time, with the query heads of one KV head); a unit
 //! walks its blocks and, per block, runs its query vectors (row x head) in
-//! tiles of [`TILE`] ([`TILE_WIDE`] at the AVX-512 level) through one
+//! tiles of `TILE` (`TILE_WIDE` at the AVX-512 level) through one
 //! kernel call, every K and V load serving the whole tile, each vector over
 //! its own part of the block.
 //!

@@ -19,7 +19,7 @@
 //! # Layout
 //!
 //! [`F16Matrix`] holds the weights repacked at load into panels of [`NR`]
-//! = 16 output rows: panel p, input k holds the 16 weights w[16p..16p+16][k]
+//! = 16 output rows: panel p, input k holds the 16 weights w[16p..16p+16]\[k\]
 //! side by side (32 bytes, still F16), so one input's weights for 16
 //! outputs are one load (a 512-bit vector after `vcvtph2ps`, two 256-bit
 //! ones, four NEON ones after `fcvtl`/`fcvtl2`). The last panel is padded
@@ -78,7 +78,7 @@ pub struct F16Matrix {
 }
 
 impl F16Matrix {
-    /// From row-major f16 bit patterns ([rows][cols]).
+    /// From row-major f16 bit patterns (\[rows\]\[cols\]).
     pub fn from_bits(rows: usize, cols: usize, bits: &[u16]) -> F16Matrix {
         assert_eq!(bits.len(), rows * cols, "F16Matrix: rows x cols values");
         let np = rows.div_ceil(NR);
@@ -122,7 +122,7 @@ impl F16Matrix {
     }
 
     /// `out[t][r] = sum_k w[r][k] * x[t][k]` for `n_tok` rows of `x`
-    /// ([n_tok][cols]); `out` is [n_tok][rows]. At [`level`].
+    /// (\[n_tok\]\[cols\]); `out` is \[n_tok\]\[rows\]. At [`level`].
     pub fn matmul(&self, pool: &Pool, x: &[f32], n_tok: usize, out: &mut [f32]) {
         self.matmul_at(level(), pool, x, n_tok, out);
     }
@@ -318,7 +318,7 @@ unsafe fn run_scalar(a: &Tile, m: usize, np: usize) {
 
 /// The reference: `out[t][r]` = the chain `acc = w[r][k] * x[t][k] + acc`
 /// (fused, k in order, from +0.0) over row-major f16 weights `w`
-/// ([rows][cols] bit patterns).
+/// (\[rows\]\[cols\] bit patterns).
 pub fn matmul_reference(
     w: &[u16],
     rows: usize,

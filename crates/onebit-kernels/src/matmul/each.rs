@@ -12,7 +12,7 @@
 use super::*;
 
 /// One product of [`matmul_each`]: `out = w · inputs[input]`, `out` being
-/// [n_tok][w.rows] for the input's `n_tok` rows.
+/// \[n_tok\]\[w.rows\] for the input's `n_tok` rows.
 pub struct Product<'a> {
     pub w: &'a QMatrix,
     pub input: usize,

@@ -10,7 +10,7 @@
 //! tile rows and Kb = ceil(K/128) tile columns, K zero-padded):
 //! - q/k/v/o projections: Q4 half tiles (Q4_1; a Q4_0 source stays
 //!   symmetric), tile rows zero-padded to a multiple of 16 and grouped by 4:
-//!   I8 [Nb'/4, Kb, 4, 2560], tile (rb, cb) at [rb/4][cb][rb%4] ([`ATTN`]).
+//!   I8 [Nb'/4, Kb, 4, 2560], tile (rb, cb) at [rb/4]\[cb\][rb%4] ([`ATTN`]).
 //! - `lm_head.weight`: half tiles grouped by 2, [Nb/2, Kb, 2, 2560] ([`LM_HEAD`]).
 //! - the experts: MXFP4 kept bit for bit in MXFP4 tiles, each expert's
 //!   matrix padded to a multiple of 4 tile rows and grouped by 4
@@ -38,7 +38,7 @@
 //! Invariant: read(import(gguf)) gives every GGUF tensor back with its dims:
 //! MXFP4 experts bit for bit, Q4_0/Q4_1 matrices up to their scales and
 //! minimums rounded to bf16, float tensors through bf16; every byte the
-//! layout pads is zero and the biases kept twice agree ([`verify`]).
+//! layout pads is zero and the biases kept twice agree (`verify`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -76,7 +76,7 @@ pub const TILE: usize = q4nx::HALF_TILE_BYTES;
 
 /// How a matrix's tile rows are stored: zero tile rows pad their count to
 /// a multiple of `pad`, then `group` consecutive tile rows sit side by side
-/// for each tile column: tile (rb, cb) at [rb / group][cb][rb % group].
+/// for each tile column: tile (rb, cb) at [rb / group]\[cb\][rb % group].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grouping {
     pub group: usize,
@@ -333,7 +333,7 @@ fn grouped_at(rb: usize, cb: usize, kb: usize, g: Grouping) -> usize {
     ((rb / g.group) * kb + cb) * g.group + rb % g.group
 }
 
-/// Tiles in row-major block order ([nb][kb]) stored under `g`.
+/// Tiles in row-major block order (\[nb\]\[kb\]) stored under `g`.
 pub fn group(tiles: &[u8], nb: usize, kb: usize, tb: usize, g: Grouping) -> Vec<u8> {
     let mut out = vec![0u8; padded(nb, g) * kb * tb];
     for rb in 0..nb {

@@ -23,7 +23,7 @@ pub enum Op {
     /// Column chunks of `unit` columns reordered: stored chunk j is GGUF
     /// chunk `perm[j]`.
     Cols { unit: usize, perm: Vec<usize> },
-    /// Stored transposed ([N][K] becomes [K][N]); float tensors only.
+    /// Stored transposed (\[N\]\[K\] becomes \[K\]\[N\]); float tensors only.
     Transpose,
 }
 
@@ -241,8 +241,8 @@ impl Plain {
 }
 
 /// llama.cpp's V-head order undone: its converter tiles the V heads of a
-/// linear-attention layer ([r][k] for r = n_v / n_k heads per key head), HF
-/// and FastFlowLM keep them grouped by key head ([k][r]). Stored unit
+/// linear-attention layer (\[r\]\[k\] for r = n_v / n_k heads per key head), HF
+/// and FastFlowLM keep them grouped by key head (\[k\]\[r\]). Stored unit
 /// (ki * r + ri) is GGUF unit (ri * n_k + ki); each unit spans `unit` rows.
 pub fn v_heads_grouped(n_k: usize, n_v: usize, unit: usize) -> Vec<usize> {
     let r = n_v / n_k;

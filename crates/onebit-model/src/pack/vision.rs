@@ -443,7 +443,7 @@ pub fn blocks_shape(n: usize, k: usize, mm_k: usize) -> [u64; 3] {
     ]
 }
 
-/// `w` ([n][k], row-major) in blocks.
+/// `w` (\[n\]\[k\], row-major) in blocks.
 pub fn to_blocks(w: &[u16], n: usize, k: usize, mm_k: usize) -> Vec<u16> {
     let s = blocks_shape(n, k, mm_k);
     let kp = s[1] as usize * mm_k;
@@ -456,7 +456,7 @@ pub fn to_blocks(w: &[u16], n: usize, k: usize, mm_k: usize) -> Vec<u16> {
     out
 }
 
-/// The [n][k] matrix back from its blocks (padding dropped).
+/// The \[n\]\[k\] matrix back from its blocks (padding dropped).
 pub fn from_blocks(b: &[u16], n: usize, k: usize, mm_k: usize) -> Vec<u16> {
     let kp = blocks_shape(n, k, mm_k)[1] as usize * mm_k;
     let mut out = vec![0u16; n * k];

@@ -172,7 +172,7 @@ pub struct Rules {
     pub ffn_swapped: Sourced<bool>,
     pub pre_ln: Sourced<bool>,
     pub bidirectional: Sourced<bool>,
-    /// The text model's width (`mm.input_projection` ne[0]).
+    /// The text model's width (`mm.input_projection` ne\[0\]).
     pub n_embd_out: usize,
 }
 

@@ -95,7 +95,7 @@ pub struct ImageEmbeddings {
     pub n_tokens: usize,
     /// The text model's hidden size.
     pub n_embd: usize,
-    /// [n_tokens][n_embd]
+    /// \[n_tokens\]\[n_embd\]
     pub rows: Vec<f32>,
     /// The rows attend to each other both ways in the text model.
     pub bidirectional: bool,

@@ -3,7 +3,7 @@
 //! Two levels beside the scalar reference: `avx2` (AVX2 + FMA + F16C) and
 //! `avx512` (adds AVX-512 F/BW/VL/VNNI; the kernels still use 256-bit
 //! vectors, but with `vpdpbusd`/`vpdpwssd` and 32 registers for larger tiles).
-//! Both levels' kernels are written once, as macros ([`simd_kernels!`] in
+//! Both levels' kernels are written once, as macros (`simd_kernels!` in
 //! `body.rs` and one per family: `shared.rs`, `one_token.rs`, `k_quants.rs`,
 //! `rows.rs`, `wide.rs`, `wide_k.rs`), instantiated per level over that level's
 //! primitives (`dp`, `dp16`, `q8_*`, `expand_bits`).
@@ -29,11 +29,11 @@
 //!
 //! | type | group layout (bytes) |
 //! |---|---|
-//! | Q4_0 | d[n] f16, qs: vector k' (0..4) = bytes 4k'..4k'+4 of each block's qs; low nibbles are code vector k', high nibbles vector k'+4 |
-//! | Q4_1 | d[n], m[n], qs as Q4_0 |
-//! | Q5_0 | d[n], fifth bits (4n bytes): bit 4n*k + 4l + i = bit 4k+i of block l's qh, qs as Q4_0 |
-//! | Q8_0 | d[n], qs: vector k = bytes 4k..4k+4 of each block's codes |
-//! | MXFP4 | e[n] (E8M0 bytes), qs as Q4_0 |
+//! | Q4_0 | d\[n\] f16, qs: vector k' (0..4) = bytes 4k'..4k'+4 of each block's qs; low nibbles are code vector k', high nibbles vector k'+4 |
+//! | Q4_1 | d\[n\], m\[n\], qs as Q4_0 |
+//! | Q5_0 | d\[n\], fifth bits (4n bytes): bit 4n*k + 4l + i = bit 4k+i of block l's qh, qs as Q4_0 |
+//! | Q8_0 | d\[n\], qs: vector k = bytes 4k..4k+4 of each block's codes |
+//! | MXFP4 | e\[n\] (E8M0 bytes), qs as Q4_0 |
 //!
 //! Kernels load whole 32-byte vectors; in a partial group the lanes past n
 //! read the next bytes (or the padding) and their float terms are masked to
@@ -43,7 +43,7 @@
 //! the integer lanes of the same block are added before the float terms.
 //!
 //! Activations for those kernels are quantized as usual (Q8_0/Q8_1) and then
-//! rearranged per row the same way: per group, d[n] as f32, then s[n] as f32
+//! rearranged per row the same way: per group, d\[n\] as f32, then s\[n\] as f32
 //! for Q8_1 or, for Q8_0, each block's code sum as i32 (so a kernel need not
 //! sum the codes for Q4_0's and Q5_0's offsets once per row), then the code
 //! vectors.
@@ -157,7 +157,7 @@ pub fn interleaves(t: GgmlType) -> bool {
 }
 
 /// Bytes of one interleaved Q4_0 block group: eight rows' 18-byte blocks,
-/// d[8] as f16 at 0 (row r at 2r), then unit u (0..4) of row r at
+/// d\[8\] as f16 at 0 (row r at 2r), then unit u (0..4) of row r at
 /// 16 + 32u + 4r, where unit u is the code bytes 4u..4u + 4 (block bytes
 /// 2 + 4u..6 + 4u): their low nibbles are elements 4u.., their high nibbles
 /// elements 16 + 4u... A matrix's block b of rows 8g..8g + 8 is at
@@ -165,15 +165,15 @@ pub fn interleaves(t: GgmlType) -> bool {
 pub const Q4_0_X8: usize = 8 * 18;
 
 /// Bytes of one interleaved Q4_1 block group: eight rows' 20-byte blocks,
-/// d[8] as f16 at 0 (row r at 2r), the mins m[8] as f16 at 16 (row r at
+/// d\[8\] as f16 at 0 (row r at 2r), the mins m\[8\] as f16 at 16 (row r at
 /// 16 + 2r), then unit u (0..4) of row r at 32 + 32u + 4r, the code bytes
 /// 4u..4u + 4 (block bytes 4 + 4u..8 + 4u), low nibbles elements 4u..,
 /// high nibbles 16 + 4u... The byte places are [`Q4K_X8`]'s (d, dmin,
-/// then 4-byte units), so the two share [`q4k_x8_at`].
+/// then 4-byte units), so the two share `q4k_x8_at`.
 pub const Q4_1_X8: usize = 8 * 20;
 
 /// Bytes of one interleaved Q5_0 block group: eight rows' 22-byte blocks,
-/// d[8] as f16 at 0 (row r at 2r), row r's fifth bits at 16 + 4r as four
+/// d\[8\] as f16 at 0 (row r at 2r), row r's fifth bits at 16 + 4r as four
 /// bytes, byte u holding in bits 0..4 the fifth bits of elements
 /// 4u..4u + 4 (qh bits 4u..) and in bits 4..8 those of elements
 /// 16 + 4u..16 + 4u + 4 (qh bits 16 + 4u..), see [`q5_qh_x8`]; then unit u
@@ -213,7 +213,7 @@ pub const ROW_GROUP: usize = 8;
 
 /// Bytes of one interleaved Q4_K super-block group: eight rows' 144-byte
 /// super-blocks `s`, rearranged so that every 32-bit lane of a vector holds
-/// one row. d[8] as f16 at 0, dmin[8] at 16, then 4-byte units: unit u
+/// one row. d\[8\] as f16 at 0, dmin\[8\] at 16, then 4-byte units: unit u
 /// (u < 35) of row r at 32 + 32u + 4r, where unit u is bytes 4 + 4u..8 + 4u
 /// of row r's block (units 0..3: the 12 packed scale bytes; units 3..35:
 /// the 128 code bytes, so code vector (c, k) = unit 3 + 8c + k holds bytes
@@ -226,14 +226,14 @@ pub const Q4K_X8: usize = 8 * 144;
 
 /// Bytes of one interleaved Q5_K super-block group: [`Q4K_X8`]'s layout
 /// over the 176-byte block, whose 32 fifth-bit bytes (qh) come before the
-/// codes: d[8] at 0, dmin[8] at 16, unit u (u < 43) of row r at 32 + 32u +
+/// codes: d\[8\] at 0, dmin\[8\] at 16, unit u (u < 43) of row r at 32 + 32u +
 /// 4r, unit u being bytes 4 + 4u..8 + 4u of row r's block (units 0..3 the
 /// scales, 3..11 qh, so unit 3 + k holds qh bytes 4k..4k + 4, whose bit s
 /// is the fifth bit of sub-block s's elements 4k..4k + 4; units 11..43 the
 /// codes, code vector (c, k) = unit 11 + 8c + k as Q4_K's).
 pub const Q5K_X8: usize = 8 * 176;
 
-/// Bytes of one interleaved Q6_K super-block group: d[8] as f16 at 0, then
+/// Bytes of one interleaved Q6_K super-block group: d\[8\] as f16 at 0, then
 /// unit u (u < 52) of row r at 16 + 32u + 4r, where unit u is bytes
 /// 4u..4u + 4 of row r's 210-byte block: units 0..32 the low-bit bytes
 /// (ql), 32..48 the high-bit bytes (qh), 48..52 the 16 scales. As for
@@ -506,7 +506,7 @@ pub fn packed_act_row_bytes(fmt: ActFormat, n: usize) -> usize {
 }
 
 /// Rearranges one standard Q8_0/Q8_1 activation row into the packed layout:
-/// per group of n <= 8 blocks, d[n] as f32, then s[n] as f32 (Q8_1) or each
+/// per group of n <= 8 blocks, d\[n\] as f32, then s\[n\] as f32 (Q8_1) or each
 /// block's code sum as i32 (Q8_0), then code vector k (k = 0..8) at
 /// 8n + 4n * k holding bytes 4k..4k+4 of each block's codes.
 pub fn pack_act_row(fmt: ActFormat, row: &[u8], out: &mut [u8]) {
@@ -609,7 +609,7 @@ pub unsafe fn gemm(
 
 /// Bytes of one group of 8 blocks (256 elements) in the wide layouts that
 /// the prefill kernels ([`wide_fn`]) read, for weights and activations alike:
-/// d[8] as f32 at 0, a second [8] at 32 (weights: Q4_1's mins as f32;
+/// d\[8\] as f32 at 0, a second \[8\] at 32 (weights: Q4_1's mins as f32;
 /// Q8_0-format activations: each block's code sum as i32; Q8_1: s as f32),
 /// then code vector k (k = 0..8) at 64 + 32k holding in lane l elements
 /// 4k..4k+4 of block l. A row's last group is padded to 8 blocks with
