@@ -787,24 +787,27 @@ macro_rules! x86_k_quants {
                                     }
                                 }
                             }
+                            // Without VNNI the scaled pair sums go into
+                            // the token's total at once (exact i32 adds in
+                            // any order), so no per-sub-block sums stay
+                            // live beside the i16 ones: AVX2 has 16
+                            // registers.
                             if !VNNI && uu % 2 == 1 {
                                 for k in 0..4 {
                                     for t in 0..T {
                                         let v = _mm256_madd_epi16(pk[k][t], scs[k]);
-                                        sk[k][t] = _mm256_add_epi32(sk[k][t], v);
+                                        isum[t] = _mm256_add_epi32(isum[t], v);
                                         pk[k][t] = zero;
                                     }
                                 }
                             }
                         }
-                        for k in 0..4 {
-                            for t in 0..T {
-                                let v = if VNNI {
-                                    _mm256_mullo_epi32(sk[k][t], scs[k])
-                                } else {
-                                    sk[k][t]
-                                };
-                                isum[t] = _mm256_add_epi32(isum[t], v);
+                        if VNNI {
+                            for k in 0..4 {
+                                for t in 0..T {
+                                    let v = _mm256_mullo_epi32(sk[k][t], scs[k]);
+                                    isum[t] = _mm256_add_epi32(isum[t], v);
+                                }
                             }
                         }
                     }
