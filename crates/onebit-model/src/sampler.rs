@@ -197,7 +197,15 @@ impl Sampler {
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= total);
         if self.cfg.typical_p < 1.0 {
-            typical(&mut idx, &mut probs, self.cfg.typical_p as f64);
+            // ln p from the exponent: (logit - max) / T - ln(total), the
+            // f32 exponent `exp_scaled` took (one `ln` per token cost 5 ms
+            // over 262,144).
+            let (m, s, ln_total) = (ranked[0], 1.0 / self.cfg.temperature, total.ln());
+            let lnp: Vec<f64> = ranked
+                .iter()
+                .map(|&l| ((l - m) * s) as f64 - ln_total)
+                .collect();
+            typical(&mut idx, &mut probs, &lnp, self.cfg.typical_p as f64);
         }
         // Nucleus: the smallest prefix whose mass reaches top_p.
         if self.cfg.top_p < 1.0 {
@@ -443,36 +451,67 @@ fn sort_by_rank(keys: &mut Vec<u64>) {
 /// from the entropy `H = -sum p ln p`, the closest kept until their mass
 /// reaches `mass` (at least one); the survivors renormalized and put back
 /// highest first, ties by lower id as before.
-fn typical(idx: &mut Vec<u32>, probs: &mut Vec<f64>, mass: f64) {
-    let entropy: f64 = -probs
-        .iter()
-        .filter(|&&p| p > 0.0)
-        .map(|&p| p * p.ln())
-        .sum::<f64>();
-    let gap = |p: f64| {
-        if p > 0.0 {
-            (-p.ln() - entropy).abs()
-        } else {
-            f64::INFINITY
-        }
-    };
-    let mut order: Vec<usize> = (0..probs.len()).collect();
-    order.sort_by(|&a, &b| gap(probs[a]).total_cmp(&gap(probs[b])).then(a.cmp(&b)));
-    let mut acc = 0.0;
-    let mut keep = order.len();
-    for (n, &i) in order.iter().enumerate() {
-        acc += probs[i];
-        if acc >= mass {
-            keep = n + 1;
-            break;
-        }
-    }
-    let mut kept: Vec<usize> = order[..keep].to_vec();
+fn typical(idx: &mut Vec<u32>, probs: &mut Vec<f64>, lnp: &[f64], mass: f64) {
+    let order = typical_order(probs, lnp, mass);
+    let mut kept = order;
     // Back to the distribution's order (probability, highest first).
     kept.sort_unstable();
     let total: f64 = kept.iter().map(|&i| probs[i]).sum();
     *idx = kept.iter().map(|&i| idx[i]).collect();
     *probs = kept.iter().map(|&i| probs[i] / total).collect();
+}
+
+/// The candidates [`typical`] keeps, most typical first: the shortest
+/// prefix of the order by gap |-ln p - H| (ties by position) whose mass
+/// reaches `mass`, or all of them; `ln[i]` is ln probs\[i\] (read only where
+/// the probability is positive). Each gap is computed once, and only a head
+/// of the order is ranked (the 256 smallest gaps, then 4,096, then all)
+/// until the prefix ends inside it: sorting all of Gemma 3's 262,144
+/// candidates with the gaps computed inside the comparison took 8 ms a
+/// token.
+fn typical_order(probs: &[f64], ln: &[f64], mass: f64) -> Vec<usize> {
+    let entropy: f64 = -probs
+        .iter()
+        .zip(ln)
+        .filter(|&(&p, _)| p > 0.0)
+        .map(|(&p, &l)| p * l)
+        .sum::<f64>();
+    // A gap is non-negative (or +inf, or a NaN without its sign), so its
+    // bits order as `total_cmp` orders it; the position breaks ties.
+    let mut keys: Vec<(u64, u32)> = probs
+        .iter()
+        .zip(ln)
+        .enumerate()
+        .map(|(i, (&p, &l))| {
+            let gap = if p > 0.0 {
+                (-l - entropy).abs()
+            } else {
+                f64::INFINITY
+            };
+            (gap.to_bits(), i as u32)
+        })
+        .collect();
+    let n = keys.len();
+    let mut m = n.min(256);
+    loop {
+        if m < n {
+            keys.select_nth_unstable(m - 1);
+            keys[..m].sort_unstable();
+        } else {
+            keys.sort_unstable();
+        }
+        let mut acc = 0.0;
+        for (j, &(_, i)) in keys[..m].iter().enumerate() {
+            acc += probs[i as usize];
+            if acc >= mass {
+                return keys[..=j].iter().map(|&(_, i)| i as usize).collect();
+            }
+        }
+        if m == n {
+            return keys.iter().map(|&(_, i)| i as usize).collect();
+        }
+        m = if m < 4096 { n.min(16 * m) } else { n };
+    }
 }
 
 /// `repeat_penalty` as llama.cpp and Ollama apply it: every distinct token
@@ -1081,6 +1120,60 @@ mod tests {
         assert!(close(&p, &[2.0 / 3.0, 1.0 / 3.0]), "{p:?}");
         // Off (1): nothing removed.
         assert_eq!(filtered(SamplerConfig::default()).0, [0, 1, 2, 3]);
+    }
+
+    /// `typical_order` keeps what sorting every candidate by the gap
+    /// computed in the comparison (the definition, as the filter first
+    /// ran) keeps, in that order: peaked and flat distributions, zero
+    /// probabilities, and masses whose prefix ends inside the first head,
+    /// the second, and past both.
+    #[test]
+    fn the_typical_head_is_the_prefix_of_the_full_order_by_gap() {
+        let mut rng = SplitMix64(31);
+        for (n, peak) in [(10_000usize, 8.0f64), (10_000, 0.5), (300, 3.0)] {
+            let w: Vec<f64> = (0..n)
+                .map(|i| {
+                    let u = rng.next_f64();
+                    if i % 13 == 4 {
+                        0.0
+                    } else {
+                        (peak * u * u * u).exp() * if i % 97 == 0 { 50.0 } else { 1.0 }
+                    }
+                })
+                .collect();
+            let total: f64 = w.iter().sum();
+            let probs: Vec<f64> = w.iter().map(|x| x / total).collect();
+            let entropy: f64 = -probs
+                .iter()
+                .filter(|&&p| p > 0.0)
+                .map(|&p| p * p.ln())
+                .sum::<f64>();
+            let gap = |p: f64| {
+                if p > 0.0 {
+                    (-p.ln() - entropy).abs()
+                } else {
+                    f64::INFINITY
+                }
+            };
+            let mut want: Vec<usize> = (0..n).collect();
+            want.sort_by(|&a, &b| gap(probs[a]).total_cmp(&gap(probs[b])).then(a.cmp(&b)));
+            for mass in [0.01, 0.2, 0.5, 0.9, 0.999, 1.0, 2.0] {
+                let mut acc = 0.0;
+                let keep = want
+                    .iter()
+                    .position(|&i| {
+                        acc += probs[i];
+                        acc >= mass
+                    })
+                    .map_or(n, |j| j + 1);
+                let ln: Vec<f64> = probs.iter().map(|p| p.ln()).collect();
+                assert_eq!(
+                    typical_order(&probs, &ln, mass),
+                    want[..keep],
+                    "n {n}, mass {mass}"
+                );
+            }
+        }
     }
 
     #[test]
