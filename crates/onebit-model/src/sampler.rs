@@ -249,28 +249,27 @@ impl Sampler {
     }
 }
 
-/// The largest of `logits` by `f32::total_cmp` (0 for none): the maximum
-/// of [`rank_key`]'s order-preserving bits, sixteen lanes at a time.
+/// The largest of `logits` by `f32::total_cmp` (0 for none): the largest
+/// [`ascending`] bits, turned back into the value.
 fn max_total(logits: &[f32]) -> f32 {
-    let up = |v: f32| {
-        let b = v.to_bits();
-        if b >> 31 == 1 {
-            !b
-        } else {
-            b | 0x8000_0000
-        }
-    };
+    if logits.is_empty() {
+        return 0.0;
+    }
+    let m = max_ascending(logits);
+    // The inverse of `ascending`: a set top bit came from a positive value.
+    f32::from_bits(if m >> 31 == 1 { m & 0x7FFF_FFFF } else { !m })
+}
+
+/// The largest [`ascending`] bits of `v` (0, the least, for none), sixteen
+/// lanes at a time.
+fn max_ascending(v: &[f32]) -> u32 {
     let mut lanes = [0u32; 16];
-    for c in logits.chunks(16) {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l = (*l).max(up(v));
+    for c in v.chunks(16) {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = (*l).max(ascending(x));
         }
     }
-    let Some(&m) = lanes.iter().max().filter(|_| !logits.is_empty()) else {
-        return 0.0;
-    };
-    // The inverse of `up`: a set top bit came from a positive value.
-    f32::from_bits(if m >> 31 == 1 { m & 0x7FFF_FFFF } else { !m })
+    lanes.into_iter().max().unwrap_or(0)
 }
 
 /// Weights per block of a draw's first level: the walk over 262,144
@@ -372,18 +371,7 @@ fn head_keys(logits: &[f32], m: usize) -> Vec<u64> {
     let mut keys = if m == 0 {
         Vec::new()
     } else if m <= blocks / 4 {
-        let mut maxima: Vec<u32> = logits
-            .chunks(HEAD_BLOCK)
-            .map(|b| {
-                let mut lanes = [0u32; 16];
-                for c in b.chunks(16) {
-                    for (l, &v) in lanes.iter_mut().zip(c) {
-                        *l = (*l).max(ascending(v));
-                    }
-                }
-                lanes.into_iter().max().unwrap_or(0)
-            })
-            .collect();
+        let mut maxima: Vec<u32> = logits.chunks(HEAD_BLOCK).map(max_ascending).collect();
         let (_, &mut floor, _) = maxima.select_nth_unstable_by(m - 1, |a, b| b.cmp(a));
         logits
             .iter()
@@ -452,8 +440,7 @@ fn sort_by_rank(keys: &mut Vec<u64>) {
 /// reaches `mass` (at least one); the survivors renormalized and put back
 /// highest first, ties by lower id as before.
 fn typical(idx: &mut Vec<u32>, probs: &mut Vec<f64>, lnp: &[f64], mass: f64) {
-    let order = typical_order(probs, lnp, mass);
-    let mut kept = order;
+    let mut kept = typical_order(probs, lnp, mass);
     // Back to the distribution's order (probability, highest first).
     kept.sort_unstable();
     let total: f64 = kept.iter().map(|&i| probs[i]).sum();
